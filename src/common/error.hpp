@@ -1,0 +1,60 @@
+// The error types of moesim and the exit code each maps to (DESIGN.md "Exit codes and errors").
+// Library code throws; only main() turns an exception into a message and an exit code.
+// Host only. Covered by tests/cli (exit codes) and every test that expects a throw.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace moesim {
+
+// Exit codes of the moesim binary.
+constexpr int kExitOk = 0;
+constexpr int kExitCheckFailed = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitResource = 3;
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+  virtual int exit_code() const { return kExitBadInput; }
+};
+
+// A config file or --set override is wrong: the message names the file, key path and what was expected.
+struct ConfigError : Error {
+  using Error::Error;
+};
+
+// A data file (logits, trace, profile, baseline) or a command-line argument is wrong.
+struct InputError : Error {
+  using Error::Error;
+};
+
+// A resource limit: the memory estimate is over the limit, or no CUDA device for --backend cuda.
+struct ResourceError : Error {
+  using Error::Error;
+  int exit_code() const override { return kExitResource; }
+};
+
+// A backend call failed (CUDA, cuBLAS, BLAS). Carries the call text, file and line.
+struct BackendError : Error {
+  using Error::Error;
+  int exit_code() const override { return 4; }
+};
+
+// A precondition of a public entry point does not hold: a bug in the caller.
+struct PreconditionError : Error {
+  using Error::Error;
+};
+
+}  // namespace moesim
+
+// Checks a precondition once at a public entry point; throws PreconditionError with the location.
+#define MOESIM_REQUIRE(cond, message)                                                          \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      std::ostringstream moesim_require_os_;                                                   \
+      moesim_require_os_ << __FILE__ << ":" << __LINE__ << ": requirement failed: " << message; \
+      throw ::moesim::PreconditionError(moesim_require_os_.str());                             \
+    }                                                                                          \
+  } while (0)

@@ -1,0 +1,154 @@
+// The typed, validated experiment: what a YAML file plus --set overrides mean (DESIGN.md "Configuration").
+// Produced by load_config.cpp; read by every later stage. Plain data, host only.
+// Every field here has a YAML key of the same name under its section; defaults are the built-in ones.
+// Covered by tests/config/load_config_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moesim {
+
+enum class Dtype { fp32, tf32, bf16, fp16, fp8, int8 };
+
+enum class Gating {
+  token_choice,   // softmax (or sigmoid) then top-k: Switch, GShard, Mixtral
+  noisy_top_k,    // Gaussian noise on the logits before selection (Shazeer et al. 2017)
+  expert_choice,  // each expert takes its top-C tokens (Zhou et al. 2022)
+  sinkhorn,       // Sinkhorn-normalised scores then top-k (S-BASE, Megatron)
+  hash,           // expert from a fixed hash of the token id (Hash Layers, Roller et al. 2021)
+  random,         // uniform random experts
+  balanced,       // forced round-robin: every expert gets floor/ceil(N*k/E)
+  group_limited,  // DeepSeek-V3 group-limited top-k
+  aux_free_bias,  // DeepSeek-V3 auxiliary-loss-free bias balancing
+};
+
+enum class ScoreFunction { softmax, sigmoid };
+enum class DropPolicy { position, score, random };
+enum class Priority { k_major, token_major };
+enum class CapacityScope { batch, sequence };
+enum class Layout { dropless, block, capacity };
+enum class GroupMaskFill { neg_inf, zero };  // YAML: "-inf" | "0"
+enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits };
+enum class PlacementKind { single, expert_parallel };
+
+struct ModelConfig {
+  std::string name = "quickstart";
+  int64_t hidden = 4096;
+  int64_t ffn = 14336;
+  int experts = 8;
+  int top_k = 2;
+  int shared_experts = 0;
+  int layers = 32;
+  int heads = 32;
+  int kv_heads = 8;
+  int head_dim = 128;
+  int vocab = 32000;
+  Dtype dtype = Dtype::bf16;
+};
+
+struct RouterConfig {
+  Gating gating = Gating::token_choice;
+  ScoreFunction score = ScoreFunction::softmax;
+  bool renormalize = false;             // renormalise the k weights to sum to 1
+  bool pre_softmax = true;              // false: top-k on logits, then softmax over the k
+  double capacity_factor = 0.0;         // 0: dropless
+  int64_t min_capacity = 0;
+  DropPolicy drop_policy = DropPolicy::position;
+  Priority priority = Priority::k_major;
+  CapacityScope capacity_scope = CapacityScope::batch;
+  bool renormalize_after_drop = false;
+  Layout layout = Layout::dropless;
+  int block_size = 64;                  // rows per block in the block layout
+  double noise_std = 1.0;               // noisy_top_k
+  int sinkhorn_iterations = 50;
+  double sinkhorn_tolerance = 1e-4;
+  int groups = 1;                       // group_limited: number of expert groups
+  int topk_groups = 1;                  // group_limited: groups kept per token
+  GroupMaskFill group_mask_fill = GroupMaskFill::neg_inf;
+  double bias_update_rate = 1e-3;       // aux_free_bias
+  double routed_scaling_factor = 1.0;
+};
+
+struct WorkloadConfig {
+  WorkloadSource source = WorkloadSource::synthetic;
+  int64_t batch = 1024;                 // synthetic: tokens per batch; decoder: sequences
+  int batches = 1;                      // synthetic: consecutive batches routed (aux_free_bias evolves)
+  std::vector<int> prompt_len = {128};  // decoder: one length, or one per sequence
+  int decode_steps = 16;
+  uint64_t seed = 7;
+  double skew = 1.0;                    // per-expert popularity bias strength (0 = none)
+  int topics = 8;                       // decoder: embedding clusters (temporal locality)
+  std::string path;                     // trace / load_profile / logits file
+  std::string profile_key;              // load_profile: key inside the file, e.g. "mistral/expert_counts/arxiv"
+};
+
+// A hardware profile is referenced by name (configs/hardware/NAME.yaml), by file, or written inline.
+// The config stage keeps it as text; src/cost parses and validates it (errors name "hardware.KEY").
+struct HardwareRef {
+  std::string name = "h100-sxm";        // name or path; empty when inline
+  std::string inline_yaml;              // the inline table, re-emitted as YAML
+};
+
+struct PlacementConfig {
+  PlacementKind kind = PlacementKind::single;
+  int devices = 1;
+  int replicas = 0;                     // extra replica slots for EPLB-style replication
+  std::vector<int> map;                 // expert -> device; empty = round-robin
+  int rebalance_every = 0;
+};
+
+struct ExecuteConfig {
+  bool enabled = true;                  // run the real pipeline (false: model only)
+  int64_t hidden = 256;
+  int64_t ffn = 512;
+  int layers = 1;
+  int repeats = 3;                      // timed repeats after one warm-up; medians reported
+  Dtype dtype = Dtype::fp32;
+};
+
+// One bound of an expect: block. metric is a JSON key of the report (e.g. "imbalance");
+// aggregate is "value" for single-layer runs or one of "p50", "p95", "max", "mean" across layers/steps.
+struct Expectation {
+  std::string metric;
+  std::string aggregate = "value";
+  std::string strategy;                 // empty: every strategy in the run
+  std::optional<double> min;
+  std::optional<double> max;
+};
+
+struct Experiment {
+  std::string name = "quickstart";
+  std::string source_file;              // where it came from ("<built-in>" for the default)
+  ModelConfig model;
+  RouterConfig router;
+  WorkloadConfig workload;
+  HardwareRef hardware;
+  PlacementConfig placement;
+  ExecuteConfig execute;
+  std::vector<Expectation> expect;
+};
+
+// Name tables: the YAML spelling of each enum value. parse_* throw ConfigError (caller adds the key).
+const char* to_string(Dtype v);
+const char* to_string(Gating v);
+const char* to_string(ScoreFunction v);
+const char* to_string(DropPolicy v);
+const char* to_string(Priority v);
+const char* to_string(CapacityScope v);
+const char* to_string(Layout v);
+const char* to_string(GroupMaskFill v);
+const char* to_string(WorkloadSource v);
+const char* to_string(PlacementKind v);
+
+// Bytes per element of a dtype (fp32/tf32: 4, bf16/fp16: 2, fp8/int8: 1).
+int dtype_bytes(Dtype v);
+
+// Every gating strategy, in the order `--gating all` runs them.
+const std::vector<Gating>& all_gatings();
+std::optional<Gating> parse_gating(const std::string& s);
+
+}  // namespace moesim

@@ -78,6 +78,7 @@ struct WorkloadConfig {
   int64_t batch = 1024;                 // synthetic: tokens per batch; decoder: sequences
   int batches = 1;                      // synthetic: consecutive batches routed (aux_free_bias evolves)
   std::vector<int> prompt_len = {128};  // decoder: one length, or one per sequence
+  bool prompt_len_range = false;        // prompt_len = {lo, hi}: lengths drawn per sequence from the seed
   int decode_steps = 16;
   uint64_t seed = 7;
   double skew = 1.0;                    // per-expert popularity bias strength (0 = none)

@@ -1,0 +1,82 @@
+// Host instantiation of the dispatch permutation (kernels/permute.hpp) on Thrust's OpenMP backend,
+// plus the Routing checks shared by the host entry points. Routing in, DispatchPlan out (integers).
+// Deterministic: a stable sort and binary searches, equal to plan_dispatch_ref at any thread count.
+// Host only (g++). Covered by tests/dispatch/permute_test.cpp.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <thrust/system/omp/execution_policy.h>
+
+#include "kernels/moe_layer.hpp"
+#include "kernels/permute.hpp"
+
+namespace moesim {
+
+void require_valid_routing(const Routing& r) {
+  const int64_t n = r.num_assignments();
+  MOESIM_REQUIRE(r.num_experts >= 1, "routing needs num_experts >= 1, got " << r.num_experts);
+  MOESIM_REQUIRE(r.num_tokens >= 0, "routing num_tokens must be >= 0, got " << r.num_tokens);
+  MOESIM_REQUIRE(r.capacity >= 0, "routing capacity must be >= 0, got " << r.capacity);
+  MOESIM_REQUIRE(static_cast<int64_t>(r.token.size()) == n && static_cast<int64_t>(r.weight.size()) == n &&
+                     static_cast<int64_t>(r.kept.size()) == n,
+                 "routing arrays disagree: expert " << n << ", token " << r.token.size() << ", weight "
+                                                    << r.weight.size() << ", kept " << r.kept.size());
+  MOESIM_REQUIRE(n < std::numeric_limits<int32_t>::max() && r.num_tokens < std::numeric_limits<int32_t>::max(),
+                 "routing too large for 32-bit row indices: " << n << " assignments");
+  for (int64_t i = 0; i < n; ++i) {
+    MOESIM_REQUIRE(r.token[i] >= 0 && r.token[i] < r.num_tokens,
+                   "assignment " << i << " has token " << r.token[i] << " outside [0, " << r.num_tokens << ")");
+    MOESIM_REQUIRE(!r.kept[i] || (r.expert[i] >= 0 && r.expert[i] < r.num_experts),
+                   "kept assignment " << i << " has expert " << r.expert[i] << " outside [0, " << r.num_experts
+                                      << ")");
+  }
+}
+
+int64_t layout_capacity(const Routing& r, const std::vector<int64_t>& counts) {
+  int64_t capacity = r.capacity;
+  if (capacity == 0) {
+    for (int64_t c : counts) capacity = std::max(capacity, c);
+  }
+  for (size_t e = 0; e < counts.size(); ++e) {
+    MOESIM_REQUIRE(counts[e] <= capacity, "capacity layout: expert " << e << " keeps " << counts[e]
+                                                                     << " assignments, over capacity " << capacity);
+  }
+  return capacity;
+}
+
+DispatchPlan plan_dispatch_omp(const Routing& r, Layout layout, int block_size) {
+  require_valid_routing(r);
+  MOESIM_REQUIRE(layout != Layout::block || block_size >= 1, "block layout needs block_size >= 1, got " << block_size);
+  const auto& policy = thrust::omp::par;
+  const int num_experts = r.num_experts;
+  const int64_t n = r.num_assignments();
+
+  DispatchPlan plan;
+  plan.num_experts = num_experts;
+  plan.layout = layout;
+  plan.offsets.resize(num_experts + 1);
+  plan.counts.resize(num_experts);
+  plan.padded_offsets.resize(num_experts + 1);
+
+  std::vector<int32_t> sorted_keys(n);
+  std::vector<int32_t> order(n);
+  permute_by_expert(policy, r.expert.data(), r.kept.data(), n, num_experts, sorted_keys.data(), order.data(),
+                    plan.offsets.data());
+  expert_counts(policy, plan.offsets.data(), num_experts, plan.counts.data());
+  plan.num_kept = plan.offsets[num_experts];
+
+  const int64_t capacity = layout == Layout::capacity ? layout_capacity(r, plan.counts) : 0;
+  pad_offsets(policy, plan.offsets.data(), num_experts, layout, block_size, capacity, plan.padded_offsets.data());
+  plan.rows = plan.padded_offsets[num_experts];
+
+  plan.row_assignment.resize(plan.rows);
+  fill_row_assignment(policy, sorted_keys.data(), order.data(), plan.num_kept, plan.offsets.data(),
+                      plan.padded_offsets.data(), plan.rows, plan.row_assignment.data());
+  order.resize(plan.num_kept);
+  plan.order = std::move(order);
+  return plan;
+}
+
+}  // namespace moesim

@@ -1,0 +1,226 @@
+// Balance metrics of one routed batch: the formulas of DESIGN.md "Definitions", one loop each.
+// Serial host code; every sum runs in a fixed order (experts ascending, tokens ascending) in double,
+// so results are bit-identical across runs and machines. Covered by tests/router/balance_metrics_test.cpp.
+#include "router/balance_metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+// max(v) / mean(v) over all entries; 1 when the sum is 0 (an empty batch is not unbalanced).
+double max_over_mean(const std::vector<int64_t>& v, int64_t total) {
+  if (total == 0) return 1.0;
+  const int64_t mx = *std::max_element(v.begin(), v.end());
+  return static_cast<double>(mx) * static_cast<double>(v.size()) / static_cast<double>(total);
+}
+
+// Everything that depends on load/demand alone. Expects m.load, m.demand and m.capacity set.
+void fill_load_metrics(BalanceMetrics& m, int64_t num_tokens, int top_k) {
+  const int num_experts = static_cast<int>(m.load.size());
+  int64_t total = 0, total_demand = 0;
+  for (int e = 0; e < num_experts; ++e) {
+    total += m.load[e];
+    total_demand += m.demand[e];
+  }
+  m.imbalance = max_over_mean(m.load, total);
+  m.demand_imbalance = max_over_mean(m.demand, total_demand);
+
+  m.active_experts = 0;
+  for (int e = 0; e < num_experts; ++e) m.active_experts += m.load[e] > 0 ? 1 : 0;
+  m.dead_experts = num_experts - m.active_experts;
+
+  // ceil(0.2 E) in integers, so that E = 5, 10, ... do not depend on how 0.2 rounds.
+  const int tail = (num_experts + 4) / 5;
+  if (total == 0) {
+    m.cv = 0.0;
+    m.entropy_norm = 1.0;
+    m.top20_share = m.bottom20_share = static_cast<double>(tail) / num_experts;
+  } else {
+    const double mean = static_cast<double>(total) / num_experts;
+    double sq = 0.0;
+    for (int e = 0; e < num_experts; ++e) {
+      const double d = static_cast<double>(m.load[e]) - mean;
+      sq += d * d;
+    }
+    m.cv = std::sqrt(sq / num_experts) / mean;  // population std: divide by E, not E - 1
+
+    if (num_experts == 1) {
+      m.entropy_norm = 1.0;
+    } else {
+      double h = 0.0;  // Shannon entropy in nats, 0 ln 0 = 0
+      for (int e = 0; e < num_experts; ++e) {
+        if (m.load[e] == 0) continue;
+        const double p = static_cast<double>(m.load[e]) / static_cast<double>(total);
+        h -= p * std::log(p);
+      }
+      m.entropy_norm = std::min(1.0, std::max(0.0, h / std::log(static_cast<double>(num_experts))));
+    }
+
+    std::vector<int64_t> sorted = m.load;
+    std::sort(sorted.begin(), sorted.end(), std::greater<int64_t>());
+    int64_t top = 0, bottom = 0;
+    for (int i = 0; i < tail; ++i) {
+      top += sorted[i];
+      bottom += sorted[num_experts - 1 - i];
+    }
+    m.top20_share = static_cast<double>(top) / static_cast<double>(total);
+    m.bottom20_share = static_cast<double>(bottom) / static_cast<double>(total);
+  }
+
+  m.dropped = total_demand - total;
+  const int64_t slots = num_tokens * top_k;
+  m.drop_rate = slots > 0 ? static_cast<double>(m.dropped) / static_cast<double>(slots) : 0.0;
+  m.utilization.assign(num_experts, 0.0);
+  if (slots > 0) {
+    for (int e = 0; e < num_experts; ++e)
+      m.utilization[e] = static_cast<double>(m.load[e]) * num_experts / static_cast<double>(slots);
+  }
+}
+
+int64_t padding_waste(const std::vector<int64_t>& load, int64_t capacity, Layout layout, int block_size) {
+  int64_t waste = 0;
+  switch (layout) {
+    case Layout::dropless:
+      return 0;
+    case Layout::block:
+      for (int64_t l : load) waste += (l + block_size - 1) / block_size * block_size - l;
+      return waste;
+    case Layout::capacity: {
+      const int64_t c = capacity > 0 ? capacity : *std::max_element(load.begin(), load.end());
+      for (int64_t l : load) waste += std::max(c, l) - l;
+      return waste;
+    }
+  }
+  return 0;
+}
+
+// The four router losses from the logits. P[e] = mean over tokens of softmax(logits)[e].
+void fill_losses(BalanceMetrics& m, const float* logits, int64_t num_tokens, int top_k) {
+  const int num_experts = static_cast<int>(m.load.size());
+  std::vector<double> prob_sum(num_experts, 0.0), row(num_experts);
+  std::vector<int64_t> top1(num_experts, 0);
+  double z_sum = 0.0;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* z = logits + t * num_experts;
+    int arg = 0;
+    double zmax = z[0];
+    for (int e = 1; e < num_experts; ++e) {
+      if (z[e] > zmax) {  // strict: ties go to the lower expert index
+        zmax = z[e];
+        arg = e;
+      }
+    }
+    ++top1[arg];
+    double s = 0.0;
+    for (int e = 0; e < num_experts; ++e) {
+      row[e] = std::exp(static_cast<double>(z[e]) - zmax);
+      s += row[e];
+    }
+    for (int e = 0; e < num_experts; ++e) prob_sum[e] += row[e] / s;
+    const double lse = zmax + std::log(s);
+    z_sum += lse * lse;
+  }
+  const double n = static_cast<double>(num_tokens);
+  double mixtral = 0.0, switch_sum = 0.0, gshard = 0.0;
+  for (int e = 0; e < num_experts; ++e) {
+    const double p = prob_sum[e] / n;
+    const double f = static_cast<double>(m.demand[e]) / n;
+    mixtral += f * p;
+    switch_sum += f / top_k * p;
+    gshard += static_cast<double>(top1[e]) / n * p;
+  }
+  // HF transformers Mixtral load_balancing_loss_func: E * sum_{j,e} f_{j,e} P_e with f over the k
+  // one-hot slots, i.e. E * sum_e (demand[e] / N) * P_e; equals k at perfect balance.
+  m.aux_loss = num_experts * mixtral;
+  // Switch Transformer, Fedus et al. 2021, eq. 4: alpha * N * sum_i f_i P_i with f_i the fraction of
+  // assignments to expert i (Megatron-LM switch_load_balancing_loss_func divides by k); 1 at balance.
+  m.aux_loss_switch = num_experts * switch_sum;
+  // GShard, Lepikhin et al. 2020, Algorithm 1: l_aux from the top-1 counts c_e / S and the mean gates
+  // m_e, scaled to E * sum_e as the fairseq/DeepSpeed/Tutel implementations do; 1 at balance.
+  m.aux_loss_gshard = num_experts * gshard;
+  // ST-MoE router z-loss, Zoph et al. 2022, eq. 5: (1/B) sum_i (log sum_j exp x_ij)^2.
+  m.z_loss = z_sum / n;
+  m.has_logits = true;
+}
+
+}  // namespace
+
+BalanceMetrics compute_balance_metrics(const Routing& r, const float* logits, Layout layout,
+                                       int block_size) {
+  MOESIM_REQUIRE(r.num_experts >= 1, "num_experts must be >= 1, got " << r.num_experts);
+  MOESIM_REQUIRE(r.top_k >= 1, "top_k must be >= 1, got " << r.top_k);
+  MOESIM_REQUIRE(r.num_tokens >= 0, "num_tokens must be >= 0, got " << r.num_tokens);
+  MOESIM_REQUIRE(r.capacity >= 0, "capacity must be >= 0, got " << r.capacity);
+  const int64_t num_assignments = r.num_assignments();
+  MOESIM_REQUIRE(static_cast<int64_t>(r.token.size()) == num_assignments &&
+                     static_cast<int64_t>(r.kept.size()) == num_assignments,
+                 "routing arrays differ in length: expert " << num_assignments << ", token "
+                                                            << r.token.size() << ", kept " << r.kept.size());
+  MOESIM_REQUIRE(layout != Layout::block || block_size >= 1,
+                 "block layout needs block_size >= 1, got " << block_size);
+
+  BalanceMetrics m;
+  const int num_experts = r.num_experts;
+  m.load.assign(num_experts, 0);
+  m.demand.assign(num_experts, 0);
+  m.capacity = r.capacity;
+  std::vector<uint8_t> routed(static_cast<size_t>(r.num_tokens), 0);
+  for (int64_t i = 0; i < num_assignments; ++i) {
+    const int32_t e = r.expert[i];
+    const int32_t t = r.token[i];
+    MOESIM_REQUIRE(e >= 0 && e < num_experts, "assignment " << i << ": expert " << e << " not in [0, "
+                                                            << num_experts << ")");
+    MOESIM_REQUIRE(t >= 0 && t < r.num_tokens, "assignment " << i << ": token " << t << " not in [0, "
+                                                             << r.num_tokens << ")");
+    ++m.demand[e];
+    if (r.kept[i]) {
+      ++m.load[e];
+      routed[t] = 1;
+    }
+  }
+  fill_load_metrics(m, r.num_tokens, r.top_k);
+  m.tokens_unrouted = 0;
+  for (uint8_t f : routed) m.tokens_unrouted += f ? 0 : 1;
+  m.padding_waste = padding_waste(m.load, r.capacity, layout, block_size);
+  if (logits != nullptr && r.num_tokens > 0) fill_losses(m, logits, r.num_tokens, r.top_k);
+  return m;
+}
+
+BalanceMetrics metrics_from_loads(const std::vector<int64_t>& load, int64_t num_tokens, int top_k) {
+  MOESIM_REQUIRE(!load.empty(), "load profile has no experts");
+  MOESIM_REQUIRE(top_k >= 1, "top_k must be >= 1, got " << top_k);
+  MOESIM_REQUIRE(num_tokens >= 0, "num_tokens must be >= 0, got " << num_tokens);
+  for (size_t e = 0; e < load.size(); ++e)
+    MOESIM_REQUIRE(load[e] >= 0, "load[" << e << "] = " << load[e] << " is negative");
+  BalanceMetrics m;
+  m.load = load;
+  m.demand = load;
+  m.capacity = 0;
+  fill_load_metrics(m, num_tokens, top_k);
+  m.tokens_unrouted = 0;
+  m.padding_waste = 0;
+  return m;
+}
+
+Aggregate aggregate(const std::vector<double>& values) {
+  Aggregate a;
+  if (values.empty()) return a;
+  const size_t n = values.size();
+  double sum = 0.0;
+  for (double v : values) sum += v;  // input order: deterministic
+  std::vector<double> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  a.mean = sum / static_cast<double>(n);
+  // Nearest rank: the ceil(p n / 100)-th smallest, computed in integers.
+  a.p50 = sorted[(50 * n + 99) / 100 - 1];
+  a.p95 = sorted[(95 * n + 99) / 100 - 1];
+  a.max = sorted[n - 1];
+  return a;
+}
+
+}  // namespace moesim

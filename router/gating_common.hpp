@@ -1,0 +1,142 @@
+// Per-token building blocks shared by the Thrust gating templates: top-k selection (ties to the lower
+// expert), softmax/sigmoid scores and the combine-weight rule. Inputs are one token's row, outputs its
+// k slots; no allocation, double arithmetic in expert (or slot) order, so results are deterministic.
+// MOESIM_HD, built by g++ and nvcc. The `_ref.hpp` references do not use this file; they re-derive the
+// same formulas with plain loops. Covered by tests/router/topk_gating_test.cpp and the other router tests.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/portability.hpp"
+#include "config/experiment.hpp"
+
+namespace moesim {
+
+// How a token-choice router turns the chosen experts into combine weights.
+//  score=softmax, pre_softmax:  w_j = softmax over all E logits, at expert e_j
+//  score=softmax, !pre_softmax: w_j = softmax over the k chosen logits (already sums to 1: renormalize is a no-op)
+//  score=sigmoid:               w_j = sigmoid(z_{e_j}) (pre_softmax is ignored: sigmoid is elementwise)
+// then w_j /= sum_j w_j when renormalize (and the sum is > 0), then w_j *= scaling (routed_scaling_factor).
+struct GateWeightRule {
+  ScoreFunction score = ScoreFunction::softmax;
+  bool pre_softmax = true;
+  bool renormalize = false;
+  double scaling = 1.0;
+};
+
+// Parameters of group_limited_gating (group_limited.hpp): the RouterConfig knobs it reads.
+struct GroupLimitedParams {
+  ScoreFunction score = ScoreFunction::sigmoid;
+  int groups = 1;        // divides num_experts
+  int topk_groups = 1;   // in [1, groups], topk_groups * (num_experts / groups) >= top_k
+  GroupMaskFill fill = GroupMaskFill::neg_inf;
+  bool renormalize = false;
+  double scaling = 1.0;  // routed_scaling_factor
+};
+
+namespace router_detail {
+
+MOESIM_HD inline double neg_infinity() { return -HUGE_VAL; }
+
+MOESIM_HD inline double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }
+
+MOESIM_HD inline double row_max(const float* row, int num_experts) {
+  double m = row[0];
+  for (int e = 1; e < num_experts; ++e) {
+    if (static_cast<double>(row[e]) > m) m = row[e];
+  }
+  return m;
+}
+
+// sum_e exp(z_e - m), in expert order.
+MOESIM_HD inline double softmax_denominator(const float* row, int num_experts, double m) {
+  double s = 0.0;
+  for (int e = 0; e < num_experts; ++e) s += exp(static_cast<double>(row[e]) - m);
+  return s;
+}
+
+// Keeps the top_k largest value(e), e in [0, num_experts), in out_expert/out_key, descending.
+// An expert replaces or passes a kept one only when strictly greater, so equal values keep the
+// lower expert index first (the tie rule of vLLM's topk_softmax and torch.topk on CPU).
+// out_expert/out_key: [top_k], used as the working list.
+template <class ValueFn>
+MOESIM_HD void select_topk(const ValueFn& value, int num_experts, int top_k, int32_t* out_expert,
+                           double* out_key) {
+  int count = 0;
+  for (int e = 0; e < num_experts; ++e) {
+    const double v = value(e);
+    if (count == top_k && !(v > out_key[top_k - 1])) continue;
+    int pos = count < top_k ? count : top_k - 1;
+    while (pos > 0 && v > out_key[pos - 1]) {
+      out_key[pos] = out_key[pos - 1];
+      out_expert[pos] = out_expert[pos - 1];
+      --pos;
+    }
+    out_key[pos] = v;
+    out_expert[pos] = e;
+    if (count < top_k) ++count;
+  }
+}
+
+// Writes out[j] = float(w(j) / sum * scaling) with sum = sum_j w(j) in slot order when renormalize
+// and sum > 0, else float(w(j) * scaling).
+template <class WeightFn>
+MOESIM_HD void write_weights(const WeightFn& w, int top_k, bool renormalize, double scaling, float* out) {
+  double sum = 0.0;
+  if (renormalize) {
+    for (int j = 0; j < top_k; ++j) sum += w(j);
+  }
+  for (int j = 0; j < top_k; ++j) {
+    const double v = (renormalize && sum > 0.0) ? w(j) / sum : w(j);
+    out[j] = static_cast<float>(v * scaling);
+  }
+}
+
+// w_j = softmax over all E at expert[j]: exp(z - m) / den.
+struct FullSoftmaxWeight {
+  const float* row;
+  const int32_t* expert;
+  double m;
+  double den;
+  MOESIM_HD double operator()(int j) const { return exp(static_cast<double>(row[expert[j]]) - m) / den; }
+};
+
+// w_j = softmax over the k chosen keys; key[0] is their maximum (keys are sorted descending).
+struct ChosenSoftmaxWeight {
+  const double* key;
+  double den;
+  MOESIM_HD double operator()(int j) const { return exp(key[j] - key[0]) / den; }
+};
+
+struct SigmoidWeight {
+  const float* row;
+  const int32_t* expert;
+  MOESIM_HD double operator()(int j) const { return sigmoid(static_cast<double>(row[expert[j]])); }
+};
+
+// Combine weights of one token under `rule`. row: [num_experts] logits; expert, key: [top_k] from
+// select_topk on the logits (key[j] = z_{expert[j]}, descending); out: [top_k].
+MOESIM_HD inline void gate_weights(const float* row, int num_experts, const int32_t* expert, int top_k,
+                                   const GateWeightRule& rule, float* out) {
+  if (rule.score == ScoreFunction::sigmoid) {
+    write_weights(SigmoidWeight{row, expert}, top_k, rule.renormalize, rule.scaling, out);
+  } else if (rule.pre_softmax) {
+    const double m = row_max(row, num_experts);
+    const double den = softmax_denominator(row, num_experts, m);
+    write_weights(FullSoftmaxWeight{row, expert, m, den}, top_k, rule.renormalize, rule.scaling, out);
+  } else {
+    // Softmax over the chosen logits: the maximum over the chosen is not necessarily slot 0 when the
+    // selection used another key (sinkhorn), so take it explicitly.
+    double m = row[expert[0]];
+    for (int j = 1; j < top_k; ++j) {
+      if (static_cast<double>(row[expert[j]]) > m) m = row[expert[j]];
+    }
+    double den = 0.0;
+    for (int j = 0; j < top_k; ++j) den += exp(static_cast<double>(row[expert[j]]) - m);
+    write_weights(FullSoftmaxWeight{row, expert, m, den}, top_k, false, rule.scaling, out);
+  }
+}
+
+}  // namespace router_detail
+}  // namespace moesim

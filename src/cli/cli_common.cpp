@@ -1,0 +1,100 @@
+// Options and helpers shared by the subcommands (see cli_common.hpp).
+#include "cli/cli_common.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+
+#include "common/error.hpp"
+#include "config/load_config.hpp"
+#include "report/atomic_write.hpp"
+
+#if defined(MOESIM_HAS_OPENMP)
+#include <omp.h>
+#endif
+#include <cblas.h>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace moesim::cli {
+
+void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute) {
+  desc.add_options()
+      ("set", po::value(&opts.overrides)->composing(), "override a config key: --set router.top_k=4 (repeatable)")
+      ("format", po::value(&opts.format)->default_value("table"), "table | json | csv | markdown")
+      ("out", po::value(&opts.out), "write the report to FILE (atomically) instead of stdout")
+      ("threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)");
+  if (with_execute) {
+    desc.add_options()
+        ("memory-limit", po::value(&opts.memory_limit), "refuse runs whose memory estimate exceeds this (e.g. 4GiB)")
+        ("verify", po::bool_switch(&opts.verify), "run the serial references beside the fast path and compare")
+        ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline");
+  }
+}
+
+void parse_command_line(int argc, char** argv, const po::options_description& desc, const char* positional,
+                        int max_positional) {
+  po::positional_options_description pos;
+  if (positional) pos.add(positional, max_positional);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string("command line: ") + e.what());
+  }
+}
+
+Experiment load_experiment_for(const CommonOptions& opts, size_t file_index) {
+  if (opts.files.size() > file_index) return load_experiment_file(opts.files[file_index], opts.overrides);
+  return default_experiment(opts.overrides);
+}
+
+double parse_memory_limit(const std::string& text) {
+  if (text.empty()) {
+    const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
+    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+    return pages > 0 && page > 0 ? 0.75 * pages * page : 0.0;
+  }
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB" || unit == "K") scale = 1024.0;
+  else if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (end == text.c_str() || scale == 0 || !std::isfinite(v) || v <= 0)
+    throw InputError("--memory-limit: expected a positive size like 4GiB or 512MiB, got '" + text + "'");
+  return v * scale;
+}
+
+RunOptions run_options(const CommonOptions& opts) {
+  RunOptions r;
+  r.execute = !opts.no_execute;
+  r.verify = opts.verify;
+  r.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
+  return r;
+}
+
+void apply_threads(int threads) {
+  if (threads < 0) throw InputError("--threads: expected 0 or a positive count, got " + std::to_string(threads));
+  if (threads == 0) return;
+#if defined(MOESIM_HAS_OPENMP)
+  omp_set_num_threads(threads);
+#endif
+  openblas_set_num_threads(threads);
+}
+
+void emit(const CommonOptions& opts, const std::string& text) {
+  if (opts.out.empty()) {
+    std::cout << text << std::flush;
+  } else {
+    write_file_atomic(opts.out, text);
+  }
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,65 @@
+// Pieces every subcommand shares: the common options (--set, --format, --out, --memory-limit,
+// --verify, --no-execute, --threads), loading the experiment (a file or the built-in default) and
+// emitting a report to stdout or atomically to --out. Host only. Covered by tests/cli/cli_test.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "config/experiment.hpp"
+#include "pipeline/run_experiment.hpp"
+#include "report/report.hpp"
+
+namespace moesim::cli {
+
+namespace po = boost::program_options;
+
+struct CommonOptions {
+  std::vector<std::string> files;       // positional experiment files
+  std::vector<std::string> overrides;   // --set KEY=VALUE, in order
+  std::string format = "table";
+  std::string out;                      // --out FILE ("" = stdout)
+  std::string memory_limit = "";        // --memory-limit, e.g. 4GiB ("" = 75% of physical memory)
+  bool verify = false;
+  bool no_execute = false;
+  int threads = 0;                      // --threads N (0 = OpenMP default)
+};
+
+// Adds the common options to `desc`, storing into `opts`.
+void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute);
+
+// Parses argv (after the subcommand name) into the variables bound in `desc`; throws InputError on
+// unknown options or bad values. `positional` names the option that takes positional arguments.
+void parse_command_line(int argc, char** argv, const po::options_description& desc, const char* positional,
+                        int max_positional);
+
+// The experiment from the first positional file, or the built-in default, with --set applied.
+Experiment load_experiment_for(const CommonOptions& opts, size_t file_index = 0);
+
+// Bytes from a size text: "4GiB", "512MiB", "1e9" (bytes). Throws InputError naming --memory-limit.
+double parse_memory_limit(const std::string& text);
+
+RunOptions run_options(const CommonOptions& opts);
+
+// Applies --threads to OpenMP and OpenBLAS.
+void apply_threads(int threads);
+
+// Writes `text` to --out atomically, or to stdout.
+void emit(const CommonOptions& opts, const std::string& text);
+
+// compare's rows: each strategy of `gating_list` ("" = the experiment's, "all", or a comma list)
+// times the cartesian product of the --vary router.KEY=v1,v2 axes.
+std::vector<RouterVariant> compare_variants(const Experiment& base, const std::string& gating_list,
+                                            const std::vector<std::string>& varies);
+
+// Subcommands: each returns the process exit code.
+int cmd_run(int argc, char** argv);
+int cmd_compare(int argc, char** argv);
+int cmd_config(int argc, char** argv);
+int cmd_route(int argc, char** argv);
+int cmd_hardware(int argc, char** argv);
+int cmd_check(int argc, char** argv);
+
+}  // namespace moesim::cli

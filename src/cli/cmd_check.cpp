@@ -1,0 +1,110 @@
+// `moesim check FILE... [--baseline results.json] [--rtol R] [--atol A] [--update-baseline]`:
+// exit 0 when every expect: bound and baseline comparison holds, 1 with one line per failing metric,
+// 2 for bad input.
+#include <fstream>
+#include <map>
+#include <iostream>
+#include <sstream>
+
+#include "cli/cli_common.hpp"
+#include "common/error.hpp"
+#include "report/atomic_write.hpp"
+#include "report/check.hpp"
+
+namespace moesim::cli {
+namespace {
+
+// Baseline runs by experiment name. A baseline file is one run JSON, or {"schema_version", "runs": [...]}.
+std::map<std::string, nlohmann::json> read_baselines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open the baseline for reading");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": expected JSON written by moesim run/compare/check, got a parse error: " + e.what());
+  }
+  std::vector<nlohmann::json> runs;
+  if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {
+    runs.assign(j["runs"].begin(), j["runs"].end());
+  } else {
+    runs.push_back(j);
+  }
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& r : runs) {
+    baseline_labels(r, path);  // validates the shape
+    if (!r.contains("experiment") || !r["experiment"].contains("name") || !r["experiment"]["name"].is_string())
+      throw InputError(path + ": experiment.name: expected a string in every baseline run");
+    by_name[r["experiment"]["name"].get<std::string>()] = r;
+  }
+  return by_name;
+}
+
+}  // namespace
+
+int cmd_check(int argc, char** argv) {
+  CommonOptions opts;
+  bool help = false, update = false, execute = false;
+  std::string baseline;
+  double rtol = 0.0, atol = 1e-9;
+  po::options_description desc("moesim check FILE... [options]");
+  desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
+      "file", po::value(&opts.files), "experiment YAML files with expect: blocks")(
+      "baseline", po::value(&baseline), "compare against this JSON (from run/compare/check --update-baseline)")(
+      "rtol", po::value(&rtol), "relative tolerance for baseline comparisons (default 0)")(
+      "atol", po::value(&atol), "absolute tolerance for baseline comparisons (default 1e-9)")(
+      "update-baseline", po::bool_switch(&update), "rewrite --baseline with this run's results")(
+      "set", po::value(&opts.overrides)->composing(), "override a config key in every file (repeatable)")(
+      "threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")(
+      "execute", po::bool_switch(&execute), "also run the executed pipeline (needed for measured_* metrics)");
+  parse_command_line(argc, argv, desc, "file", -1);
+  if (help) {
+    std::cout << desc << "\n";
+    return kExitOk;
+  }
+  if (opts.files.empty()) throw InputError("check: expected at least one experiment file");
+  if (!(rtol >= 0) || !(atol >= 0)) throw InputError("--rtol/--atol: expected non-negative numbers");
+  if (update && baseline.empty()) throw InputError("--update-baseline: expected --baseline FILE to write");
+  apply_threads(opts.threads);
+
+  std::map<std::string, nlohmann::json> baselines;
+  if (!baseline.empty() && !update) baselines = read_baselines(baseline);
+
+  // Load and validate every file before running any, so bad input fails fast with exit 2.
+  std::vector<Experiment> experiments;
+  for (size_t i = 0; i < opts.files.size(); ++i) experiments.push_back(load_experiment_for(opts, i));
+
+  std::vector<CheckFailure> failures;
+  nlohmann::json runs = nlohmann::json::array();
+  size_t checked = 0;
+  for (const Experiment& e : experiments) {
+    std::vector<std::string> labels;
+    const auto b = baselines.find(e.name);
+    if (b != baselines.end()) labels = baseline_labels(b->second, baseline);
+    bool needs_execute = execute;
+    for (const Expectation& x : e.expect) needs_execute |= x.metric.rfind("measured_", 0) == 0;
+    RunOptions ro;
+    ro.execute = needs_execute;
+    ro.memory_limit_bytes = parse_memory_limit("");
+    const RunResult run = run_experiment(e, check_variants(e, labels), ro);
+    auto f = check_expectations(run);
+    failures.insert(failures.end(), f.begin(), f.end());
+    if (b != baselines.end()) {
+      auto g = check_against_baseline(run, b->second, rtol, atol);
+      failures.insert(failures.end(), g.begin(), g.end());
+    }
+    checked += e.expect.size();
+    runs.push_back(run_to_json(run));
+  }
+  if (update) {
+    const nlohmann::json out = runs.size() == 1 ? runs[0] : nlohmann::json{{"schema_version", kReportSchemaVersion}, {"runs", runs}};
+    write_file_atomic(baseline, out.dump(2) + "\n");
+    std::cout << "check: wrote the baseline " << baseline << " (" << runs.size() << " run(s))\n";
+  }
+  for (const CheckFailure& f : failures) std::cout << "FAIL " << f.line() << "\n";
+  std::cout << "check: " << opts.files.size() << " file(s), " << checked << " expectation(s)"
+            << (baselines.empty() ? "" : ", baseline " + baseline) << ": " << failures.size() << " failure(s)\n";
+  return failures.empty() ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,111 @@
+// `moesim compare [FILE] [--gating a,b,c|all] [--vary KEY=v1,v2] ...`: the same experiment (same
+// logits, same seed) under each strategy and variant, one row each.
+#include <iostream>
+#include <sstream>
+
+#include "cli/cli_common.hpp"
+#include "common/error.hpp"
+#include "config/load_config.hpp"
+
+namespace moesim::cli {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+std::vector<RouterVariant> compare_variants(const Experiment& base, const std::string& gating_list,
+                                            const std::vector<std::string>& varies) {
+  std::vector<Gating> gatings;
+  if (gating_list.empty()) {
+    gatings.push_back(base.router.gating);
+  } else if (gating_list == "all") {
+    gatings = all_gatings();
+  } else {
+    for (const std::string& g : split(gating_list, ',')) {
+      const auto parsed = parse_gating(g);
+      if (!parsed) {
+        std::string known;
+        for (Gating x : all_gatings()) known += std::string(known.empty() ? "" : ", ") + to_string(x);
+        throw InputError("--gating: unknown strategy '" + g + "'; expected all or a list of: " + known);
+      }
+      gatings.push_back(*parsed);
+    }
+  }
+  // Each --vary KEY=v1,v2 multiplies the rows; values are applied as --set router overrides.
+  std::vector<std::vector<std::string>> axes;
+  for (const std::string& v : varies) {
+    const auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+      throw InputError("--vary: expected KEY=v1,v2,..., got '" + v + "'");
+    std::vector<std::string> settings;
+    for (const std::string& value : split(v.substr(eq + 1), ',')) settings.push_back(v.substr(0, eq) + "=" + value);
+    axes.push_back(settings);
+  }
+  std::vector<std::vector<std::string>> combos = {{}};
+  for (const auto& axis : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& c : combos)
+      for (const auto& s : axis) {
+        auto n = c;
+        n.push_back(s);
+        next.push_back(n);
+      }
+    combos = next;
+  }
+  std::vector<RouterVariant> variants;
+  for (Gating g : gatings) {
+    for (const auto& combo : combos) {
+      Experiment e = base;
+      e.router.gating = g;
+      std::string label = to_string(g);
+      for (const std::string& s : combo) {
+        if (s.rfind("router.", 0) != 0)
+          throw InputError("--vary " + s + ": only router.* keys vary between rows; use sweep for other keys");
+        apply_override(e, s);
+        label += " " + s.substr(7);
+      }
+      variants.push_back({label, e.router});
+    }
+  }
+  return variants;
+}
+
+int cmd_compare(int argc, char** argv) {
+  CommonOptions opts;
+  bool help = false;
+  std::string gating;
+  std::vector<std::string> varies;
+  po::options_description desc("moesim compare [FILE] [options]");
+  desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
+      "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
+      "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's)")(
+      "vary", po::value(&varies)->composing(), "router variants as rows: --vary router.capacity_factor=1,1.25,2");
+  add_common_options(desc, opts, true);
+  parse_command_line(argc, argv, desc, "file", 1);
+  if (help) {
+    std::cout << desc << "\n";
+    return kExitOk;
+  }
+  apply_threads(opts.threads);
+  const ReportFormat format = parse_report_format(opts.format);
+  const Experiment e = load_experiment_for(opts);
+  const RunResult run = run_experiment(e, compare_variants(e, gating, varies), run_options(opts));
+  emit(opts, format_run(run, format));
+  for (const VariantResult& v : run.variants) {
+    if (!v.verify_message.empty() && v.verify_message != "ok") {
+      std::cerr << "moesim compare: --verify: " << v.variant.label << ": " << v.verify_message << "\n";
+      return kExitCheckFailed;
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,35 @@
+// `moesim run [FILE] [--set ...] [--format ...] [--out FILE]`: one experiment with its own router.
+#include <iostream>
+
+#include "cli/cli_common.hpp"
+#include "common/error.hpp"
+
+namespace moesim::cli {
+
+int cmd_run(int argc, char** argv) {
+  CommonOptions opts;
+  bool help = false;
+  po::options_description desc("moesim run [FILE] [options]");
+  desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
+      "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)");
+  add_common_options(desc, opts, true);
+  parse_command_line(argc, argv, desc, "file", 1);
+  if (help) {
+    std::cout << desc << "\n";
+    return kExitOk;
+  }
+  apply_threads(opts.threads);
+  const ReportFormat format = parse_report_format(opts.format);
+  const Experiment e = load_experiment_for(opts);
+  const RunResult run = run_experiment(e, own_variant(e), run_options(opts));
+  emit(opts, format_run(run, format));
+  for (const VariantResult& v : run.variants) {
+    if (!v.verify_message.empty() && v.verify_message != "ok") {
+      std::cerr << "moesim run: --verify: " << v.variant.label << ": " << v.verify_message << "\n";
+      return kExitCheckFailed;
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace moesim::cli

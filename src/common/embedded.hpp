@@ -1,0 +1,11 @@
+// Files compiled into the binary (cmake/embed_files.cmake): the built-in default experiment
+// (configs/quickstart.yaml) and the hardware profiles (configs/hardware/*.yaml), keyed by their
+// path relative to the repository root. Host only.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace moesim {
+const std::map<std::string, std::string>& embedded_files();
+}  // namespace moesim

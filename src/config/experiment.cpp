@@ -1,0 +1,134 @@
+// Name tables of the experiment enums (their YAML spellings), dtype sizes and the gating list.
+// Inputs: enum values or YAML spellings; outputs: spellings, byte counts, the `--gating all` order.
+// Pure functions over constant tables. Host only.
+// Covered by tests/config/load_config_test.cpp.
+#include "config/experiment.hpp"
+
+namespace moesim {
+
+const char* to_string(Dtype v) {
+  switch (v) {
+    case Dtype::fp32: return "fp32";
+    case Dtype::tf32: return "tf32";
+    case Dtype::bf16: return "bf16";
+    case Dtype::fp16: return "fp16";
+    case Dtype::fp8: return "fp8";
+    case Dtype::int8: return "int8";
+  }
+  return "?";
+}
+
+const char* to_string(Gating v) {
+  switch (v) {
+    case Gating::token_choice: return "token_choice";
+    case Gating::noisy_top_k: return "noisy_top_k";
+    case Gating::expert_choice: return "expert_choice";
+    case Gating::sinkhorn: return "sinkhorn";
+    case Gating::hash: return "hash";
+    case Gating::random: return "random";
+    case Gating::balanced: return "balanced";
+    case Gating::group_limited: return "group_limited";
+    case Gating::aux_free_bias: return "aux_free_bias";
+  }
+  return "?";
+}
+
+const char* to_string(ScoreFunction v) {
+  switch (v) {
+    case ScoreFunction::softmax: return "softmax";
+    case ScoreFunction::sigmoid: return "sigmoid";
+  }
+  return "?";
+}
+
+const char* to_string(DropPolicy v) {
+  switch (v) {
+    case DropPolicy::position: return "position";
+    case DropPolicy::score: return "score";
+    case DropPolicy::random: return "random";
+  }
+  return "?";
+}
+
+const char* to_string(Priority v) {
+  switch (v) {
+    case Priority::k_major: return "k_major";
+    case Priority::token_major: return "token_major";
+  }
+  return "?";
+}
+
+const char* to_string(CapacityScope v) {
+  switch (v) {
+    case CapacityScope::batch: return "batch";
+    case CapacityScope::sequence: return "sequence";
+  }
+  return "?";
+}
+
+const char* to_string(Layout v) {
+  switch (v) {
+    case Layout::dropless: return "dropless";
+    case Layout::block: return "block";
+    case Layout::capacity: return "capacity";
+  }
+  return "?";
+}
+
+// The fill written into masked-out groups: -inf (vLLM, Megatron) or 0.0 (HF transformers).
+const char* to_string(GroupMaskFill v) {
+  switch (v) {
+    case GroupMaskFill::neg_inf: return "-inf";
+    case GroupMaskFill::zero: return "0";
+  }
+  return "?";
+}
+
+const char* to_string(WorkloadSource v) {
+  switch (v) {
+    case WorkloadSource::synthetic: return "synthetic";
+    case WorkloadSource::decoder: return "decoder";
+    case WorkloadSource::trace: return "trace";
+    case WorkloadSource::load_profile: return "load_profile";
+    case WorkloadSource::logits: return "logits";
+  }
+  return "?";
+}
+
+const char* to_string(PlacementKind v) {
+  switch (v) {
+    case PlacementKind::single: return "single";
+    case PlacementKind::expert_parallel: return "expert_parallel";
+  }
+  return "?";
+}
+
+int dtype_bytes(Dtype v) {
+  switch (v) {
+    case Dtype::fp32:
+    case Dtype::tf32: return 4;  // tf32 is an fp32 storage format; only the tensor-core math is reduced
+    case Dtype::bf16:
+    case Dtype::fp16: return 2;
+    case Dtype::fp8:
+    case Dtype::int8: return 1;
+  }
+  return 4;
+}
+
+const std::vector<Gating>& all_gatings() {
+  static const std::vector<Gating> gatings = {
+      Gating::token_choice, Gating::noisy_top_k, Gating::expert_choice,
+      Gating::sinkhorn,     Gating::hash,        Gating::random,
+      Gating::balanced,     Gating::group_limited, Gating::aux_free_bias,
+  };
+  return gatings;
+}
+
+std::optional<Gating> parse_gating(const std::string& s) {
+  for (Gating g : all_gatings()) {
+    if (s == to_string(g)) return g;
+  }
+  return std::nullopt;
+}
+
+}  // namespace moesim

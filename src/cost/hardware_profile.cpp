@@ -1,0 +1,325 @@
+// Hardware profiles: YAML -> validated HardwareProfile in SI units, name/file/inline resolution, and the
+// weights-only critical batch. Every figure is read from the profile; the defaults in hardware_profile.hpp
+// apply only to keys a profile leaves out. Host only. Covered by tests/cost/hardware_profile_test.cpp.
+#include "cost/hardware_profile.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/embedded.hpp"
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+constexpr const char* kHardwareDir = "configs/hardware/";
+constexpr Dtype kDtypes[] = {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::int8};
+
+std::optional<double> HardwareProfile::*peak_member(Dtype d) {
+  switch (d) {
+    case Dtype::fp32: return &HardwareProfile::peak_fp32_flops_per_s;
+    case Dtype::tf32: return &HardwareProfile::peak_tf32_flops_per_s;
+    case Dtype::bf16: return &HardwareProfile::peak_bf16_flops_per_s;
+    case Dtype::fp16: return &HardwareProfile::peak_fp16_flops_per_s;
+    case Dtype::fp8: return &HardwareProfile::peak_fp8_flops_per_s;
+    case Dtype::int8: return &HardwareProfile::peak_int8_flops_per_s;
+  }
+  return &HardwareProfile::peak_fp32_flops_per_s;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Null: return "null";
+    default: return "nothing";
+  }
+}
+
+// How a numeric key is read: its unit scale to SI, and which values are allowed.
+enum class Rule { positive, non_negative, fraction, positive_int };
+
+struct NumericKey {
+  const char* key;
+  double scale;
+  Rule rule;
+  double HardwareProfile::*real;  // exactly one of real/integer is set
+  int HardwareProfile::*integer;
+};
+
+const std::vector<NumericKey>& numeric_keys() {
+  using H = HardwareProfile;
+  static const std::vector<NumericKey> keys = {
+      {"memory_bandwidth_gbs", 1e9, Rule::positive, &H::memory_bandwidth_bytes_per_s, nullptr},
+      {"memory_gib", 1073741824.0, Rule::positive, &H::memory_bytes, nullptr},
+      {"sm_count", 1, Rule::positive_int, nullptr, &H::sm_count},
+      {"smem_per_sm_kib", 1024.0, Rule::positive, &H::smem_per_sm_bytes, nullptr},
+      {"l2_mib", 1048576.0, Rule::positive, &H::l2_bytes, nullptr},
+      {"launch_overhead_us", 1e-6, Rule::non_negative, &H::launch_overhead_s, nullptr},
+      {"link_bandwidth_gbs", 1e9, Rule::positive, &H::link_bandwidth_bytes_per_s, nullptr},
+      {"link_latency_us", 1e-6, Rule::non_negative, &H::link_latency_s, nullptr},
+      {"devices_per_node", 1, Rule::positive_int, nullptr, &H::devices_per_node},
+      {"inter_node_bandwidth_gbs", 1e9, Rule::positive, &H::inter_node_bandwidth_bytes_per_s, nullptr},
+      {"tile_m", 1, Rule::positive_int, nullptr, &H::tile_m},
+      {"tile_n", 1, Rule::positive_int, nullptr, &H::tile_n},
+      {"efficiency_flops", 1, Rule::fraction, &H::efficiency_flops, nullptr},
+      {"efficiency_bw", 1, Rule::fraction, &H::efficiency_bw, nullptr},
+  };
+  return keys;
+}
+
+std::vector<std::string> known_keys() {
+  std::vector<std::string> k = {"name", "description", "source", "sources", "base", "peak_tflops"};
+  for (const NumericKey& n : numeric_keys()) k.push_back(n.key);
+  k.push_back("calibrated");
+  return k;
+}
+
+// Keys a `sources:` entry may name: every figure, and each peak_tflops.DTYPE.
+bool is_figure_key(const std::string& k) {
+  if (k == "peak_tflops" || k == "calibrated") return true;
+  for (Dtype d : kDtypes)
+    if (k == std::string("peak_tflops.") + to_string(d)) return true;
+  for (const NumericKey& n : numeric_keys())
+    if (k == n.key) return true;
+  return false;
+}
+
+class Parser {
+ public:
+  Parser(std::string source, bool lines) : source_(std::move(source)), lines_(lines) {}
+
+  std::string where(const YAML::Node& n) const {
+    const YAML::Mark m = n.Mark();
+    if (lines_ && m.line >= 0) return source_ + ":" + std::to_string(m.line + 1);
+    return source_;
+  }
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& key, const std::string& what,
+                         const std::string& got) const {
+    throw ConfigError(where(at) + ": hardware" + (key.empty() ? "" : "." + key) + ": expected " + what +
+                      ", got " + got);
+  }
+
+  double number(const YAML::Node& n, const std::string& key, Rule rule) const {
+    const char* what = rule == Rule::positive       ? "a positive number"
+                       : rule == Rule::non_negative ? "a number >= 0"
+                       : rule == Rule::fraction     ? "a number in (0, 1]"
+                                                    : "a positive integer";
+    if (!n.IsScalar()) fail(n, key, what, describe(n));
+    double v = 0;
+    if (rule == Rule::positive_int) {
+      long long i = 0;
+      if (!YAML::convert<long long>::decode(n, i) || i < 1 || i > (1 << 30)) fail(n, key, what, describe(n));
+      return static_cast<double>(i);
+    }
+    if (!YAML::convert<double>::decode(n, v) || !std::isfinite(v)) fail(n, key, what, describe(n));
+    const bool ok = rule == Rule::positive ? v > 0 : rule == Rule::non_negative ? v >= 0 : (v > 0 && v <= 1);
+    if (!ok) fail(n, key, what, describe(n));
+    return v;
+  }
+
+  std::string text(const YAML::Node& n, const std::string& key) const {
+    if (!n.IsScalar()) fail(n, key, "a string", describe(n));
+    return n.Scalar();
+  }
+
+  // Reads the keys of `root` over `hw` (defaults, or a base profile). allow_base: `base:` accepted.
+  void read(const YAML::Node& root, HardwareProfile& hw, bool allow_base) const {
+    if (!root.IsMap()) fail(root, "", "a map of profile keys (" + join(known_keys(), ", ") + ")", describe(root));
+    const YAML::Node base = root["base"];
+    if (base) {
+      if (!allow_base) fail(base, "base", "no base in a built-in profile", describe(base));
+      const std::string name = text(base, "base");
+      const auto& files = embedded_files();
+      const auto it = files.find(kHardwareDir + name + ".yaml");
+      if (it == files.end()) fail(base, "base", "a built-in profile (" + join(builtin_hardware_names(), ", ") + ")", describe(base));
+      hw = parse_hardware_profile(it->second, it->first);
+    }
+    const YAML::Node own_sources = root["sources"];
+    std::set<std::string> seen;
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      const YAML::Node k = it->first;
+      const YAML::Node v = it->second;
+      if (!k.IsScalar()) fail(k, "", "a key name", describe(k));
+      const std::string key = k.Scalar();
+      if (!seen.insert(key).second) fail(k, key, "each key once", "a second '" + key + "'");
+      if (key == "base") continue;
+      if (base && key != "peak_tflops" && is_figure_key(key)) override_note(own_sources, key, hw);
+      if (key == "name") {
+        hw.name = text(v, key);
+      } else if (key == "description") {
+        hw.description = text(v, key);
+      } else if (key == "source") {
+        hw.source = text(v, key);
+      } else if (key == "sources") {
+        read_sources(v, hw);
+      } else if (key == "peak_tflops") {
+        read_peaks(v, hw, base.IsDefined(), own_sources);
+      } else if (key == "calibrated") {
+        bool b = false;
+        if (!v.IsScalar() || !YAML::convert<bool>::decode(v, b)) fail(v, key, "true or false", describe(v));
+        hw.calibrated = b;
+      } else {
+        const NumericKey* nk = nullptr;
+        for (const NumericKey& n : numeric_keys())
+          if (key == n.key) nk = &n;
+        if (!nk) fail(k, key, "a known key (" + join(known_keys(), ", ") + ")", "'" + key + "'");
+        const double x = number(v, key, nk->rule);
+        if (nk->real) hw.*(nk->real) = x * nk->scale;
+        else hw.*(nk->integer) = static_cast<int>(x);
+      }
+    }
+    bool any_peak = false;
+    for (Dtype d : kDtypes) any_peak = any_peak || (hw.*peak_member(d)).has_value();
+    if (!any_peak) fail(root, "peak_tflops", "a map of dense peaks, e.g. {fp16: 65}", "nothing");
+    if (hw.memory_bandwidth_bytes_per_s <= 0) fail(root, "memory_bandwidth_gbs", "a positive number", "nothing");
+    if (hw.sm_count <= 0) fail(root, "sm_count", "a positive integer", "nothing");
+  }
+
+ private:
+  // A key set over a base profile no longer has the base's source: it gets its own note, or this one.
+  void override_note(const YAML::Node& own_sources, const std::string& key, HardwareProfile& hw) const {
+    if (!(own_sources.IsMap() && own_sources[key])) hw.sources[key] = "set in " + source_;
+  }
+
+  void read_peaks(const YAML::Node& v, HardwareProfile& hw, bool from_base, const YAML::Node& own_sources) const {
+    if (!v.IsMap() || v.size() == 0) fail(v, "peak_tflops", "a map from dtype to dense TFLOP/s, e.g. {fp16: 65}", describe(v));
+    std::set<std::string> seen;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string d = it->first.IsScalar() ? it->first.Scalar() : "";
+      const std::string key = "peak_tflops." + d;
+      if (!seen.insert(d).second) fail(it->first, key, "each dtype once", "a second '" + d + "'");
+      bool found = false;
+      for (Dtype t : kDtypes) {
+        if (d != to_string(t)) continue;
+        found = true;
+        hw.*peak_member(t) = number(it->second, key, Rule::positive) * 1e12;
+        if (from_base) override_note(own_sources, key, hw);
+      }
+      if (!found) fail(it->first, key, "a dtype (fp32, tf32, bf16, fp16, fp8, int8)", describe(it->first));
+    }
+  }
+
+  void read_sources(const YAML::Node& v, HardwareProfile& hw) const {
+    if (!v.IsMap()) fail(v, "sources", "a map from a profile key to its source note", describe(v));
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
+      if (!is_figure_key(k)) fail(it->first, "sources." + k, "a figure key of this profile", describe(it->first));
+      hw.sources[k] = text(it->second, "sources." + k);
+    }
+  }
+
+  std::string source_;
+  bool lines_;
+};
+
+HardwareProfile parse_impl(const std::string& yaml_text, const std::string& source_name, bool lines, bool allow_base) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& ex) {
+    throw ConfigError(source_name + (lines ? ":" + std::to_string(ex.mark.line + 1) : std::string()) +
+                      ": hardware: invalid YAML: " + ex.msg);
+  }
+  HardwareProfile hw;
+  Parser(source_name, lines).read(root, hw, allow_base);
+  return hw;
+}
+
+std::string read_file(const std::filesystem::path& p, const std::string& experiment_file) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw ConfigError(experiment_file + ": hardware: cannot open the profile file " + p.string());
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad()) throw ConfigError(experiment_file + ": hardware: cannot read the profile file " + p.string());
+  return os.str();
+}
+
+}  // namespace
+
+std::optional<double> peak_flops_per_s(const HardwareProfile& hw, Dtype dtype) {
+  return hw.*peak_member(dtype);
+}
+
+double require_peak_flops_per_s(const HardwareProfile& hw, Dtype dtype) {
+  const std::optional<double> f = peak_flops_per_s(hw, dtype);
+  if (f) return *f;
+  std::vector<std::string> have;
+  for (Dtype d : kDtypes)
+    if (peak_flops_per_s(hw, d)) have.push_back(to_string(d));
+  throw ConfigError("model.dtype: expected a dtype with a dense peak on hardware " + hw.name + " (" +
+                    join(have, ", ") + "), got '" + to_string(dtype) + "'");
+}
+
+HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::string& source_name) {
+  const bool builtin = source_name.rfind(kHardwareDir, 0) == 0;
+  return parse_impl(yaml_text, source_name, true, !builtin);
+}
+
+HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string& experiment_file) {
+  if (!ref.inline_yaml.empty()) {
+    HardwareProfile hw = parse_impl(ref.inline_yaml, experiment_file, false, true);
+    if (hw.name.empty()) hw.name = "inline";
+    return hw;
+  }
+  const auto& files = embedded_files();
+  const auto it = files.find(kHardwareDir + ref.name + ".yaml");
+  if (it != files.end()) {
+    HardwareProfile hw = parse_hardware_profile(it->second, it->first);
+    if (hw.name.empty()) hw.name = ref.name;
+    return hw;
+  }
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (!ref.name.empty()) {
+    candidates.push_back(ref.name);
+    const fs::path exp(experiment_file);
+    if (fs::path(ref.name).is_relative() && exp.has_parent_path()) candidates.push_back(exp.parent_path() / ref.name);
+  }
+  for (const fs::path& p : candidates) {
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) continue;
+    HardwareProfile hw = parse_hardware_profile(read_file(p, experiment_file), p.string());
+    if (hw.name.empty()) hw.name = p.stem().string();
+    return hw;
+  }
+  throw ConfigError(experiment_file + ": hardware: expected a built-in profile (" +
+                    join(builtin_hardware_names(), ", ") + "), a profile file or an inline map, got '" + ref.name + "'");
+}
+
+std::vector<std::string> builtin_hardware_names() {
+  std::vector<std::string> names;
+  const std::string dir = kHardwareDir, ext = ".yaml";
+  for (const auto& [path, text] : embedded_files()) {
+    (void)text;
+    if (path.size() <= dir.size() + ext.size() || path.compare(0, dir.size(), dir) != 0 ||
+        path.compare(path.size() - ext.size(), ext.size(), ext) != 0)
+      continue;
+    const std::string name = path.substr(dir.size(), path.size() - dir.size() - ext.size());
+    if (name.find('/') == std::string::npos) names.push_back(name);
+  }
+  return names;  // std::map keys come sorted
+}
+
+double critical_batch(const HardwareProfile& hw, Dtype dtype) {
+  const std::optional<double> f = peak_flops_per_s(hw, dtype);
+  if (!f || hw.memory_bandwidth_bytes_per_s <= 0) return 0.0;
+  // DESIGN.md "Cost model": B* = F * bytes_per_weight / (2 * BW). A weight GEMM with n tokens does 2 n
+  // FLOPs per weight it loads, so it turns compute-bound once 2 n / bytes_per_weight > F / BW.
+  return *f * dtype_bytes(dtype) / (2.0 * hw.memory_bandwidth_bytes_per_s);
+}
+
+}  // namespace moesim

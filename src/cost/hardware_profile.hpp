@@ -1,0 +1,72 @@
+// Hardware profiles for the cost model: dense peak FLOP/s per dtype, memory and link bandwidths, SM
+// count, GEMM tile and efficiency factors, read from YAML (configs/hardware/NAME.yaml, a file, or an
+// inline table) with a source note per figure. Host only, deterministic.
+// Covered by tests/cost/hardware_profile_test.cpp.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/experiment.hpp"
+
+namespace moesim {
+
+// One accelerator, in SI units. YAML keys (and their units) in parse_hardware_profile below.
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  std::string source;                          // where the profile as a whole comes from
+  std::map<std::string, std::string> sources;  // YAML key (e.g. "peak_tflops.fp16") -> its source note
+  // Dense (never 2:4-sparse) peak FLOP/s, tensor/matrix cores where the chip has them; int8 in OP/s.
+  // Absent where the chip has no such math path (T4 has no bf16, tf32 or fp8).
+  std::optional<double> peak_fp32_flops_per_s, peak_tf32_flops_per_s, peak_bf16_flops_per_s,
+      peak_fp16_flops_per_s, peak_fp8_flops_per_s, peak_int8_flops_per_s;
+  double memory_bandwidth_bytes_per_s = 0;  // DRAM/HBM
+  double memory_bytes = 0;                  // 0 = not given
+  int sm_count = 0;                         // SMs (NVIDIA) or CUs (AMD)
+  double smem_per_sm_bytes = 0;             // 0 = not given
+  double l2_bytes = 0;                      // 0 = not given
+  double launch_overhead_s = 4e-6;          // per kernel launch
+  double link_bandwidth_bytes_per_s = 0;    // device-to-device, one direction, per device; 0 = none
+  double link_latency_s = 0;                // per all-to-all phase
+  int devices_per_node = 0;                 // 0 = every device shares the link (one node)
+  double inter_node_bandwidth_bytes_per_s = 0;  // per device, one direction; 0 = none
+  int tile_m = 128;                         // GEMM tile rows (tokens) and columns (outputs)
+  int tile_n = 128;
+  double efficiency_flops = 1.0;            // achievable fraction of peak FLOP/s, (0, 1]
+  double efficiency_bw = 1.0;               // achievable fraction of memory bandwidth, (0, 1]
+  bool calibrated = false;                  // the efficiencies were measured (moesim calibrate)
+};
+
+// Dense peak FLOP/s of `dtype`, or nullopt when the profile has none.
+std::optional<double> peak_flops_per_s(const HardwareProfile& hw, Dtype dtype);
+
+// Like peak_flops_per_s, but throws ConfigError naming model.dtype and the dtypes the profile has.
+double require_peak_flops_per_s(const HardwareProfile& hw, Dtype dtype);
+
+// Parses a profile. YAML keys (all optional unless marked; unknown keys are errors):
+//   name, description, source: strings; sources: map from a key below (or peak_tflops.DTYPE) to a note;
+//   peak_tflops: {fp32|tf32|bf16|fp16|fp8|int8: dense TFLOP/s}   (required, at least one)
+//   memory_bandwidth_gbs (required, 1e9 B/s), sm_count (required), memory_gib (2^30 B),
+//   smem_per_sm_kib (2^10 B), l2_mib (2^20 B), launch_overhead_us (default 4), link_bandwidth_gbs,
+//   link_latency_us (default 0), devices_per_node, inter_node_bandwidth_gbs, tile_m, tile_n (default
+//   128), efficiency_flops, efficiency_bw (default 1, in (0, 1]), calibrated (default false);
+//   base: NAME of a built-in profile whose values the other keys override (inline tables mostly).
+// Errors: ConfigError "SOURCE:LINE: hardware.KEY: expected WHAT, got VALUE".
+HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::string& source_name);
+
+// Resolves an experiment's hardware: inline_yaml when set (errors name experiment_file, without line
+// numbers: the inline table was re-emitted), else the built-in configs/hardware/NAME.yaml, else NAME
+// as a file path (as given, then relative to the experiment file's folder).
+HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string& experiment_file);
+
+// Names of the built-in profiles (configs/hardware/*.yaml compiled into the binary), sorted.
+std::vector<std::string> builtin_hardware_names();
+
+// The weights-only critical batch (DESIGN.md "Cost model"): F * bytes_per_weight / (2 * BW), at peak
+// (no efficiency factors). 0 when the profile has no peak for `dtype`.
+double critical_batch(const HardwareProfile& hw, Dtype dtype);
+
+}  // namespace moesim

@@ -1,0 +1,82 @@
+// The modeled cost of one MoE layer for a routing's per-expert loads, on one device or expert-parallel
+// over D devices (round-robin, a given map, or EPLB-style replication and packing), beside the same
+// layer under perfectly balanced routing. Inputs: loads [num_experts]; outputs: LayerCost.
+// Pure arithmetic, deterministic, host only. Covered by tests/cost/placement_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/experiment.hpp"
+#include "cost/hardware_profile.hpp"
+#include "cost/roofline.hpp"
+
+namespace moesim {
+
+// Physical experts (replicas included) and the device each sits on.
+struct ExpertPlacement {
+  int num_devices = 1;
+  std::vector<int32_t> replicas;  // [num_experts] physical copies of each logical expert (>= 1)
+  std::vector<int32_t> expert;    // [num_physical] logical expert of each physical slot
+  std::vector<int32_t> device;    // [num_physical] device of each physical slot, in [0, num_devices)
+  std::vector<int64_t> load;      // [num_physical] assignments each slot processes
+};
+
+// Places experts for `plan_load` [num_experts]:
+//  - kind single: one device, one slot per expert;
+//  - expert_parallel, replicas == 0: slot e on map[e], or on e % devices when map is empty;
+//  - expert_parallel, replicas R > 0 (DeepSeek EPLB, eplb.py replicate_experts + balanced_packing):
+//    each of the R extra slots goes to the expert with the highest load per replica (ties: lower id);
+//    the slots, heaviest first (ties: lower expert, then lower replica), go to the least-loaded device
+//    (ties: lower device) that still holds fewer than ceil((E + R) / D) slots, so devices hold equal
+//    counts when D divides E + R. A map together with replicas is a ConfigError.
+// Each expert's load is split evenly over its replicas (the first load % r replicas take one more).
+ExpertPlacement place_experts(const std::vector<int64_t>& plan_load, const PlacementConfig& placement);
+
+// Re-splits `load` [num_experts] over an existing placement's replicas (same rule as place_experts).
+void assign_load(ExpertPlacement& placement, const std::vector<int64_t>& load);
+
+struct LayerCostInput {
+  int64_t hidden = 0, ffn = 0;      // the model's real expert size
+  int num_experts = 0, top_k = 0, shared_experts = 0;
+  Dtype dtype = Dtype::bf16;
+  int64_t num_tokens = 0;           // N tokens in the batch
+  std::vector<int64_t> load;        // [num_experts] kept assignments per expert
+  Layout layout = Layout::dropless;
+  int64_t capacity = 0;             // C per expert; 0 = dropless (capacity layout then uses max(load))
+  int block_size = 64;              // block layout rows per block
+  PlacementConfig placement;
+  std::vector<int64_t> placement_load;  // [num_experts] loads the placement is planned from; empty = load
+};
+
+struct LayerCost {
+  CostBreakdown actual, balanced;   // the layer's time with the routing's loads / with balanced loads
+  double batching_efficiency = 1.0; // balanced.quantized_s / actual.quantized_s (1 when both are 0)
+  double compute_bound_experts = 0; // physical experts whose ideal t(n) is compute-bound (actual loads)
+  std::vector<double> device_time_s;    // [devices] quantized expert time per device (no all-to-all)
+  std::vector<int64_t> device_tokens;   // [devices] routed assignments processed per device
+  double rank_imbalance = 1.0;      // max / mean of device_tokens (1 when all are 0)
+  double balancedness = 1.0;        // mean / max of device_tokens, its inverse
+  double all_to_all_s = 0.0;        // dispatch + combine, quantized (with link latency)
+  double all_to_all_bytes = 0.0;    // bytes that leave their device, dispatch + combine
+};
+
+// The MoE layer's modeled time (DESIGN.md "Cost model"):
+//  - rows per expert by layout: dropless n = load; block n = round_up(load, block_size); capacity
+//    n = max(C, load) for every expert, idle ones included (C = capacity, or max(load) when 0);
+//  - shared experts process every token: N rows on one device, the device's N / D local tokens in EP;
+//  - one device: the grouped kernel of GroupedCost;
+//  - expert parallel: max over devices of each device's grouped kernel, plus the all-to-all. Tokens
+//    start spread evenly over the devices (data-parallel attention), so each expert's assignments come
+//    1/D from every device and those from other devices cross a link: device s sends sum_{d != s}
+//    L_d / D rows and device d receives (D - 1) / D L_d rows of hidden x act_bytes (L_d = assignments
+//    on d; one copy per assignment, no per-device deduplication). A phase takes max over devices of
+//    max(sent, received) / link bandwidth, plus link latency; combine mirrors dispatch. With
+//    devices_per_node set and D larger, rows between nodes use inter_node_bandwidth instead, in
+//    parallel with the link. The ideal column omits latency.
+//  - balanced: the same N, k, E with loads floor/ceil(N k / E) (the `balanced` gating: expert e gets
+//    one extra when e < N k mod E), capped at C when capacity > 0, placed by the same rule.
+// Throws ConfigError when the profile lacks what the placement needs (a peak for dtype, link bandwidth).
+LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in);
+
+}  // namespace moesim

@@ -1,0 +1,111 @@
+// Roofline arithmetic for experts and attention (DESIGN.md "Cost model"; the roofline model is Williams,
+// Waterman and Patterson, CACM 2009: time = max(bytes / bandwidth, FLOPs / peak)).
+// Tile and wave quantization follow how a tiled GEMM runs: every thread-block tile costs a full tile of
+// MACs, and tiles run sm_count at a time. Host only. Covered by tests/cost/roofline_test.cpp.
+#include "cost/roofline.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64_t ffn_, Dtype dtype)
+    : hidden(hidden_), ffn(ffn_) {
+  MOESIM_REQUIRE(hidden > 0 && ffn > 0, "expert shape must be positive, got hidden " << hidden << ", ffn " << ffn);
+  MOESIM_REQUIRE(hw.memory_bandwidth_bytes_per_s > 0 && hw.sm_count > 0 && hw.tile_m > 0 && hw.tile_n > 0,
+                 "hardware profile '" << hw.name << "' is not validated (bandwidth, sm_count, tiles)");
+  const double bytes = dtype_bytes(dtype);
+  const double params = 3.0 * static_cast<double>(hidden) * static_cast<double>(ffn);  // SwiGLU: gate, up, down
+  weight_bytes = params * bytes;
+  act_bytes_per_row = 2.0 * static_cast<double>(hidden + ffn) * bytes;
+  flops_per_row = 2.0 * params;
+  peak_flops_per_s = require_peak_flops_per_s(hw, dtype);
+  bandwidth_bytes_per_s = hw.memory_bandwidth_bytes_per_s;
+  eff_flops = hw.efficiency_flops;
+  eff_bw = hw.efficiency_bw;
+  launch_s = hw.launch_overhead_s;
+  tile_m = hw.tile_m;
+  tile_n = hw.tile_n;
+  sm_count = hw.sm_count;
+  col_tiles_up = ceil_div(2 * ffn, tile_n);
+  col_tiles_down = ceil_div(hidden, tile_n);
+  // One SM delivers F / sm_count; a tile of the up GEMM does 2 tile_m tile_n hidden FLOPs, so a full wave
+  // (sm_count tiles in parallel) takes 2 tile_m tile_n hidden sm_count / F.
+  const double tile_flops = 2.0 * tile_m * tile_n * sm_count;
+  wave_s_up = tile_flops * static_cast<double>(hidden) / peak_flops_per_s;
+  wave_s_down = tile_flops * static_cast<double>(ffn) / peak_flops_per_s;
+}
+
+bool ExpertRoofline::compute_bound(int64_t n) const {
+  if (n <= 0) return false;
+  const double rows = static_cast<double>(n);
+  return rows * flops_per_row / peak_flops_per_s > (weight_bytes + rows * act_bytes_per_row) / bandwidth_bytes_per_s;
+}
+
+void GroupedCost::add(int64_t rows) {
+  if (rows <= 0) return;
+  rows_ += rows;
+  experts_ += 1;
+  row_tiles_ += ceil_div(rows, m_->tile_m);
+}
+
+CostBreakdown GroupedCost::time() const {
+  CostBreakdown c;
+  if (rows_ == 0) return c;
+  const ExpertRoofline& m = *m_;
+  const double rows = static_cast<double>(rows_);
+  const double mem_s = (static_cast<double>(experts_) * m.weight_bytes + rows * m.act_bytes_per_row) /
+                       m.bandwidth_bytes_per_s;
+  // Ideal: DESIGN.md grouped kernel, max(sum (W + A(n)) / BW, sum 2 n P / F), n unpadded.
+  c.ideal_s = std::max(mem_s, rows * m.flops_per_row / m.peak_flops_per_s);
+  // Quantized: tiles of both GEMMs, each GEMM rounded up to whole waves over the SMs.
+  const int64_t waves_up = ceil_div(row_tiles_ * m.col_tiles_up, m.sm_count);
+  const int64_t waves_down = ceil_div(row_tiles_ * m.col_tiles_down, m.sm_count);
+  const double compute_s = static_cast<double>(waves_up) * m.wave_s_up + static_cast<double>(waves_down) * m.wave_s_down;
+  const double launches_s = 2.0 * m.launch_s;
+  c.quantized_s = std::max(mem_s, compute_s) + launches_s;
+  c.calibrated_s = std::max(mem_s / m.eff_bw, compute_s / m.eff_flops) + launches_s;
+  return c;
+}
+
+CostBreakdown expert_time(const ExpertRoofline& model, int64_t n) {
+  GroupedCost g(model);
+  g.add(n);
+  return g.time();
+}
+
+CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionShape& s, int64_t batch,
+                                    int64_t context_tokens) {
+  MOESIM_REQUIRE(s.hidden > 0 && s.heads > 0 && s.kv_heads > 0 && s.head_dim > 0,
+                 "attention shape must be positive");
+  MOESIM_REQUIRE(batch >= 0 && context_tokens >= 0, "batch and context_tokens must be >= 0");
+  CostBreakdown c;
+  if (batch == 0) return c;
+  const double bytes = dtype_bytes(s.dtype);
+  const double q_width = static_cast<double>(s.heads) * s.head_dim;
+  const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
+  const double h = static_cast<double>(s.hidden);
+  const double weight_params = h * (q_width + 2.0 * kv_width) + q_width * h;  // Wqkv and Wo
+  const double b = static_cast<double>(batch), ctx = static_cast<double>(context_tokens);
+  // Bytes: weights once, the whole KV cache read, the new K/V rows written, x read and y written.
+  const double traffic = weight_params * bytes + ctx * 2.0 * kv_width * bytes + b * 2.0 * kv_width * bytes +
+                         b * 2.0 * h * bytes;
+  // FLOPs: projections 2 per weight per token; QK^T and PV 2 head_dim each per cached token and head.
+  const double flops = 2.0 * b * weight_params + 4.0 * ctx * q_width;
+  const double f = require_peak_flops_per_s(hw, s.dtype);
+  const double mem_s = traffic / hw.memory_bandwidth_bytes_per_s;
+  const double compute_s = flops / f;
+  const double launches_s = 3.0 * hw.launch_overhead_s;
+  c.ideal_s = std::max(mem_s, compute_s);
+  c.quantized_s = c.ideal_s + launches_s;
+  c.calibrated_s = std::max(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops) + launches_s;
+  return c;
+}
+
+}  // namespace moesim

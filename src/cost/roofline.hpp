@@ -1,0 +1,83 @@
+// Roofline cost of SwiGLU experts (DESIGN.md "Cost model"): one expert with n rows, a grouped kernel of
+// many experts on one device, and one attention decode step, each as three numbers side by side.
+// Inputs are row counts per expert (already laid out: load, block-rounded or capacity rows).
+// Pure arithmetic, host only, no allocation. Covered by tests/cost/roofline_test.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "config/experiment.hpp"
+#include "cost/hardware_profile.hpp"
+
+namespace moesim {
+
+// Modelled seconds, three ways:
+//  ideal      - roofline at peak: no tile padding, efficiency 1, no launch overhead;
+//  quantized  - GEMM tiles of tile_m x tile_n spread over sm_count SMs in whole waves, plus launches;
+//  calibrated - quantized with the profile's efficiency_flops and efficiency_bw applied.
+struct CostBreakdown {
+  double ideal_s = 0.0;
+  double quantized_s = 0.0;
+  double calibrated_s = 0.0;
+};
+
+// Constants of one SwiGLU expert shape on one profile. An expert is two grouped GEMMs:
+//   up:   [n, hidden] x [hidden, 2 ffn] (gate and up; SwiGLU fused into its epilogue) -> [n, ffn]
+//   down: [n, ffn] x [ffn, hidden] -> [n, hidden]
+// P = 3 hidden ffn parameters, W = P bytes_per_weight; FLOPs = 2 n P.
+// A(n) = n (2 hidden + 2 ffn) act_bytes: x read, y written, and the [n, ffn] SwiGLU output written by
+// the up GEMM and read by the down GEMM. Activations use the model dtype's width (W8A8 for fp8/int8).
+struct ExpertRoofline {
+  ExpertRoofline(const HardwareProfile& hw, int64_t hidden, int64_t ffn, Dtype dtype);
+
+  int64_t hidden, ffn;
+  double weight_bytes;         // W
+  double act_bytes_per_row;    // A(n) / n
+  double flops_per_row;        // 2 P
+  double peak_flops_per_s;     // F for the dtype
+  double bandwidth_bytes_per_s;
+  double eff_flops, eff_bw;
+  double launch_s;
+  int tile_m, tile_n, sm_count;
+  int64_t col_tiles_up, col_tiles_down;  // ceil(2 ffn / tile_n), ceil(hidden / tile_n)
+  double wave_s_up, wave_s_down;         // one full wave of tiles: 2 tile_m tile_n K sm_count / F
+
+  // True when the ideal compute term exceeds the memory term for n rows (past the knee).
+  bool compute_bound(int64_t n) const;
+};
+
+// Accumulates the experts of one grouped kernel pair (up, then down) on one device:
+//   t = max(sum_active (W + A(n)) / BW, compute) + launches, where compute is
+//   ideal:     sum 2 n P / F
+//   quantized: waves(sum_e ceil(n_e/tile_m) col_tiles) * wave time, per GEMM, summed over the two GEMMs
+// and an expert with n = 0 costs nothing (the caller passes capacity rows for capacity layouts).
+// Two launches (up and down) when any row is present; none otherwise.
+class GroupedCost {
+ public:
+  explicit GroupedCost(const ExpertRoofline& model) : m_(&model) {}
+  void add(int64_t rows);
+  int64_t rows() const { return rows_; }
+  int64_t experts() const { return experts_; }
+  CostBreakdown time() const;
+
+ private:
+  const ExpertRoofline* m_;
+  int64_t rows_ = 0, experts_ = 0, row_tiles_ = 0;
+};
+
+// t(n) of one expert run as its own kernel pair (DESIGN.md: max((W + A(n)) / BW, 2 n_pad P / F)).
+CostBreakdown expert_time(const ExpertRoofline& model, int64_t n);
+
+// One attention layer for one decode step (DESIGN.md: KV-cache bytes read + attention weights over BW),
+// as a roofline: max(bytes / BW, FLOPs / F), plus 3 launches (QKV projection, attention, output
+// projection) in the quantized and calibrated columns. context_tokens = cached tokens summed over the
+// batch; batch = sequences decoding one token each.
+struct AttentionShape {
+  int64_t hidden = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  Dtype dtype = Dtype::bf16;
+};
+CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionShape& shape, int64_t batch,
+                                    int64_t context_tokens);
+
+}  // namespace moesim

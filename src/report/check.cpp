@@ -1,0 +1,130 @@
+// Expectation and baseline checks (see check.hpp).
+#include "report/check.hpp"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "config/load_config.hpp"
+#include "report/report.hpp"
+
+namespace moesim {
+namespace {
+
+std::string num(double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << v;
+  return os.str();
+}
+
+bool matches(const std::string& wanted, const VariantResult& v) {
+  return wanted.empty() || wanted == v.variant.label || wanted == to_string(v.variant.router.gating);
+}
+
+}  // namespace
+
+std::string CheckFailure::line() const {
+  return file + ": " + strategy + ": " + metric + " = " + num(value) + ", expected " + bound;
+}
+
+int metric_direction(const std::string& m) {
+  static const std::set<std::string> higher = {"entropy_norm", "active_experts", "bottom20_share",
+                                               "batching_efficiency"};
+  static const std::set<std::string> lower = {"imbalance",      "demand_imbalance", "cv",
+                                              "dead_experts",   "dropped",          "drop_rate",
+                                              "tokens_unrouted", "padding_waste",   "top20_share",
+                                              "aux_loss",       "aux_loss_switch",  "aux_loss_gshard",
+                                              "z_loss",         "rank_imbalance",   "modeled_time_s"};
+  if (higher.count(m)) return +1;
+  if (lower.count(m)) return -1;
+  return 0;
+}
+
+std::vector<RouterVariant> check_variants(const Experiment& e, const std::vector<std::string>& labels) {
+  std::vector<RouterVariant> variants = own_variant(e);
+  std::set<std::string> have = {variants.front().label};
+  auto add_label = [&](const std::string& label) {
+    if (label.empty() || have.count(label)) return;
+    std::istringstream words(label);
+    std::string gating;
+    words >> gating;
+    const auto g = parse_gating(gating);
+    if (!g) throw InputError("strategy '" + label + "': unknown gating '" + gating + "'");
+    Experiment x = e;
+    x.router.gating = *g;
+    for (std::string kv; words >> kv;) apply_override(x, "router." + kv);
+    variants.push_back({label, x.router});
+    have.insert(label);
+  };
+  for (const Expectation& x : e.expect) add_label(x.strategy);
+  for (const std::string& l : labels) add_label(l);
+  return variants;
+}
+
+std::vector<CheckFailure> check_expectations(const RunResult& run) {
+  std::vector<CheckFailure> failures;
+  const std::string& file = run.experiment.source_file;
+  for (const Expectation& x : run.experiment.expect) {
+    for (const VariantResult& v : run.variants) {
+      if (!matches(x.strategy, v)) continue;
+      const std::string name = x.aggregate == "value" ? x.metric : x.metric + "." + x.aggregate;
+      const std::optional<double> value = metric_value(run, v, x.metric, x.aggregate);
+      if (!value) {
+        failures.push_back({file, v.variant.label, name, NAN, "a value, but this run does not produce it"});
+        continue;
+      }
+      if (x.min && !(*value >= *x.min)) failures.push_back({file, v.variant.label, name, *value, "min " + num(*x.min)});
+      if (x.max && !(*value <= *x.max)) failures.push_back({file, v.variant.label, name, *value, "max " + num(*x.max)});
+    }
+  }
+  return failures;
+}
+
+std::vector<std::string> baseline_labels(const nlohmann::json& b, const std::string& name) {
+  if (!b.is_object() || !b.contains("schema_version") || !b.contains("strategies") || !b["strategies"].is_array())
+    throw InputError(name + ": expected a moesim run JSON (schema_version, strategies[]), got something else");
+  if (b["schema_version"] != kReportSchemaVersion)
+    throw InputError(name + ": schema_version: expected " + std::to_string(kReportSchemaVersion) + ", got " +
+                     b["schema_version"].dump());
+  std::vector<std::string> labels;
+  for (const auto& s : b["strategies"]) {
+    if (!s.is_object() || !s.contains("strategy") || !s["strategy"].is_string() || !s.contains("metrics") ||
+        !s["metrics"].is_object())
+      throw InputError(name + ": strategies[]: expected objects with 'strategy' and 'metrics'");
+    labels.push_back(s["strategy"].get<std::string>());
+  }
+  return labels;
+}
+
+std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline, double rtol,
+                                                 double atol) {
+  std::vector<CheckFailure> failures;
+  for (const auto& s : baseline["strategies"]) {
+    const std::string label = s["strategy"].get<std::string>();
+    for (const VariantResult& v : run.variants) {
+      if (v.variant.label != label) continue;
+      for (const std::string& metric : scalar_metric_names()) {
+        const int dir = metric_direction(metric);
+        if (dir == 0) continue;
+        // Batch metrics sit under "metrics"; modeled ones under modeled.<placement>.
+        const nlohmann::json* base = nullptr;
+        if (s["metrics"].contains(metric)) base = &s["metrics"][metric];
+        const std::optional<double> now = metric_value(run, v, metric, "value");
+        if (!base || !base->is_number() || !now) continue;
+        const double was = base->get<double>();
+        const double slack = atol + rtol * std::fabs(was);
+        const bool worse = dir < 0 ? *now > was + slack : *now < was - slack;
+        if (worse) {
+          failures.push_back({run.experiment.source_file, label, metric, *now,
+                              std::string(dir < 0 ? "at most" : "at least") + " baseline " + num(was) + " (rtol " +
+                                  num(rtol) + ", atol " + num(atol) + ")"});
+        }
+      }
+    }
+  }
+  return failures;
+}
+
+}  // namespace moesim

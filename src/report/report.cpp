@@ -1,0 +1,347 @@
+// JSON, table, CSV and Markdown reports of a run (see report.hpp).
+#include "report/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "cost/hardware_profile.hpp"
+
+namespace moesim {
+namespace {
+
+using Getter = std::function<std::optional<double>(const BalanceMetrics&)>;
+
+// Per-batch metrics, in the order reports list them.
+const std::vector<std::pair<std::string, Getter>>& batch_metrics() {
+  static const std::vector<std::pair<std::string, Getter>> table = {
+      {"imbalance", [](const BalanceMetrics& m) { return std::optional<double>(m.imbalance); }},
+      {"demand_imbalance", [](const BalanceMetrics& m) { return std::optional<double>(m.demand_imbalance); }},
+      {"cv", [](const BalanceMetrics& m) { return std::optional<double>(m.cv); }},
+      {"entropy_norm", [](const BalanceMetrics& m) { return std::optional<double>(m.entropy_norm); }},
+      {"active_experts", [](const BalanceMetrics& m) { return std::optional<double>(m.active_experts); }},
+      {"dead_experts", [](const BalanceMetrics& m) { return std::optional<double>(m.dead_experts); }},
+      {"capacity", [](const BalanceMetrics& m) { return std::optional<double>(double(m.capacity)); }},
+      {"dropped", [](const BalanceMetrics& m) { return std::optional<double>(double(m.dropped)); }},
+      {"drop_rate", [](const BalanceMetrics& m) { return std::optional<double>(m.drop_rate); }},
+      {"tokens_unrouted", [](const BalanceMetrics& m) { return std::optional<double>(double(m.tokens_unrouted)); }},
+      {"padding_waste", [](const BalanceMetrics& m) { return std::optional<double>(double(m.padding_waste)); }},
+      {"top20_share", [](const BalanceMetrics& m) { return std::optional<double>(m.top20_share); }},
+      {"bottom20_share", [](const BalanceMetrics& m) { return std::optional<double>(m.bottom20_share); }},
+      {"aux_loss", [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.aux_loss) : std::nullopt; }},
+      {"aux_loss_switch",
+       [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.aux_loss_switch) : std::nullopt; }},
+      {"aux_loss_gshard",
+       [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.aux_loss_gshard) : std::nullopt; }},
+      {"z_loss", [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.z_loss) : std::nullopt; }},
+  };
+  return table;
+}
+
+const ModeledPlacement* find_placement(const VariantResult& v, const std::string& name) {
+  for (const auto& p : v.modeled)
+    if (p.placement == name) return &p;
+  return nullptr;
+}
+
+std::string fmt(double v, int precision = 3) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+std::string fmt_opt(const std::optional<double>& v, int precision = 3) { return v ? fmt(*v, precision) : "-"; }
+
+struct Column {
+  std::string header;  // with its unit
+  std::function<std::string(size_t)> cell;
+};
+
+std::vector<Column> columns(const RunResult& run) {
+  const std::vector<int> ranks = rank_variants(run);
+  std::vector<Column> cols;
+  const auto& vs = run.variants;
+  auto metric = [&](const std::string& name, int precision) {
+    return [&, name, precision](size_t i) { return fmt_opt(metric_value(run, vs[i], name, "value"), precision); };
+  };
+  cols.push_back({"strategy", [&](size_t i) { return vs[i].variant.label; }});
+  cols.push_back({"imbalance", metric("imbalance", 3)});
+  cols.push_back({"cv", metric("cv", 3)});
+  cols.push_back({"entropy_norm", metric("entropy_norm", 3)});
+  cols.push_back({"drop_rate", metric("drop_rate", 4)});
+  cols.push_back({"unrouted", metric("tokens_unrouted", 0)});
+  cols.push_back({"pad_waste", metric("padding_waste", 0)});
+  cols.push_back({"aux_loss", metric("aux_loss", 3)});
+  const bool ep = run.experiment.placement.kind == PlacementKind::expert_parallel;
+  cols.push_back({"model_us", [&](size_t i) { return fmt(find_placement(vs[i], "single")->cost.actual.quantized_s * 1e6, 1); }});
+  cols.push_back({"batch_eff", [&](size_t i) { return fmt(find_placement(vs[i], "single")->cost.batching_efficiency, 3); }});
+  if (ep) {
+    const std::string d = std::to_string(run.experiment.placement.devices);
+    cols.push_back({"ep" + d + "_us", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.actual.quantized_s * 1e6, 1); }});
+    cols.push_back({"ep" + d + "_eff", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.batching_efficiency, 3); }});
+    cols.push_back({"rank_imb", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.rank_imbalance, 3); }});
+  }
+  cols.push_back({"measured_ms", [&](size_t i) { return vs[i].executed ? fmt(vs[i].measured.layer_s * 1e3, 2) : "-"; }});
+  cols.push_back({"meas_eff", [&](size_t i) {
+                    return vs[i].executed && vs[i].measured.layer_s > 0
+                               ? fmt(vs[i].measured_balanced_layer_s / vs[i].measured.layer_s, 2)
+                               : "-";
+                  }});
+  cols.push_back({"rank", [ranks](size_t i) { return std::to_string(ranks[i]); }});
+  return cols;
+}
+
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+nlohmann::json metrics_to_json(const BalanceMetrics& m) {
+  nlohmann::json j;
+  for (const auto& [name, get] : batch_metrics()) {
+    const auto v = get(m);
+    j[name] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  }
+  j["load"] = m.load;
+  j["demand"] = m.demand;
+  j["utilization"] = m.utilization;
+  return j;
+}
+
+namespace {
+
+nlohmann::json cost_json(const CostBreakdown& c) {
+  return {{"ideal_s", c.ideal_s}, {"quantized_s", c.quantized_s}, {"calibrated_s", c.calibrated_s}};
+}
+
+nlohmann::json placement_json(const ModeledPlacement& p) {
+  nlohmann::json j = {{"devices", p.devices},
+                      {"time_s", p.cost.actual.quantized_s},
+                      {"balanced_time_s", p.cost.balanced.quantized_s},
+                      {"batching_efficiency", p.cost.batching_efficiency},
+                      {"actual", cost_json(p.cost.actual)},
+                      {"balanced", cost_json(p.cost.balanced)},
+                      {"compute_bound_experts", p.cost.compute_bound_experts}};
+  if (p.placement == "expert_parallel") {
+    j["device_time_s"] = p.cost.device_time_s;
+    j["device_tokens"] = p.cost.device_tokens;
+    j["rank_imbalance"] = p.cost.rank_imbalance;
+    j["balancedness"] = p.cost.balancedness;
+    j["all_to_all_s"] = p.cost.all_to_all_s;
+  }
+  return j;
+}
+
+}  // namespace
+
+ReportFormat parse_report_format(const std::string& s) {
+  if (s == "table") return ReportFormat::table;
+  if (s == "json") return ReportFormat::json;
+  if (s == "csv") return ReportFormat::csv;
+  if (s == "markdown" || s == "md") return ReportFormat::markdown;
+  throw InputError("--format: expected table, json, csv or markdown, got '" + s + "'");
+}
+
+const std::vector<std::string>& scalar_metric_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& [name, get] : batch_metrics()) n.push_back(name);
+    for (const char* extra : {"rank_imbalance", "batching_efficiency", "modeled_time_s", "critical_batch",
+                              "measured_layer_s", "measured_batching_efficiency"})
+      n.push_back(extra);
+    return n;
+  }();
+  return names;
+}
+
+const ModeledPlacement& primary_placement(const VariantResult& v) {
+  if (const ModeledPlacement* ep = find_placement(v, "expert_parallel")) return *ep;
+  return v.modeled.front();
+}
+
+std::optional<double> metric_value(const RunResult& run, const VariantResult& v, const std::string& metric,
+                                   const std::string& aggregate) {
+  for (const auto& [name, get] : batch_metrics()) {
+    if (name != metric) continue;
+    if (aggregate == "value") return get(v.last());
+    std::vector<double> series;
+    for (const BalanceMetrics& m : v.per_batch)
+      if (auto x = get(m)) series.push_back(*x);
+    if (series.empty()) return std::nullopt;
+    const Aggregate a = aggregate_values(series);
+    if (aggregate == "mean") return a.mean;
+    if (aggregate == "p50") return a.p50;
+    if (aggregate == "p95") return a.p95;
+    if (aggregate == "max") return a.max;
+    return std::nullopt;
+  }
+  // Run-level metrics have one value; every aggregate of one value is that value.
+  const ModeledPlacement& p = primary_placement(v);
+  if (metric == "batching_efficiency") return p.cost.batching_efficiency;
+  if (metric == "modeled_time_s") return p.cost.actual.quantized_s;
+  if (metric == "rank_imbalance")
+    return p.placement == "expert_parallel" ? std::optional<double>(p.cost.rank_imbalance) : std::nullopt;
+  if (metric == "critical_batch") return critical_batch(run.hardware, run.experiment.model.dtype);
+  if (metric == "measured_layer_s") return v.executed ? std::optional<double>(v.measured.layer_s) : std::nullopt;
+  if (metric == "measured_batching_efficiency")
+    return v.executed && v.measured.layer_s > 0
+               ? std::optional<double>(v.measured_balanced_layer_s / v.measured.layer_s)
+               : std::nullopt;
+  return std::nullopt;
+}
+
+std::vector<int> rank_variants(const RunResult& run) {
+  const auto& vs = run.variants;
+  std::vector<size_t> idx(vs.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const double ta = primary_placement(vs[a]).cost.actual.quantized_s;
+    const double tb = primary_placement(vs[b]).cost.actual.quantized_s;
+    if (ta != tb) return ta < tb;
+    return vs[a].last().imbalance < vs[b].last().imbalance;
+  });
+  std::vector<int> rank(vs.size());
+  for (size_t r = 0; r < idx.size(); ++r) rank[idx[r]] = static_cast<int>(r) + 1;
+  return rank;
+}
+
+nlohmann::json run_to_json(const RunResult& run) {
+  const Experiment& e = run.experiment;
+  nlohmann::json j;
+  j["schema_version"] = kReportSchemaVersion;
+  j["moesim_version"] = MOESIM_VERSION;
+  j["experiment"] = {{"name", e.name}, {"source", e.source_file}};
+  j["model"] = {{"hidden", e.model.hidden}, {"ffn", e.model.ffn},       {"experts", e.model.experts},
+                {"top_k", e.model.top_k},   {"shared_experts", e.model.shared_experts},
+                {"dtype", to_string(e.model.dtype)}};
+  j["workload"] = {{"source", to_string(e.workload.source)}, {"num_tokens", run.num_tokens},
+                   {"batches", e.workload.batches}, {"seed", e.workload.seed}, {"skew", e.workload.skew}};
+  nlohmann::json cb;
+  for (Dtype d : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::int8}) {
+    const double b = critical_batch(run.hardware, d);
+    if (b > 0 && std::isfinite(b)) cb[to_string(d)] = b;
+  }
+  j["hardware"] = {{"name", run.hardware.name}, {"critical_batch", cb},
+                   {"critical_batch_model_dtype", critical_batch(run.hardware, e.model.dtype)}};
+  j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats}};
+  const std::vector<int> ranks = rank_variants(run);
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < run.variants.size(); ++i) {
+    const VariantResult& v = run.variants[i];
+    nlohmann::json r;
+    r["strategy"] = v.variant.label;
+    r["gating"] = to_string(v.variant.router.gating);
+    r["rank"] = ranks[i];
+    r["metrics"] = metrics_to_json(v.last());
+    // Run-level scalars sit beside the batch metrics so that baselines and tools find every metric
+    // of the vocabulary under "metrics".
+    for (const std::string& name : scalar_metric_names()) {
+      if (r["metrics"].contains(name)) continue;
+      const std::optional<double> value = metric_value(run, v, name, "value");
+      if (value) r["metrics"][name] = *value;
+    }
+    if (v.per_batch.size() > 1) {
+      nlohmann::json agg, series;
+      for (const auto& [name, get] : batch_metrics()) {
+        std::vector<double> s;
+        for (const BalanceMetrics& m : v.per_batch)
+          if (auto x = get(m)) s.push_back(*x);
+        if (s.empty()) continue;
+        const Aggregate a = aggregate_values(s);
+        agg[name] = {{"mean", a.mean}, {"p50", a.p50}, {"p95", a.p95}, {"max", a.max}};
+        if (name == "imbalance") series["imbalance"] = s;
+      }
+      r["aggregates"] = agg;
+      r["series"] = series;
+    }
+    if (!v.final_bias.empty()) r["expert_bias"] = v.final_bias;
+    nlohmann::json modeled;
+    for (const ModeledPlacement& p : v.modeled) modeled[p.placement] = placement_json(p);
+    r["modeled"] = modeled;
+    if (v.executed) {
+      r["measured"] = {{"router_s", v.measured.router_s},   {"dispatch_s", v.measured.dispatch_s},
+                       {"experts_s", v.measured.experts_s}, {"combine_s", v.measured.combine_s},
+                       {"layer_s", v.measured.layer_s},     {"balanced_layer_s", v.measured_balanced_layer_s}};
+    }
+    if (!v.verify_message.empty()) r["verify"] = v.verify_message;
+    rows.push_back(r);
+  }
+  j["strategies"] = rows;
+  return j;
+}
+
+std::string format_run(const RunResult& run, ReportFormat format) {
+  if (format == ReportFormat::json) return run_to_json(run).dump(2) + "\n";
+  const std::vector<Column> cols = columns(run);
+  const size_t n = run.variants.size();
+  std::vector<std::vector<std::string>> cells(n);
+  for (size_t i = 0; i < n; ++i)
+    for (const Column& c : cols) cells[i].push_back(c.cell(i));
+  std::ostringstream os;
+  if (format == ReportFormat::csv) {
+    for (size_t c = 0; c < cols.size(); ++c) os << (c ? "," : "") << cols[c].header;
+    os << "\n";
+    for (const auto& row : cells) {
+      for (size_t c = 0; c < row.size(); ++c) os << (c ? "," : "") << csv_escape(row[c]);
+      os << "\n";
+    }
+    return os.str();
+  }
+  const Experiment& e = run.experiment;
+  std::ostringstream title;
+  title << e.name << ": " << run.num_tokens << " tokens x " << e.workload.batches << " batch(es), E=" << e.model.experts
+        << ", k=" << e.model.top_k << ", modeled on " << run.hardware.name << " (" << to_string(e.model.dtype)
+        << ", hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", critical batch "
+        << fmt(critical_batch(run.hardware, e.model.dtype), 0) << "), executed at hidden " << e.execute.hidden
+        << ", ffn " << e.execute.ffn << " on the CPU";
+  if (format == ReportFormat::markdown) {
+    os << "**" << title.str() << "**\n\n|";
+    for (const Column& c : cols) os << " " << c.header << " |";
+    os << "\n|";
+    for (size_t c = 0; c < cols.size(); ++c) os << (c == 0 ? " :--- |" : " ---: |");
+    os << "\n";
+    for (const auto& row : cells) {
+      os << "|";
+      for (const auto& cell : row) os << " " << cell << " |";
+      os << "\n";
+    }
+    return os.str();
+  }
+  std::vector<size_t> width(cols.size());
+  for (size_t c = 0; c < cols.size(); ++c) {
+    width[c] = cols[c].header.size();
+    for (const auto& row : cells) width[c] = std::max(width[c], row[c].size());
+  }
+  os << title.str() << "\n";
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      os << (c ? "  " : "") << (c == 0 ? row[c] + pad : pad + row[c]);
+    }
+    os << "\n";
+  };
+  std::vector<std::string> header;
+  for (const Column& c : cols) header.push_back(c.header);
+  line(header);
+  for (const auto& row : cells) line(row);
+  os << "model_us: modeled MoE layer time (roofline with tile quantization and launch overhead); batch_eff: "
+        "balanced / actual modeled time (>1: idle experts load no weights in the memory-bound regime); "
+        "measured_ms: executed layer, median of "
+     << e.execute.repeats << "; meas_eff: measured balanced / actual; rank: by modeled time\n";
+  return os.str();
+}
+
+}  // namespace moesim

@@ -1,0 +1,65 @@
+// Synthetic router logits, token ids and hidden states (see synthetic_logits.hpp).
+#include "workload/synthetic_logits.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/error.hpp"
+#include "common/rng.hpp"
+
+namespace moesim {
+namespace {
+// Streams keep the draws of different quantities independent for one seed.
+constexpr uint64_t kStreamRank = 1;
+constexpr uint64_t kStreamLogits = 2;
+constexpr uint64_t kStreamTokenIds = 3;
+constexpr uint64_t kStreamHidden = 4;
+}  // namespace
+
+std::vector<float> expert_popularity_bias(int num_experts, double skew, uint64_t seed) {
+  MOESIM_REQUIRE(num_experts >= 1, "num_experts must be >= 1, got " << num_experts);
+  MOESIM_REQUIRE(skew >= 0 && std::isfinite(skew), "skew must be finite and >= 0, got " << skew);
+  // Seeded Fisher-Yates shuffle of the ranks, so the popular experts are not always the low ids.
+  std::vector<int> rank(num_experts);
+  std::iota(rank.begin(), rank.end(), 0);
+  for (int i = num_experts - 1; i > 0; --i) {
+    const auto j = static_cast<int>(counter_hash(seed, kStreamRank, i) % static_cast<uint64_t>(i + 1));
+    std::swap(rank[i], rank[j]);
+  }
+  std::vector<float> bias(num_experts);
+  for (int e = 0; e < num_experts; ++e) bias[e] = static_cast<float>(-skew * std::log(rank[e] + 1.0));
+  return bias;
+}
+
+std::vector<float> synthetic_logits(int64_t num_tokens, int num_experts, double skew, uint64_t seed) {
+  MOESIM_REQUIRE(num_tokens >= 0, "num_tokens must be >= 0, got " << num_tokens);
+  const std::vector<float> bias = expert_popularity_bias(num_experts, skew, seed);
+  std::vector<float> logits(static_cast<size_t>(num_tokens) * num_experts);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int e = 0; e < num_experts; ++e) {
+      const uint64_t i = static_cast<uint64_t>(t) * num_experts + e;
+      logits[i] = static_cast<float>(counter_normal(seed, kStreamLogits, i)) + bias[e];
+    }
+  }
+  return logits;
+}
+
+std::vector<int64_t> synthetic_token_ids(int64_t num_tokens, int vocab, uint64_t seed) {
+  MOESIM_REQUIRE(vocab >= 1, "vocab must be >= 1, got " << vocab);
+  std::vector<int64_t> ids(static_cast<size_t>(std::max<int64_t>(num_tokens, 0)));
+  for (int64_t t = 0; t < num_tokens; ++t)
+    ids[t] = static_cast<int64_t>(counter_hash(seed, kStreamTokenIds, t) % static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+std::vector<float> synthetic_hidden(int64_t num_tokens, int64_t hidden, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(num_tokens * hidden));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < num_tokens * hidden; ++i)
+    x[i] = static_cast<float>(counter_normal(seed, kStreamHidden, static_cast<uint64_t>(i)));
+  return x;
+}
+
+}  // namespace moesim

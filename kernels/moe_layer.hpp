@@ -1,7 +1,8 @@
 // The executed MoE layer on the host: dispatch plan (expert-major permutation + padding layout), gather,
 // grouped SwiGLU experts (OpenBLAS), deterministic weighted combine. x, y: [num_tokens, hidden] float32.
 // Determinism: every output is bytewise identical at any OpenMP thread count (fixed summation orders).
-// Built by g++ (kernels/host/*.cpp); references in kernels/permute_ref.hpp and kernels/moe_ref.hpp.
+// Built by g++ (kernels/host/*.cpp); the serial references (plan_dispatch_ref, moe_forward_ref, ...) live in
+// kernels/permute_ref.hpp and kernels/moe_ref.hpp and come with this header.
 // Covered by tests/dispatch/*_test.cpp and tests/experts/*_test.cpp.
 #pragma once
 
@@ -96,3 +97,8 @@ void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const 
                      const Routing& r, const DispatchPlan& plan, float* y, MoePhaseTimes* times);
 
 }  // namespace moesim
+
+// The serial references are part of the host API (--verify runs them beside the fast path). They include
+// this header first, so either header may be included first.
+#include "kernels/moe_ref.hpp"
+#include "kernels/permute_ref.hpp"

@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -192,7 +193,7 @@ class Parser {
  private:
   // A key set over a base profile no longer has the base's source: it gets its own note, or this one.
   void override_note(const YAML::Node& own_sources, const std::string& key, HardwareProfile& hw) const {
-    if (!(own_sources.IsMap() && own_sources[key])) hw.sources[key] = "set in " + source_;
+    if (!(own_sources.IsDefined() && own_sources.IsMap() && own_sources[key])) hw.sources[key] = "set in " + source_;
   }
 
   void read_peaks(const YAML::Node& v, HardwareProfile& hw, bool from_base, const YAML::Node& own_sources) const {
@@ -311,7 +312,8 @@ std::vector<std::string> builtin_hardware_names() {
     const std::string name = path.substr(dir.size(), path.size() - dir.size() - ext.size());
     if (name.find('/') == std::string::npos) names.push_back(name);
   }
-  return names;  // std::map keys come sorted
+  std::sort(names.begin(), names.end());  // by name: "t4" before "t4-founding"
+  return names;
 }
 
 double critical_batch(const HardwareProfile& hw, Dtype dtype) {

@@ -173,19 +173,19 @@ const ModeledPlacement& primary_placement(const VariantResult& v) {
 }
 
 std::optional<double> metric_value(const RunResult& run, const VariantResult& v, const std::string& metric,
-                                   const std::string& aggregate) {
+                                   const std::string& agg) {
   for (const auto& [name, get] : batch_metrics()) {
     if (name != metric) continue;
-    if (aggregate == "value") return get(v.last());
+    if (agg == "value") return get(v.last());
     std::vector<double> series;
     for (const BalanceMetrics& m : v.per_batch)
       if (auto x = get(m)) series.push_back(*x);
     if (series.empty()) return std::nullopt;
-    const Aggregate a = aggregate_values(series);
-    if (aggregate == "mean") return a.mean;
-    if (aggregate == "p50") return a.p50;
-    if (aggregate == "p95") return a.p95;
-    if (aggregate == "max") return a.max;
+    const Aggregate a = aggregate(series);
+    if (agg == "mean") return a.mean;
+    if (agg == "p50") return a.p50;
+    if (agg == "p95") return a.p95;
+    if (agg == "max") return a.max;
     return std::nullopt;
   }
   // Run-level metrics have one value; every aggregate of one value is that value.
@@ -260,7 +260,7 @@ nlohmann::json run_to_json(const RunResult& run) {
         for (const BalanceMetrics& m : v.per_batch)
           if (auto x = get(m)) s.push_back(*x);
         if (s.empty()) continue;
-        const Aggregate a = aggregate_values(s);
+        const Aggregate a = aggregate(s);
         agg[name] = {{"mean", a.mean}, {"p50", a.p50}, {"p95", a.p95}, {"max", a.max}};
         if (name == "imbalance") series["imbalance"] = s;
       }

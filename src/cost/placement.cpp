@@ -1,0 +1,297 @@
+// Expert placement (single, expert parallel, EPLB replication + packing) and the modeled MoE layer cost
+// for actual and balanced loads. The single-device path allocates nothing but the two one-element
+// output vectors, so the model can be evaluated millions of times per second inside sweeps.
+// Deterministic: every tie is broken by the lower index. Host only. Covered by tests/cost/placement_test.cpp.
+#include "cost/placement.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows an expert (or one of its r replicas) occupies under the layout.
+struct LayoutRule {
+  Layout layout;
+  int block_size;
+  int64_t capacity;  // resolved C (> 0) for the capacity layout
+
+  int64_t rows(int64_t load, int replicas) const {
+    switch (layout) {
+      case Layout::dropless: return load;
+      case Layout::block: return ceil_div(load, block_size) * block_size;
+      case Layout::capacity: return std::max(ceil_div(capacity, replicas), load);
+    }
+    return load;
+  }
+};
+
+// The `balanced` gating's loads: floor/ceil(N k / E), the first (N k mod E) experts one more, capped at C.
+struct BalancedLoads {
+  int64_t base, rem, cap;
+  BalancedLoads(int64_t total, int num_experts, int64_t capacity)
+      : base(total / num_experts), rem(total % num_experts),
+        cap(capacity > 0 ? capacity : std::numeric_limits<int64_t>::max()) {}
+  int64_t operator()(int e) const { return std::min(base + (e < rem ? 1 : 0), cap); }
+};
+
+void split_load(const ExpertPlacement& p, const std::vector<int64_t>& load, std::vector<int64_t>& out) {
+  std::vector<int32_t> seen(p.replicas.size(), 0);
+  out.resize(p.expert.size());
+  for (size_t i = 0; i < p.expert.size(); ++i) {
+    const int e = p.expert[i];
+    const int64_t r = p.replicas[e];
+    const int j = seen[e]++;
+    out[i] = load[e] / r + (j < load[e] % r ? 1 : 0);
+  }
+}
+
+struct AllToAll {
+  double bandwidth_s = 0;  // dispatch + combine, transfer time only
+  double latency_s = 0;    // dispatch + combine latency
+  double bytes = 0;        // dispatch + combine bytes that leave their device
+};
+
+// DESIGN.md: all-to-all = bytes of activations that leave their device / link bandwidth + latency.
+AllToAll all_to_all(const HardwareProfile& hw, const std::vector<int64_t>& device_load, double row_bytes) {
+  AllToAll a;
+  const int num_devices = static_cast<int>(device_load.size());
+  if (num_devices <= 1) return a;
+  if (hw.link_bandwidth_bytes_per_s <= 0) {
+    throw ConfigError(hw.name + ": hardware.link_bandwidth_gbs: expected a positive number for an expert_parallel "
+                                "placement over " + std::to_string(num_devices) + " devices, got nothing");
+  }
+  const int per_node = hw.devices_per_node > 0 ? std::min(hw.devices_per_node, num_devices) : num_devices;
+  const bool multi_node = per_node < num_devices;
+  if (multi_node && hw.inter_node_bandwidth_bytes_per_s <= 0) {
+    throw ConfigError(hw.name + ": hardware.inter_node_bandwidth_gbs: expected a positive number for " +
+                      std::to_string(num_devices) + " devices over nodes of " + std::to_string(per_node) +
+                      " (hardware.devices_per_node), got nothing");
+  }
+  const int num_nodes = static_cast<int>(ceil_div(num_devices, per_node));
+  std::vector<double> node_load(num_nodes, 0.0);
+  double total = 0;
+  for (int d = 0; d < num_devices; ++d) {
+    node_load[d / per_node] += static_cast<double>(device_load[d]);
+    total += static_cast<double>(device_load[d]);
+  }
+  if (total == 0) return a;  // nothing moves: no phase runs
+  const double D = num_devices;
+  double phase_s = 0, sent_rows = 0;
+  for (int d = 0; d < num_devices; ++d) {
+    const int node = d / per_node;
+    const double node_size = std::min(per_node, num_devices - node * per_node);
+    const double own = static_cast<double>(device_load[d]);
+    // Rows device d sends (to experts elsewhere) and receives (for its own experts), 1/D per source.
+    const double intra_sent = (node_load[node] - own) / D, inter_sent = (total - node_load[node]) / D;
+    const double intra_recv = own * (node_size - 1) / D, inter_recv = own * (D - node_size) / D;
+    double t = std::max(intra_sent, intra_recv) * row_bytes / hw.link_bandwidth_bytes_per_s;
+    if (multi_node) t = std::max(t, std::max(inter_sent, inter_recv) * row_bytes / hw.inter_node_bandwidth_bytes_per_s);
+    phase_s = std::max(phase_s, t);
+    sent_rows += intra_sent + inter_sent;
+  }
+  a.bandwidth_s = 2.0 * phase_s;
+  a.latency_s = 2.0 * hw.link_latency_s;
+  a.bytes = 2.0 * sent_rows * row_bytes;
+  return a;
+}
+
+struct PlacedCost {
+  CostBreakdown cost;
+  std::vector<double> device_time_s;
+  std::vector<int64_t> device_tokens;
+  double compute_bound = 0;
+  AllToAll a2a;
+};
+
+PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, const ExpertPlacement& p,
+                       const LayoutRule& rule, const LayerCostInput& in) {
+  const int num_devices = p.num_devices;
+  std::vector<GroupedCost> groups(num_devices, GroupedCost(rm));
+  PlacedCost out;
+  out.device_tokens.assign(num_devices, 0);
+  for (size_t i = 0; i < p.expert.size(); ++i) {
+    const int64_t rows = rule.rows(p.load[i], p.replicas[p.expert[i]]);
+    groups[p.device[i]].add(rows);
+    out.compute_bound += rm.compute_bound(rows) ? 1 : 0;
+    out.device_tokens[p.device[i]] += p.load[i];
+  }
+  // Shared experts run on each device's local tokens (N / D, the first N mod D devices one more).
+  for (int d = 0; d < num_devices; ++d) {
+    const int64_t local = in.num_tokens / num_devices + (d < in.num_tokens % num_devices ? 1 : 0);
+    for (int s = 0; s < in.shared_experts; ++s) groups[d].add(local);
+  }
+  out.device_time_s.assign(num_devices, 0.0);
+  for (int d = 0; d < num_devices; ++d) {
+    const CostBreakdown c = groups[d].time();
+    out.cost.ideal_s = std::max(out.cost.ideal_s, c.ideal_s);
+    out.cost.quantized_s = std::max(out.cost.quantized_s, c.quantized_s);
+    out.cost.calibrated_s = std::max(out.cost.calibrated_s, c.calibrated_s);
+    out.device_time_s[d] = c.quantized_s;
+  }
+  out.a2a = all_to_all(hw, out.device_tokens, static_cast<double>(in.hidden) * dtype_bytes(in.dtype));
+  out.cost.ideal_s += out.a2a.bandwidth_s;
+  out.cost.quantized_s += out.a2a.bandwidth_s + out.a2a.latency_s;
+  out.cost.calibrated_s += out.a2a.bandwidth_s + out.a2a.latency_s;
+  return out;
+}
+
+void validate(const LayerCostInput& in) {
+  MOESIM_REQUIRE(in.num_experts >= 1, "num_experts must be >= 1, got " << in.num_experts);
+  MOESIM_REQUIRE(in.top_k >= 1 && in.top_k <= in.num_experts,
+                 "top_k must be in [1, num_experts = " << in.num_experts << "], got " << in.top_k);
+  MOESIM_REQUIRE(in.shared_experts >= 0, "shared_experts must be >= 0, got " << in.shared_experts);
+  MOESIM_REQUIRE(in.num_tokens >= 0, "num_tokens must be >= 0, got " << in.num_tokens);
+  MOESIM_REQUIRE(static_cast<int>(in.load.size()) == in.num_experts,
+                 "load has " << in.load.size() << " entries, expected num_experts = " << in.num_experts);
+  for (int e = 0; e < in.num_experts; ++e) MOESIM_REQUIRE(in.load[e] >= 0, "load[" << e << "] is negative");
+  MOESIM_REQUIRE(in.placement_load.empty() || static_cast<int>(in.placement_load.size()) == in.num_experts,
+                 "placement_load has " << in.placement_load.size() << " entries, expected " << in.num_experts);
+  MOESIM_REQUIRE(in.capacity >= 0, "capacity must be >= 0, got " << in.capacity);
+  MOESIM_REQUIRE(in.layout != Layout::block || in.block_size >= 1, "block layout needs block_size >= 1");
+}
+
+}  // namespace
+
+ExpertPlacement place_experts(const std::vector<int64_t>& plan_load, const PlacementConfig& cfg) {
+  const int num_experts = static_cast<int>(plan_load.size());
+  MOESIM_REQUIRE(num_experts >= 1, "placement needs at least one expert");
+  ExpertPlacement p;
+  p.replicas.assign(num_experts, 1);
+  if (cfg.kind == PlacementKind::single) {
+    p.num_devices = 1;
+    p.expert.resize(num_experts);
+    std::iota(p.expert.begin(), p.expert.end(), 0);
+    p.device.assign(num_experts, 0);
+    assign_load(p, plan_load);
+    return p;
+  }
+  MOESIM_REQUIRE(cfg.devices >= 1, "placement.devices must be >= 1, got " << cfg.devices);
+  MOESIM_REQUIRE(cfg.replicas >= 0, "placement.replicas must be >= 0, got " << cfg.replicas);
+  p.num_devices = cfg.devices;
+  if (cfg.replicas == 0) {
+    MOESIM_REQUIRE(cfg.map.empty() || static_cast<int>(cfg.map.size()) == num_experts,
+                   "placement.map has " << cfg.map.size() << " entries, expected " << num_experts);
+    p.expert.resize(num_experts);
+    p.device.resize(num_experts);
+    for (int e = 0; e < num_experts; ++e) {
+      p.expert[e] = e;
+      p.device[e] = cfg.map.empty() ? e % cfg.devices : cfg.map[e];
+      MOESIM_REQUIRE(p.device[e] >= 0 && p.device[e] < cfg.devices,
+                     "placement.map[" << e << "] = " << p.device[e] << " is not a device");
+    }
+    assign_load(p, plan_load);
+    return p;
+  }
+  if (!cfg.map.empty()) {
+    throw ConfigError("placement.map: expected no map when placement.replicas > 0 (replicas are placed by "
+                      "EPLB packing), got " + std::to_string(cfg.map.size()) + " entries");
+  }
+  // EPLB replicate_experts: each extra slot to argmax_e load_e / replicas_e (ties: lower e).
+  for (int r = 0; r < cfg.replicas; ++r) {
+    int best = 0;
+    for (int e = 1; e < num_experts; ++e) {
+      if (plan_load[e] * p.replicas[best] > plan_load[best] * p.replicas[e]) best = e;
+    }
+    ++p.replicas[best];
+  }
+  for (int e = 0; e < num_experts; ++e)
+    for (int j = 0; j < p.replicas[e]; ++j) p.expert.push_back(e);
+  const int num_slots = static_cast<int>(p.expert.size());
+  p.device.assign(num_slots, 0);
+  assign_load(p, plan_load);
+  // EPLB balanced_packing: heaviest slot first onto the lightest device that still has room.
+  std::vector<int> order(num_slots);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p.load[a] > p.load[b]; });
+  const int64_t room = ceil_div(num_slots, cfg.devices);
+  std::vector<int64_t> device_load(cfg.devices, 0), device_count(cfg.devices, 0);
+  for (int slot : order) {
+    int best = -1;
+    for (int d = 0; d < cfg.devices; ++d) {
+      if (device_count[d] >= room) continue;
+      if (best < 0 || device_load[d] < device_load[best]) best = d;
+    }
+    p.device[slot] = best;
+    device_load[best] += p.load[slot];
+    ++device_count[best];
+  }
+  return p;
+}
+
+void assign_load(ExpertPlacement& placement, const std::vector<int64_t>& load) {
+  MOESIM_REQUIRE(load.size() == placement.replicas.size(),
+                 "load has " << load.size() << " entries, expected " << placement.replicas.size());
+  split_load(placement, load, placement.load);
+}
+
+LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
+  validate(in);
+  const ExpertRoofline rm(hw, in.hidden, in.ffn, in.dtype);
+  const int num_experts = in.num_experts;
+  const int64_t assignments = in.num_tokens * in.top_k;
+  const BalancedLoads balanced(assignments, num_experts, in.capacity);
+  // Capacity layout without a capacity: the buffer holds max(load) rows per expert.
+  int64_t max_load = 0, max_balanced = 0;
+  for (int e = 0; e < num_experts; ++e) {
+    max_load = std::max(max_load, in.load[e]);
+    max_balanced = std::max(max_balanced, balanced(e));
+  }
+  const LayoutRule rule_actual{in.layout, in.block_size, in.capacity > 0 ? in.capacity : max_load};
+  const LayoutRule rule_balanced{in.layout, in.block_size, in.capacity > 0 ? in.capacity : max_balanced};
+
+  LayerCost out;
+  if (in.placement.kind == PlacementKind::single) {
+    GroupedCost actual(rm), even(rm);
+    int64_t tokens = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      const int64_t rows = rule_actual.rows(in.load[e], 1);
+      actual.add(rows);
+      out.compute_bound_experts += rm.compute_bound(rows) ? 1 : 0;
+      tokens += in.load[e];
+      even.add(rule_balanced.rows(balanced(e), 1));
+    }
+    for (int s = 0; s < in.shared_experts; ++s) {
+      actual.add(in.num_tokens);
+      even.add(in.num_tokens);
+    }
+    out.actual = actual.time();
+    out.balanced = even.time();
+    out.device_time_s.assign(1, out.actual.quantized_s);
+    out.device_tokens.assign(1, tokens);
+  } else {
+    ExpertPlacement p = place_experts(in.placement_load.empty() ? in.load : in.placement_load, in.placement);
+    assign_load(p, in.load);
+    PlacedCost a = cost_placed(hw, rm, p, rule_actual, in);
+    std::vector<int64_t> even(num_experts);
+    for (int e = 0; e < num_experts; ++e) even[e] = balanced(e);
+    const ExpertPlacement pb = place_experts(even, in.placement);
+    const PlacedCost b = cost_placed(hw, rm, pb, rule_balanced, in);
+    out.actual = a.cost;
+    out.balanced = b.cost;
+    out.compute_bound_experts = a.compute_bound;
+    out.device_time_s = std::move(a.device_time_s);
+    out.device_tokens = std::move(a.device_tokens);
+    out.all_to_all_s = a.a2a.bandwidth_s + a.a2a.latency_s;
+    out.all_to_all_bytes = a.a2a.bytes;
+    int64_t mx = 0, sum = 0;
+    for (int64_t t : out.device_tokens) {
+      mx = std::max(mx, t);
+      sum += t;
+    }
+    if (mx > 0) {
+      const double mean = static_cast<double>(sum) / static_cast<double>(out.device_tokens.size());
+      out.rank_imbalance = static_cast<double>(mx) / mean;
+      out.balancedness = mean / static_cast<double>(mx);
+    }
+  }
+  out.batching_efficiency = out.actual.quantized_s > 0 ? out.balanced.quantized_s / out.actual.quantized_s : 1.0;
+  return out;
+}
+
+}  // namespace moesim

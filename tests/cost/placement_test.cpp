@@ -1,0 +1,317 @@
+// Tests src/cost/placement: layouts (capacity charges idle experts), the balanced counterfactual and
+// batching_efficiency, expert-parallel all-to-all bytes and times by hand (one node and two), EPLB
+// replication and packing, shared experts, and the errors a profile or placement can raise. Host only.
+#include "cost/placement.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+// F = 10 TFLOP/s fp16, BW = 1 TB/s, 4 SMs, 16x16 tiles, 1 us launches; links 100 GB/s, 1 us latency.
+HardwareProfile toy(const std::string& extra = "") {
+  return parse_hardware_profile("name: toy\npeak_tflops: {fp16: 10}\nmemory_bandwidth_gbs: 1000\nsm_count: 4\n"
+                                "tile_m: 16\ntile_n: 16\nlaunch_overhead_us: 1\nlink_bandwidth_gbs: 100\n"
+                                "link_latency_us: 1\n" + extra,
+                                "toy.yaml");
+}
+
+// hidden 64, ffn 128, fp16 (see roofline_test.cpp: W = 49152 B, 768 B and 49152 FLOPs per row).
+LayerCostInput layer(int num_experts, int top_k, int64_t num_tokens, std::vector<int64_t> load) {
+  LayerCostInput in;
+  in.hidden = 64;
+  in.ffn = 128;
+  in.num_experts = num_experts;
+  in.top_k = top_k;
+  in.dtype = Dtype::fp16;
+  in.num_tokens = num_tokens;
+  in.load = std::move(load);
+  return in;
+}
+
+CostBreakdown grouped(const HardwareProfile& hw, const std::vector<int64_t>& rows) {
+  const ExpertRoofline m(hw, 64, 128, Dtype::fp16);
+  GroupedCost g(m);
+  for (int64_t r : rows) g.add(r);
+  return g.time();
+}
+
+PlacementConfig expert_parallel(int devices, int replicas = 0, std::vector<int> map = {}) {
+  PlacementConfig p;
+  p.kind = PlacementKind::expert_parallel;
+  p.devices = devices;
+  p.replicas = replicas;
+  p.map = std::move(map);
+  return p;
+}
+
+TEST(Placement, BalancedLoadsGiveEfficiencyOne) {
+  // N = 10, k = 2, E = 8: balanced loads are 20/8 -> [3, 3, 3, 3, 2, 2, 2, 2].
+  const LayerCost c = model_moe_layer(toy(), layer(8, 2, 10, {3, 3, 3, 3, 2, 2, 2, 2}));
+  EXPECT_EQ(c.batching_efficiency, 1.0);
+  EXPECT_EQ(c.actual.quantized_s, c.balanced.quantized_s);
+  EXPECT_EQ(c.device_tokens, (std::vector<int64_t>{20}));
+  EXPECT_EQ(c.rank_imbalance, 1.0);
+  // The same loads in another order are still balanced in time (expert order does not matter).
+  const LayerCost d = model_moe_layer(toy(), layer(8, 2, 10, {2, 3, 2, 3, 2, 3, 2, 3}));
+  EXPECT_NEAR(d.batching_efficiency, 1.0, 1e-15);
+}
+
+TEST(Placement, ConcentratedLoadsBeatBalanceInTheMemoryBoundRegime) {
+  // N = 8, k = 2, E = 8: every token on experts 0 and 1 (loads 8, 8) reads 2 experts' weights; the
+  // balanced routing (2 each) reads all 8. Memory-bound: (2 W + 16 * 768) vs (8 W + 16 * 768).
+  const LayerCost c = model_moe_layer(toy(), layer(8, 2, 8, {8, 8, 0, 0, 0, 0, 0, 0}));
+  EXPECT_NEAR(c.actual.ideal_s, (2 * 49152.0 + 16 * 768) / 1e12, 1e-20);
+  EXPECT_NEAR(c.balanced.ideal_s, (8 * 49152.0 + 16 * 768) / 1e12, 1e-20);
+  EXPECT_GT(c.batching_efficiency, 1.0);  // idle experts load no weights: the report says so
+  EXPECT_EQ(c.compute_bound_experts, 0);
+}
+
+TEST(Placement, ComputeBoundSingleDeviceIdealIsLoadIndependent) {
+  // Far past the knee the single-device ideal time is sum 2 n P / F whatever the split:
+  // 4000 assignments * 49152 / 1e13 either way.
+  const LayerCost c = model_moe_layer(toy(), layer(4, 2, 2000, {2500, 1500, 0, 0}));
+  EXPECT_NEAR(c.actual.ideal_s, 4000 * 49152.0 / 1e13, 1e-18);
+  EXPECT_NEAR(c.balanced.ideal_s, 4000 * 49152.0 / 1e13, 1e-18);
+  EXPECT_EQ(c.compute_bound_experts, 2);
+}
+
+TEST(Placement, LayoutsSetTheRows) {
+  const HardwareProfile hw = toy();
+  const std::vector<int64_t> load = {5, 0, 20, 3};
+  LayerCostInput in = layer(4, 1, 28, load);
+  // dropless: rows = load, idle expert skipped.
+  EXPECT_EQ(model_moe_layer(hw, in).actual.quantized_s, grouped(hw, {5, 20, 3}).quantized_s);
+  // block 8: [8, 0, 24, 8].
+  in.layout = Layout::block;
+  in.block_size = 8;
+  EXPECT_EQ(model_moe_layer(hw, in).actual.ideal_s, grouped(hw, {8, 24, 8}).ideal_s);
+  // capacity C = 20: every expert costs 20 rows, the idle one included.
+  in.layout = Layout::capacity;
+  in.capacity = 20;
+  const LayerCost cap = model_moe_layer(hw, in);
+  EXPECT_EQ(cap.actual.quantized_s, grouped(hw, {20, 20, 20, 20}).quantized_s);
+  EXPECT_NEAR(cap.actual.ideal_s, std::max((4 * 49152.0 + 80 * 768) / 1e12, 80 * 49152.0 / 1e13), 1e-20);
+  // Balanced loads under the same capacity cost the same E x C rows: efficiency 1.
+  EXPECT_EQ(cap.batching_efficiency, 1.0);
+  // capacity layout without a capacity: the buffer holds max(load) = 20 rows per expert too.
+  in.capacity = 0;
+  EXPECT_EQ(model_moe_layer(hw, in).actual.quantized_s, cap.actual.quantized_s);
+}
+
+TEST(Placement, DenseMlpIsOneExpert) {
+  const HardwareProfile hw = toy();
+  const ExpertRoofline m(hw, 64, 128, Dtype::fp16);
+  const LayerCost c = model_moe_layer(hw, layer(1, 1, 37, {37}));
+  EXPECT_EQ(c.actual.quantized_s, expert_time(m, 37).quantized_s);
+  EXPECT_EQ(c.batching_efficiency, 1.0);
+}
+
+TEST(Placement, SharedExpertsProcessEveryToken) {
+  const HardwareProfile hw = toy();
+  LayerCostInput in = layer(4, 1, 12, {6, 6, 0, 0});
+  in.shared_experts = 2;
+  const LayerCost c = model_moe_layer(hw, in);
+  EXPECT_EQ(c.actual.quantized_s, grouped(hw, {6, 6, 12, 12}).quantized_s);
+  EXPECT_EQ(c.balanced.quantized_s, grouped(hw, {3, 3, 3, 3, 12, 12}).quantized_s);
+  EXPECT_EQ(c.device_tokens, (std::vector<int64_t>{12}));  // routed assignments only
+  // Expert parallel over 2 devices: each runs the 2 shared experts on its 6 local tokens.
+  in.placement = expert_parallel(2);
+  const LayerCost ep = model_moe_layer(hw, in);
+  EXPECT_EQ(ep.device_time_s[0], grouped(hw, {6, 6, 6}).quantized_s);  // expert 0 (+ expert 2 idle)
+  EXPECT_EQ(ep.device_time_s[1], grouped(hw, {6, 6, 6}).quantized_s);  // expert 1 (+ expert 3 idle)
+}
+
+TEST(Placement, AllToAllBytesForTwoDevicesByHand) {
+  // E = 4 round-robin on 2 devices: experts 0, 2 on device 0 and 1, 3 on device 1.
+  // loads [6, 2, 4, 0] -> device loads L = [10, 2]. Tokens start half on each device, so half of each
+  // device's assignments come from the other one: device 0 sends L1/2 = 1 row and receives L0/2 = 5;
+  // device 1 sends 5 and receives 1. A row is 64 * 2 B = 128 B.
+  // Bytes leaving their device: (1 + 5) rows * 128 B = 768 B per phase, 1536 B dispatch + combine.
+  // Phase time: max over devices of max(sent, received) = 5 rows = 640 B / 100e9 = 6.4e-9 s, plus
+  // 1 us latency; two phases.
+  LayerCostInput in = layer(4, 2, 6, {6, 2, 4, 0});
+  in.placement = expert_parallel(2);
+  const HardwareProfile hw = toy();
+  const LayerCost c = model_moe_layer(hw, in);
+  EXPECT_EQ(c.device_tokens, (std::vector<int64_t>{10, 2}));
+  EXPECT_DOUBLE_EQ(c.all_to_all_bytes, 1536.0);
+  EXPECT_NEAR(c.all_to_all_s, 2 * (6.4e-9 + 1e-6), 1e-20);
+  EXPECT_NEAR(c.rank_imbalance, 10.0 / 6.0, 1e-15);
+  EXPECT_NEAR(c.balancedness, 0.6, 1e-15);
+  // Layer time = slowest device + all-to-all; the ideal column has no latency.
+  const double dev0 = grouped(hw, {6, 4}).quantized_s, dev1 = grouped(hw, {2}).quantized_s;
+  EXPECT_EQ(c.device_time_s, (std::vector<double>{dev0, dev1}));
+  EXPECT_NEAR(c.actual.quantized_s, std::max(dev0, dev1) + c.all_to_all_s, 1e-18);
+  EXPECT_NEAR(c.actual.ideal_s, std::max(grouped(hw, {6, 4}).ideal_s, grouped(hw, {2}).ideal_s) + 2 * 6.4e-9, 1e-18);
+  // A map puts experts 0, 1 on device 1: L = [4, 8].
+  in.placement = expert_parallel(2, 0, {1, 1, 0, 0});
+  EXPECT_EQ(model_moe_layer(hw, in).device_tokens, (std::vector<int64_t>{4, 8}));
+  // One device: nothing crosses a link.
+  in.placement = expert_parallel(1);
+  EXPECT_EQ(model_moe_layer(hw, in).all_to_all_s, 0.0);
+}
+
+TEST(Placement, AllToAllAcrossNodesByHand) {
+  // 4 devices in nodes of 2; E = 4 round-robin, loads [8, 4, 4, 0] = device loads; node loads 12, 4.
+  // Rows per device (1/4 of each device's assignments come from each device):
+  //   d0: sends intra (12-8)/4 = 1, inter 4/4 = 1; receives intra 8*1/4 = 2, inter 8*2/4 = 4
+  //   d1: sends intra 2, inter 1; receives intra 1, inter 2
+  //   d2: sends intra 0, inter 12/4 = 3; receives intra 1, inter 2
+  //   d3: sends intra 1, inter 3; receives 0, 0
+  // Link 100 GB/s, inter-node 10 GB/s, 128 B rows: d0 max(2*128/1e11, 4*128/1e10) = 5.12e-8 s is the
+  // slowest; rows leaving: 2 + 3 + 3 + 4 = 12 (= 16 * 3/4), 3072 B dispatch + combine.
+  LayerCostInput in = layer(4, 1, 16, {8, 4, 4, 0});
+  in.placement = expert_parallel(4);
+  const LayerCost c = model_moe_layer(toy("devices_per_node: 2\ninter_node_bandwidth_gbs: 10\n"), in);
+  EXPECT_DOUBLE_EQ(c.all_to_all_bytes, 3072.0);
+  EXPECT_NEAR(c.all_to_all_s, 2 * (5.12e-8 + 1e-6), 1e-20);
+  // Without an inter-node figure the profile cannot model two nodes.
+  try {
+    model_moe_layer(toy("devices_per_node: 2\n"), in);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("hardware.inter_node_bandwidth_gbs"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Placement, ExpertParallelNeedsALink) {
+  const HardwareProfile hw =
+      parse_hardware_profile("name: nolink\npeak_tflops: {fp16: 10}\nmemory_bandwidth_gbs: 1000\nsm_count: 4\n", "n.yaml");
+  LayerCostInput in = layer(4, 1, 8, {2, 2, 2, 2});
+  in.placement = expert_parallel(2);
+  try {
+    model_moe_layer(hw, in);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("hardware.link_bandwidth_gbs"), std::string::npos) << e.what();
+  }
+  in.placement = PlacementConfig{};
+  EXPECT_NO_THROW(model_moe_layer(hw, in));
+}
+
+TEST(Placement, SkewHurtsExpertParallelInTheComputeBoundRegime) {
+  // E = 8 over 8 devices, 16384 assignments: all on expert 0 versus 2048 each. The hot device does 8x
+  // the compute and receives 7/8 of everything.
+  LayerCostInput in = layer(8, 1, 16384, {16384, 0, 0, 0, 0, 0, 0, 0});
+  in.placement = expert_parallel(8);
+  const LayerCost c = model_moe_layer(toy(), in);
+  EXPECT_LT(c.batching_efficiency, 0.2);
+  EXPECT_DOUBLE_EQ(c.rank_imbalance, 8.0);
+  EXPECT_DOUBLE_EQ(c.balancedness, 0.125);
+}
+
+TEST(Placement, EplbReplicationLowersTheMaxDeviceLoad) {
+  // E = 8, D = 4, loads [100, 10 x 7]. Round-robin: device 0 holds experts 0 and 4 = 110.
+  const std::vector<int64_t> load = {100, 10, 10, 10, 10, 10, 10, 10};
+  const ExpertPlacement rr = place_experts(load, expert_parallel(4));
+  std::vector<int64_t> dev(4, 0);
+  for (size_t i = 0; i < rr.expert.size(); ++i) dev[rr.device[i]] += rr.load[i];
+  EXPECT_EQ(dev, (std::vector<int64_t>{110, 20, 20, 20}));
+  // 4 replicas all go to expert 0 (100/1, 100/2 = 50, 33.3, 25 all beat 10): 5 copies of 20.
+  // 12 slots, 3 per device. Packing heaviest first onto the lightest device with room:
+  // 20s -> d0, d1, d2, d3, d0 (40); 10s -> d1, d2, d3 (30 each), d1, d2, d3 (40 each), d0 (50).
+  const ExpertPlacement p = place_experts(load, expert_parallel(4, 4));
+  EXPECT_EQ(p.replicas[0], 5);
+  EXPECT_EQ(std::count(p.replicas.begin(), p.replicas.end(), 1), 7);
+  ASSERT_EQ(p.expert.size(), 12u);
+  std::fill(dev.begin(), dev.end(), 0);
+  std::vector<int> count(4, 0);
+  for (size_t i = 0; i < p.expert.size(); ++i) {
+    dev[p.device[i]] += p.load[i];
+    ++count[p.device[i]];
+    if (p.expert[i] == 0) {
+      EXPECT_EQ(p.load[i], 20);
+    }
+  }
+  EXPECT_EQ(dev, (std::vector<int64_t>{50, 40, 40, 40}));
+  EXPECT_EQ(count, (std::vector<int>{3, 3, 3, 3}));
+  // Through the layer model: lower rank imbalance than round-robin.
+  LayerCostInput in = layer(8, 2, 95, load);
+  in.placement = expert_parallel(4);
+  const double rr_imbalance = model_moe_layer(toy(), in).rank_imbalance;
+  in.placement = expert_parallel(4, 4);
+  const LayerCost c = model_moe_layer(toy(), in);
+  EXPECT_EQ(c.device_tokens, (std::vector<int64_t>{50, 40, 40, 40}));
+  EXPECT_LT(c.rank_imbalance, rr_imbalance);
+  EXPECT_NEAR(rr_imbalance, 110.0 / 42.5, 1e-12);
+}
+
+TEST(Placement, ReplicaLoadSplitAndPlanningLoad) {
+  // 7 assignments over 3 replicas: 3, 2, 2 (the first load % r replicas take one more).
+  ExpertPlacement p = place_experts({9, 1}, expert_parallel(2, 2));
+  EXPECT_EQ(p.replicas, (std::vector<int32_t>{3, 1}));
+  assign_load(p, {7, 1});
+  std::vector<int64_t> e0;
+  for (size_t i = 0; i < p.expert.size(); ++i)
+    if (p.expert[i] == 0) e0.push_back(p.load[i]);
+  EXPECT_EQ(e0, (std::vector<int64_t>{3, 2, 2}));
+  // A stale planning load: replicas follow placement_load, the time follows load.
+  LayerCostInput in = layer(2, 1, 8, {1, 7});
+  in.placement = expert_parallel(2, 2);
+  in.placement_load = {9, 1};  // planned for expert 0 being hot; expert 1 is hot now
+  const LayerCost c = model_moe_layer(toy(), in);
+  EXPECT_EQ(std::accumulate(c.device_tokens.begin(), c.device_tokens.end(), int64_t{0}), 8);
+  EXPECT_EQ(*std::max_element(c.device_tokens.begin(), c.device_tokens.end()), 7);
+}
+
+TEST(Placement, MapWithReplicasIsAConfigError) {
+  EXPECT_THROW(place_experts({1, 2}, expert_parallel(2, 1, {0, 1})), ConfigError);
+}
+
+TEST(Placement, EmptyBatchAndBadInputs) {
+  const LayerCost c = model_moe_layer(toy(), layer(3, 2, 0, {0, 0, 0}));
+  EXPECT_EQ(c.actual.quantized_s, 0.0);
+  EXPECT_EQ(c.balanced.quantized_s, 0.0);
+  EXPECT_EQ(c.batching_efficiency, 1.0);
+  LayerCostInput in = layer(3, 2, 0, {0, 0, 0});
+  in.placement = expert_parallel(2);
+  const LayerCost e = model_moe_layer(toy(), in);
+  EXPECT_EQ(e.rank_imbalance, 1.0);
+  EXPECT_EQ(e.all_to_all_s, 0.0);  // nothing to send: no phase runs
+  EXPECT_THROW(model_moe_layer(toy(), layer(3, 2, 4, {1, 1})), PreconditionError);
+  EXPECT_THROW(model_moe_layer(toy(), layer(3, 4, 4, {1, 1, 1})), PreconditionError);
+  EXPECT_THROW(model_moe_layer(toy(), layer(3, 1, 4, {1, -1, 1})), PreconditionError);
+  LayerCostInput bf = layer(2, 1, 4, {2, 2});
+  bf.dtype = Dtype::bf16;  // the toy profile has no bf16 peak
+  EXPECT_THROW(model_moe_layer(toy(), bf), ConfigError);
+}
+
+TEST(Placement, RandomLoadsKeepInvariants) {
+  // Invariants on random loads: device tokens sum to the loads, replicas sum to E + R, every device
+  // holds at most ceil((E + R) / D) slots, ideal <= quantized <= calibrated (efficiencies <= 1).
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  const HardwareProfile hw = toy("efficiency_flops: 0.7\nefficiency_bw: 0.9\n");
+  for (int trial = 0; trial < 100; ++trial) {
+    const int E = 1 + static_cast<int>(rng() % 13), D = 1 + static_cast<int>(rng() % 6);
+    const int R = static_cast<int>(rng() % 5);
+    std::vector<int64_t> load(E);
+    for (auto& l : load) l = static_cast<int64_t>(rng() % 300);
+    const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
+    LayerCostInput in = layer(E, 1, total, load);
+    in.layout = static_cast<Layout>(rng() % 3);
+    in.block_size = 1 + static_cast<int>(rng() % 64);
+    in.placement = expert_parallel(D, R);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " trial " << trial << " E " << E << " D " << D << " R " << R);
+    const LayerCost c = model_moe_layer(hw, in);
+    EXPECT_EQ(std::accumulate(c.device_tokens.begin(), c.device_tokens.end(), int64_t{0}), total);
+    EXPECT_LE(c.actual.ideal_s, c.actual.quantized_s);
+    EXPECT_LE(c.actual.quantized_s, c.actual.calibrated_s);
+    EXPECT_GE(c.rank_imbalance, 1.0);
+    const ExpertPlacement p = place_experts(load, in.placement);
+    EXPECT_EQ(std::accumulate(p.replicas.begin(), p.replicas.end(), 0), E + R);
+    std::vector<int> count(D, 0);
+    for (int32_t d : p.device) ++count[d];
+    EXPECT_LE(*std::max_element(count.begin(), count.end()), (E + R + D - 1) / D);
+  }
+}
+
+}  // namespace
+}  // namespace moesim

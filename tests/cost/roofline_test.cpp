@@ -1,0 +1,153 @@
+// Tests src/cost/roofline: per-expert t(n) flat then linear, the knee past the weights-only critical
+// batch, tile and wave quantization steps, launches, efficiencies, grouped experts and attention decode,
+// all against numbers worked by hand on a small profile. Host only.
+#include "cost/roofline.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+// F = 10 TFLOP/s fp16, BW = 1 TB/s (ridge 10 FLOP/B), 4 SMs, 16x16 tiles, 1 us launches.
+HardwareProfile toy(const std::string& extra = "") {
+  return parse_hardware_profile("name: toy\npeak_tflops: {fp16: 10}\nmemory_bandwidth_gbs: 1000\nsm_count: 4\n"
+                                "tile_m: 16\ntile_n: 16\nlaunch_overhead_us: 1\n" + extra,
+                                "toy.yaml");
+}
+
+// hidden 64, ffn 128, fp16: P = 3*64*128 = 24576 parameters, W = 49152 B, 2P = 49152 FLOPs per row,
+// A(n)/n = 2*(64 + 128)*2 = 768 B per row.
+constexpr double kW = 49152, kActRow = 768, kFlopsRow = 49152, kBW = 1e12, kF = 10e12;
+// Relative tolerance: sums of a few doubles.
+constexpr double kRel = 1e-12;
+
+TEST(Roofline, ExpertConstants) {
+  const ExpertRoofline m(toy(), 64, 128, Dtype::fp16);
+  EXPECT_DOUBLE_EQ(m.weight_bytes, kW);
+  EXPECT_DOUBLE_EQ(m.act_bytes_per_row, kActRow);
+  EXPECT_DOUBLE_EQ(m.flops_per_row, kFlopsRow);
+  EXPECT_EQ(m.col_tiles_up, 16);   // ceil(2*128 / 16)
+  EXPECT_EQ(m.col_tiles_down, 4);  // ceil(64 / 16)
+  // One wave: 2 * 16 * 16 * K * 4 SMs / F.
+  EXPECT_NEAR(m.wave_s_up, 2.0 * 16 * 16 * 64 * 4 / kF, 1e-24);
+  EXPECT_NEAR(m.wave_s_down, 2.0 * 16 * 16 * 128 * 4 / kF, 1e-24);
+}
+
+TEST(Roofline, ExpertTimeIsFlatThenLinear) {
+  const ExpertRoofline m(toy(), 64, 128, Dtype::fp16);
+  // Memory-bound below the knee: t(n) = (W + 768 n) / BW; t(1) = 49920 / 1e12.
+  EXPECT_NEAR(expert_time(m, 1).ideal_s, 4.992e-8, 4.992e-8 * kRel);
+  for (int n = 1; n <= 11; ++n) {
+    EXPECT_NEAR(expert_time(m, n).ideal_s, (kW + kActRow * n) / kBW, 1e-8 * kRel) << n;
+  }
+  // Knee: 49152 n / 1e13 = (49152 + 768 n) / 1e12 at n = 491520 / 41472 = 11.85.
+  EXPECT_FALSE(m.compute_bound(11));
+  EXPECT_TRUE(m.compute_bound(12));
+  // The weights-only critical batch is 10 (10e12 * 2 / (2 * 1e12)); activations move the knee past it.
+  EXPECT_DOUBLE_EQ(critical_batch(toy(), Dtype::fp16), 10.0);
+  EXPECT_FALSE(m.compute_bound(10));
+  // Compute-bound above: t(n) = 49152 n / 1e13, linear: t(24) = 2 t(12).
+  EXPECT_NEAR(expert_time(m, 12).ideal_s, 5.89824e-8, 5.89824e-8 * kRel);
+  EXPECT_NEAR(expert_time(m, 24).ideal_s, 2 * expert_time(m, 12).ideal_s, 1e-7 * kRel);
+  EXPECT_NEAR(expert_time(m, 1000).ideal_s, 1000 * kFlopsRow / kF, 1e-5 * kRel);
+  // Flat: 11x the tokens below the knee cost only 15% more than one token.
+  EXPECT_LT(expert_time(m, 11).ideal_s / expert_time(m, 1).ideal_s, 1.16);
+  // An idle expert costs nothing, not even a launch.
+  EXPECT_EQ(expert_time(m, 0).quantized_s, 0.0);
+}
+
+TEST(Roofline, TileQuantizationStepsAtTileBoundaries) {
+  const ExpertRoofline m(toy(), 64, 128, Dtype::fp16);
+  const double launches = 2e-6;  // up and down GEMMs, 1 us each
+  // n in [1, 16]: 1 row tile; up GEMM 16 tiles = 4 waves of 4 SMs, down GEMM 4 tiles = 1 wave:
+  // 4 * 1.31072e-8 + 1 * 2.62144e-8 = 7.86432e-8 s, above the memory time (at most 6.144e-8 s).
+  for (int n : {1, 2, 15, 16}) {
+    EXPECT_NEAR(expert_time(m, n).quantized_s - launches, 7.86432e-8, 1e-20) << n;
+  }
+  // n = 17: 2 row tiles, 8 + 2 waves: 8 * 1.31072e-8 + 2 * 2.62144e-8 = 1.572864e-7 s.
+  EXPECT_NEAR(expert_time(m, 17).quantized_s - launches, 1.572864e-7, 1e-20);
+  EXPECT_NEAR(expert_time(m, 32).quantized_s, expert_time(m, 17).quantized_s, 1e-20);
+  EXPECT_GT(expert_time(m, 33).quantized_s, expert_time(m, 32).quantized_s);
+  // On whole tiles and waves, quantized compute equals the ideal compute: n = 16 and 32.
+  EXPECT_NEAR(expert_time(m, 16).quantized_s - launches, expert_time(m, 16).ideal_s, 1e-20);
+  EXPECT_NEAR(expert_time(m, 32).quantized_s - launches, expert_time(m, 32).ideal_s, 1e-20);
+  // The ideal column has neither steps nor launches.
+  EXPECT_LT(expert_time(m, 16).ideal_s, expert_time(m, 17).ideal_s);
+  EXPECT_LT(expert_time(m, 17).ideal_s - expert_time(m, 16).ideal_s, 1e-8);
+}
+
+TEST(Roofline, WaveQuantization) {
+  // 3 SMs: up 16 tiles -> 6 waves of 2*16*16*64*3/1e13 = 9.8304e-9; down 4 tiles -> 2 waves of
+  // 1.96608e-8: 5.89824e-8 + 3.93216e-8 = 9.8304e-8, 1.25x the 4-SM time of the same tiles.
+  const ExpertRoofline m(toy("") /*4 SMs*/, 64, 128, Dtype::fp16);
+  HardwareProfile three = toy();
+  three.sm_count = 3;
+  const ExpertRoofline m3(three, 64, 128, Dtype::fp16);
+  EXPECT_NEAR(expert_time(m3, 16).quantized_s - 2e-6, 9.8304e-8, 1e-20);
+  EXPECT_NEAR((expert_time(m3, 16).quantized_s - 2e-6) / (expert_time(m, 16).quantized_s - 2e-6), 1.25, 1e-12);
+}
+
+TEST(Roofline, CalibratedAppliesEfficiencies) {
+  const ExpertRoofline m(toy("efficiency_flops: 0.5\nefficiency_bw: 0.8\n"), 64, 128, Dtype::fp16);
+  // n = 1: max(49920e-12 / 0.8, 7.86432e-8 / 0.5) + 2 us = 1.572864e-7 + 2e-6.
+  EXPECT_NEAR(expert_time(m, 1).calibrated_s, 1.572864e-7 + 2e-6, 1e-18);
+  EXPECT_NEAR(expert_time(m, 1).quantized_s, 7.86432e-8 + 2e-6, 1e-18);
+  EXPECT_NEAR(expert_time(m, 1).ideal_s, 4.992e-8, 1e-18);
+  // 20 experts of n = 1 in one grouped kernel: memory 20 * 49920 B -> 9.984e-7 / 0.8 = 1.248e-6 s;
+  // compute 20 row tiles -> 80 + 20 waves = 1.572864e-6 / 0.5 = 3.145728e-6 s; the larger wins.
+  GroupedCost g(m);
+  for (int e = 0; e < 20; ++e) g.add(1);
+  EXPECT_NEAR(g.time().calibrated_s, std::max(9.984e-7 / 0.8, (80 * 1.31072e-8 + 20 * 2.62144e-8) / 0.5) + 2e-6, 1e-18);
+}
+
+TEST(Roofline, GroupedKernelPoolsTilesAndSkipsIdleExperts) {
+  const ExpertRoofline m(toy(), 64, 128, Dtype::fp16);
+  GroupedCost g(m);
+  g.add(5);
+  g.add(0);  // skipped: no weights read
+  g.add(30);
+  EXPECT_EQ(g.experts(), 2);
+  EXPECT_EQ(g.rows(), 35);
+  // ideal = max((2 W + 35 * 768) / BW, 35 * 49152 / F) = max(1.25184e-7, 1.72032e-7).
+  EXPECT_NEAR(g.time().ideal_s, 1.72032e-7, 1e-19);
+  // Row tiles 1 + 2 = 3: up 48 tiles = 12 waves, down 12 tiles = 3 waves:
+  // 12 * 1.31072e-8 + 3 * 2.62144e-8 = 2.359296e-7, plus one launch per GEMM for the whole group.
+  EXPECT_NEAR(g.time().quantized_s, 2.359296e-7 + 2e-6, 1e-18);
+  // Two experts of 16 rows pool into 2 row tiles, the same waves as one expert of 17 rows.
+  GroupedCost two(m);
+  two.add(16);
+  two.add(16);
+  EXPECT_NEAR(two.time().quantized_s - 2e-6, 1.572864e-7, 1e-20);
+  EXPECT_EQ(GroupedCost(m).time().quantized_s, 0.0);
+}
+
+TEST(Roofline, MissingDtypeIsAConfigError) {
+  EXPECT_THROW(ExpertRoofline(toy(), 64, 128, Dtype::bf16), ConfigError);
+  EXPECT_THROW(ExpertRoofline(toy(), 0, 128, Dtype::fp16), PreconditionError);
+}
+
+TEST(Roofline, AttentionDecodeStep) {
+  // hidden 64, 4 heads, 2 KV heads, head_dim 16, fp16; batch 2, 100 cached tokens in all.
+  // Weights: 64 * (64 + 2*32) + 64 * 64 = 12288 params = 24576 B; KV read 100 * 2 * 32 * 2 = 12800 B;
+  // new K/V 2 * 2 * 32 * 2 = 256 B; x and y 2 * 2 * 64 * 2 = 512 B: 38144 B -> 3.8144e-8 s.
+  // FLOPs 2 * 2 * 12288 + 4 * 100 * 64 = 74752 -> 7.4752e-9 s: memory-bound.
+  AttentionShape s;
+  s.hidden = 64;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 16;
+  s.dtype = Dtype::fp16;
+  const CostBreakdown c = attention_decode_time(toy(), s, 2, 100);
+  EXPECT_NEAR(c.ideal_s, 3.8144e-8, 1e-20);
+  EXPECT_NEAR(c.quantized_s, 3.8144e-8 + 3e-6, 1e-18);
+  EXPECT_EQ(attention_decode_time(toy(), s, 0, 0).quantized_s, 0.0);
+  // Longer contexts cost KV-cache bytes linearly: 1000 more cached tokens = 128000 B more.
+  EXPECT_NEAR(attention_decode_time(toy(), s, 2, 1100).ideal_s - c.ideal_s, 1.28e-7, 1e-19);
+}
+
+}  // namespace
+}  // namespace moesim

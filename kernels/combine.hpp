@@ -75,7 +75,7 @@ void build_token_index(const Policy& policy, const int32_t* token, int64_t n, in
   thrust::tabulate(policy, keys, keys + n, detail::TokenKeyOp{token});
   thrust::tabulate(policy, token_assign, token_assign + n, detail::IotaOp{});
   if (!thrust::is_sorted(policy, keys, keys + n)) {
-    stable_sort_small_keys(policy, keys, token_assign, n, num_tokens);
+    stable_sort_small_keys(policy, keys, token_assign, n, SortKeyBound{num_tokens});
   }
   thrust::lower_bound(policy, keys, keys + n, thrust::counting_iterator<int64_t>(0),
                       thrust::counting_iterator<int64_t>(num_tokens + 1), token_offsets);

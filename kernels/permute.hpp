@@ -20,13 +20,19 @@
 
 namespace moesim {
 
-// Stable sort of (key, value) pairs whose keys lie in [0, key_bound]. The one sorting call site of the
-// dispatch and combine stages: a CUB radix overload on the CUDA policy type sorts only the
-// ceil(log2(key_bound + 1)) low bits and slots in here without changing callers.
+// Upper bound of the sort keys: keys lie in [0, value]. A moesim type, so that the unqualified call
+// below also finds, by argument-dependent lookup, overloads declared after this header.
+struct SortKeyBound {
+  int64_t value;
+};
+
+// Stable sort of (key, value) pairs whose keys lie in [0, bound.value]. The one sorting call site of the
+// dispatch and combine stages: a CUB radix overload taking the exact CUDA policy type, declared in its own
+// header before the instantiation, sorts only the ceil(log2(bound.value + 1)) low bits and wins over this
+// template (a non-template exact match) without any caller changing.
 template <class Policy>
-void stable_sort_small_keys(const Policy& policy, int32_t* keys, int32_t* values, int64_t n,
-                            int64_t key_bound) {
-  (void)key_bound;  // generic Thrust sorts all 32 bits
+void stable_sort_small_keys(const Policy& policy, int32_t* keys, int32_t* values, int64_t n, SortKeyBound bound) {
+  (void)bound;  // generic Thrust compares whole 32-bit keys
   thrust::stable_sort_by_key(policy, keys, keys + n, values);
 }
 
@@ -90,7 +96,7 @@ void permute_by_expert(const Policy& policy, const int32_t* expert, const uint8_
                        int num_experts, int32_t* sorted_keys, int32_t* order, int64_t* offsets) {
   thrust::tabulate(policy, sorted_keys, sorted_keys + n, detail::ExpertKeyOp{expert, kept, num_experts});
   thrust::tabulate(policy, order, order + n, detail::IotaOp{});
-  stable_sort_small_keys(policy, sorted_keys, order, n, num_experts);
+  stable_sort_small_keys(policy, sorted_keys, order, n, SortKeyBound{num_experts});
   // Segment starts by binary search over the sorted keys: no histogram, no atomics.
   thrust::lower_bound(policy, sorted_keys, sorted_keys + n, thrust::counting_iterator<int32_t>(0),
                       thrust::counting_iterator<int32_t>(num_experts + 1), offsets);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -71,7 +72,7 @@ TEST(Cli, CompareAllHasOneRowPerStrategy) {
 
 TEST(Cli, ConfigRoundTrips) {
   const std::string dir = testing::make_temp_dir();
-  const auto a = run_cli("config --set router.top_k=4 --out " + dir + "/a.yaml");
+  const auto a = run_cli("config --set model.top_k=4 --out " + dir + "/a.yaml");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   const auto b = run_cli("config " + dir + "/a.yaml");
   ASSERT_EQ(b.exit_code, 0) << b.err;

@@ -116,7 +116,12 @@ TEST(LoadConfig, OlmoeConfigLoads) {
   EXPECT_EQ(e.model.head_dim, 128);
   EXPECT_EQ(e.model.vocab, 50304);
   EXPECT_FALSE(e.router.renormalize);
-  EXPECT_EQ(e.workload.source, WorkloadSource::decoder);
+  EXPECT_EQ(e.workload.source, WorkloadSource::synthetic);
+  EXPECT_EQ(e.workload.batch, 2048);
+}
+
+TEST(LoadConfig, PromptLenRangeForm) {
+  const Experiment e = default_experiment({"workload.prompt_len=64..256"});
   EXPECT_TRUE(e.workload.prompt_len_range);
   EXPECT_EQ(e.workload.prompt_len, (std::vector<int>{64, 256}));
 }

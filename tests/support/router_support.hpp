@@ -205,12 +205,16 @@ inline std::string describe(const RouterConfig& cfg, const SweepShape& s, uint64
 }
 
 // route_omp against route_ref on fresh seeded logits for every shape and capacity variant of `bases`
-// (set_groups is applied per shape for group_limited and aux_free_bias). aux_free_bias runs three
+// (set_groups is applied per shape for group_limited and aux_free_bias); every other variant rounds
+// the logits to multiples of 1/2 so that the tie rules are exercised. aux_free_bias runs three
 // batches through one state per path so that the biases, and the routing they steer, must agree.
 inline void sweep_omp_against_ref(const std::vector<RouterConfig>& bases, uint64_t seed) {
   for (const RouterConfig& base : bases) {
     for (const SweepShape& s : sweep_shapes()) {
-      for (RouterConfig cfg : capacity_variants(base)) {
+      const std::vector<RouterConfig> variants = capacity_variants(base);
+      for (size_t v = 0; v < variants.size(); ++v) {
+        RouterConfig cfg = variants[v];
+        const bool ties = v % 2 == 1;  // every other variant: logits rounded to halves, so ties abound
         if (cfg.gating == Gating::group_limited || cfg.gating == Gating::aux_free_bias) {
           set_groups(cfg, s.num_experts, s.top_k);
         }
@@ -219,9 +223,11 @@ inline void sweep_omp_against_ref(const std::vector<RouterConfig>& bases, uint64
         RouterState state_omp, state_ref;
         const int batches = cfg.gating == Gating::aux_free_bias ? 3 : 1;
         for (int b = 0; b < batches; ++b) {
-          const std::vector<float> logits =
-              b == 0 ? random_logits(s.num_tokens, s.num_experts, case_seed + b)
-                     : skewed_logits(s.num_tokens, s.num_experts, case_seed + b, 1, 2.0);
+          std::vector<float> logits = b == 0 ? random_logits(s.num_tokens, s.num_experts, case_seed + b)
+                                             : skewed_logits(s.num_tokens, s.num_experts, case_seed + b, 1, 2.0);
+          if (ties) {
+            for (float& x : logits) x = std::round(x * 2.0f) / 2.0f;
+          }
           std::vector<int64_t> ids(static_cast<size_t>(s.num_tokens));
           for (size_t t = 0; t < ids.size(); ++t) ids[t] = static_cast<int64_t>((t * 7919u + case_seed) % 32000u);
           RouteRequest req = make_request(logits, s.num_tokens, s.num_experts, s.top_k, case_seed + b);
@@ -229,7 +235,7 @@ inline void sweep_omp_against_ref(const std::vector<RouterConfig>& bases, uint64
           req.sequence_length = 5;
           const Routing got = route_omp(cfg, req, &state_omp);
           const Routing want = route_ref(cfg, req, &state_ref);
-          ASSERT_TRUE(same_routing(got, want)) << describe(cfg, s, case_seed) << " batch " << b;
+          ASSERT_TRUE(same_routing(got, want)) << describe(cfg, s, case_seed) << " batch " << b << " ties " << ties;
           ASSERT_TRUE(valid_routing(got, cfg.gating != Gating::expert_choice)) << describe(cfg, s, case_seed);
           ASSERT_EQ(state_omp.expert_bias, state_ref.expert_bias) << describe(cfg, s, case_seed);
         }

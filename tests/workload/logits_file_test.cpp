@@ -2,7 +2,9 @@
 // input raising InputError with the file name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/error.hpp"
 #include "workload/logits_file.hpp"

@@ -1,5 +1,6 @@
 // Serial reference for balanced_gating.hpp: a round-robin counter over tokens and slots.
-// Out: expert, weight [num_tokens * top_k] token-major. Host only. Test: tests/router/balanced_gating_test.cpp.
+// Out: expert, weight [num_tokens * top_k] token-major; deterministic by construction.
+// Host only. Test: tests/router/balanced_gating_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // Per-token building blocks shared by the Thrust gating templates: top-k selection (ties to the lower
 // expert), softmax/sigmoid scores and the combine-weight rule. Inputs are one token's row, outputs its
 // k slots; no allocation, double arithmetic in expert (or slot) order, so results are deterministic.
-// MOESIM_HD, built by g++ and nvcc. The `_ref.hpp` references do not use this file; they re-derive the
-// same formulas with plain loops. Covered by tests/router/topk_gating_test.cpp and the other router tests.
+// MOESIM_HD, built by g++ and nvcc. The `_ref.hpp` references take only the parameter structs from here
+// and re-derive the formulas with plain loops. Covered by tests/router/topk_gating_test.cpp and the rest.
 #pragma once
 
 #include <cmath>

@@ -1,5 +1,6 @@
-// Serial reference for hash_gating.hpp: the same hash and forward probing, with plain loops.
-// Out: expert, weight [num_tokens * top_k] token-major. Host only. Test: tests/router/hash_gating_test.cpp.
+// Serial reference for hash_gating.hpp: the same hash and forward probing, with plain loops and
+// std::find. Out: expert, weight [num_tokens * top_k] token-major; deterministic by construction.
+// Host only. Test: tests/router/hash_gating_test.cpp.
 #pragma once
 
 #include <algorithm>

@@ -3,15 +3,6 @@
 // aux_free_bias update, capacity and drop policy, renormalisation after drops, and returns a host Routing.
 // Instantiated by kernels/host/routing_omp.cpp (OpenMP); a CUDA traits struct instantiates it as is.
 // Deterministic at any thread count. Test: tests/router/route_test.cpp (against route_ref).
-//
-// Traits requirements:
-//   template <class T> using vector = ...;                  owning buffer in the backend's memory
-//   static auto policy();                                    Thrust execution policy
-//   template <class T> static vector<T> make(size_t n);
-//   template <class T> static T* data(vector<T>& v);
-//   template <class T> static vector<T> copy_in(const T* host, size_t n);
-//   template <class T> static const T* view(const T* host, size_t n, vector<T>& holder);  // copy only if needed
-//   template <class T> static std::vector<T> copy_out(vector<T>&& v);
 #pragma once
 
 #include <algorithm>
@@ -69,6 +60,15 @@ inline GroupLimitedParams group_params(const RouterConfig& cfg) {
 
 }  // namespace router_detail
 
+// Traits requirements (kernels/host/routing_omp.cpp has the OpenMP one):
+//   template <class T> using vector = ...;        owning buffer in the backend's memory
+//   static auto policy();                          Thrust execution policy
+//   template <class T> static vector<T> make(size_t n);
+//   template <class T> static T* data(vector<T>& v);
+//   template <class T> static vector<T> copy_in(const T* host, size_t n);
+//   template <class T> static const T* view(const T* host, size_t n, vector<T>& holder);  // copies only if needed
+//   template <class T> static std::vector<T> copy_out(vector<T>&& v);
+// req.logits and req.token_ids are host memory; the result is a host Routing.
 template <class Traits>
 Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState* state) {
   check_route_request(cfg, req, state);

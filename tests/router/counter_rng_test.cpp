@@ -1,5 +1,6 @@
 // Tests of the counter-based RNG (router/counter_rng.hpp): pure function of (seed, stream, index),
 // distinct draws for distinct indices, and the moments of the uniform and Irwin-Hall normal draws.
+// Seeds are fixed; tolerances are several standard errors of the sample moments.
 #include <cmath>
 #include <cstdint>
 #include <set>

@@ -141,6 +141,13 @@ TEST(TopKGating, AllTokensOnOneExpert) {
   for (int b = 0; b < 2; ++b) {
     const Routing r = kBoth[b](RouterConfig{}, make_request(logits, 16, 6, 1), nullptr);
     EXPECT_EQ(test::expert_loads(r), (std::vector<int64_t>{0, 0, 0, 0, 16, 0})) << kNames[b];
+    // Capacity overflow: C = ceil(16 / 6) = 3, so expert 4 keeps tokens 0, 1, 2 and drops the rest.
+    RouterConfig cfg;
+    cfg.capacity_factor = 1.0;
+    const Routing capped = kBoth[b](cfg, make_request(logits, 16, 6, 1), nullptr);
+    EXPECT_EQ(capped.capacity, 3) << kNames[b];
+    EXPECT_EQ(test::expert_loads(capped), (std::vector<int64_t>{0, 0, 0, 0, 3, 0})) << kNames[b];
+    for (int t = 0; t < 16; ++t) EXPECT_EQ(capped.kept[t], t < 3 ? 1 : 0) << kNames[b];
   }
 }
 

@@ -1,0 +1,41 @@
+// `moesim report FILE.json --html OUT.html`: a self-contained HTML page (inline SVG) of a run or
+// compare JSON: metrics table, per-expert load bars, batching efficiency per strategy.
+#include <fstream>
+#include <iostream>
+
+#include "cli/cli_common.hpp"
+#include "common/error.hpp"
+#include "report/atomic_write.hpp"
+#include "report/report_html.hpp"
+
+namespace moesim::cli {
+
+int cmd_report(int argc, char** argv) {
+  bool help = false;
+  std::vector<std::string> files;
+  std::string html;
+  po::options_description desc("moesim report FILE.json --html OUT.html");
+  desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
+      "file", po::value(&files), "a run/compare JSON (moesim run --format json --out FILE)")(
+      "html", po::value(&html), "write a self-contained HTML page here (atomically)");
+  parse_command_line(argc, argv, desc, "file", 1);
+  if (help) {
+    std::cout << desc << "\n";
+    return kExitOk;
+  }
+  if (files.empty()) throw InputError("report: expected a run JSON file");
+  if (html.empty()) throw InputError("--html: expected an output file for the HTML page");
+  std::ifstream in(files.front());
+  if (!in) throw InputError(files.front() + ": cannot open for reading");
+  nlohmann::json run;
+  try {
+    run = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(files.front() + ": expected a moesim run JSON, got a parse error: " + e.what());
+  }
+  write_file_atomic(html, render_html_report(run, files.front()));
+  std::cout << "report: wrote " << html << "\n";
+  return kExitOk;
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,176 @@
+// Self-contained HTML report with inline SVG charts (see report_html.hpp).
+#include "report/report_html.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "report/check.hpp"
+
+namespace moesim {
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v, int precision = 3) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+double as_number(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
+}
+
+// Vertical bars of one strategy's per-expert load, with the mean as a dashed line.
+std::string load_bars(const std::string& label, const std::vector<double>& load) {
+  const double w = 640, h = 160, pad = 30;
+  const double max_load = std::max(1.0, *std::max_element(load.begin(), load.end()));
+  double mean = 0;
+  for (double x : load) mean += x;
+  mean /= std::max<size_t>(1, load.size());
+  const double bw = (w - 2 * pad) / std::max<size_t>(1, load.size());
+  std::ostringstream os;
+  os << "<figure class=\"load\"><figcaption>" << esc(label) << ": assignments per expert</figcaption>"
+     << "<svg class=\"load-bars\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h
+     << "\" role=\"img\">";
+  for (size_t e = 0; e < load.size(); ++e) {
+    const double bh = (h - 2 * pad) * load[e] / max_load;
+    os << "<rect class=\"bar\" x=\"" << num(pad + e * bw + 1, 1) << "\" y=\"" << num(h - pad - bh, 1) << "\" width=\""
+       << num(std::max(1.0, bw - 2), 1) << "\" height=\"" << num(bh, 1) << "\"><title>expert " << e << ": "
+       << num(load[e], 0) << "</title></rect>";
+  }
+  const double my = h - pad - (h - 2 * pad) * mean / max_load;
+  os << "<line class=\"mean\" x1=\"" << pad << "\" x2=\"" << w - pad << "\" y1=\"" << num(my, 1) << "\" y2=\""
+     << num(my, 1) << "\"/><text x=\"" << w - pad << "\" y=\"" << num(my - 4, 1)
+     << "\" text-anchor=\"end\">mean " << num(mean, 1) << "</text>"
+     << "<text x=\"" << pad << "\" y=\"" << h - 8 << "\">expert 0.." << load.size() - 1 << "; max " << num(max_load, 0)
+     << "</text></svg></figure>\n";
+  return os.str();
+}
+
+// Horizontal bars of one value per strategy, with a reference line at 1.
+std::string value_bars(const std::string& css_class, const std::string& title,
+                       const std::vector<std::pair<std::string, double>>& values) {
+  const double w = 640, row = 22, left = 220, pad = 10;
+  const double h = values.size() * row + 2 * pad + 16;
+  double max_v = 1.0;
+  for (const auto& [l, v] : values)
+    if (std::isfinite(v)) max_v = std::max(max_v, v);
+  const double scale = (w - left - 60) / max_v;
+  std::ostringstream os;
+  os << "<figure><figcaption>" << esc(title) << "</figcaption><svg class=\"" << css_class << "\" width=\"" << w
+     << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\">";
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double y = pad + i * row;
+    const double v = std::isfinite(values[i].second) ? values[i].second : 0;
+    os << "<text x=\"" << left - 6 << "\" y=\"" << y + 15 << "\" text-anchor=\"end\">" << esc(values[i].first)
+       << "</text><rect class=\"bar\" x=\"" << left << "\" y=\"" << y + 3 << "\" width=\"" << num(v * scale, 1)
+       << "\" height=\"" << row - 6 << "\"/><text x=\"" << num(left + v * scale + 4, 1) << "\" y=\"" << y + 15
+       << "\">" << num(values[i].second) << "</text>";
+  }
+  const double x1 = left + scale;
+  os << "<line class=\"mean\" x1=\"" << num(x1, 1) << "\" x2=\"" << num(x1, 1) << "\" y1=\"" << pad << "\" y2=\""
+     << h - pad - 16 << "\"/><text x=\"" << num(x1, 1) << "\" y=\"" << h - 6 << "\" text-anchor=\"middle\">1</text>"
+     << "</svg></figure>\n";
+  return os.str();
+}
+
+// Polyline of the per-batch imbalance series of each strategy that has one.
+std::string series_chart(const std::vector<std::pair<std::string, std::vector<double>>>& series) {
+  const double w = 780, h = 220, pad = 36, legend = 150;  // the legend sits right of the plot
+  size_t n = 0;
+  double max_v = 1.0;
+  for (const auto& [l, s] : series) {
+    n = std::max(n, s.size());
+    for (double v : s) max_v = std::max(max_v, v);
+  }
+  std::ostringstream os;
+  os << "<figure><figcaption>imbalance (max/mean load) per batch</figcaption><svg class=\"series\" width=\"" << w
+     << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\">";
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
+  size_t c = 0;
+  for (const auto& [label, s] : series) {
+    os << "<polyline fill=\"none\" stroke=\"" << colors[c % 9] << "\" stroke-width=\"2\" points=\"";
+    for (size_t i = 0; i < s.size(); ++i) {
+      const double x = pad + (w - legend - 2 * pad) * (n > 1 ? double(i) / (n - 1) : 0.5);
+      const double y = h - pad - (h - 2 * pad) * (s[i] / max_v);
+      os << num(x, 1) << "," << num(y, 1) << " ";
+    }
+    os << "\"><title>" << esc(label) << "</title></polyline><text x=\"" << w - legend + 6 << "\" y=\"" << 14 + 14 * c
+       << "\" fill=\"" << colors[c % 9] << "\">" << esc(label) << "</text>";
+    ++c;
+  }
+  os << "<text x=\"" << pad << "\" y=\"" << h - 10 << "\">batch 1.." << n << "; top " << num(max_v, 2)
+     << "</text></svg></figure>\n";
+  return os.str();
+}
+
+}  // namespace
+
+std::string render_html_report(const nlohmann::json& run, const std::string& source_name) {
+  baseline_labels(run, source_name);  // validates the run JSON's shape
+  const auto& exp = run.value("experiment", nlohmann::json::object());
+  const std::string name = exp.value("name", std::string("moesim run"));
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>moesim: " << esc(name)
+     << "</title>\n<style>body{font:14px sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+        ".bar{fill:#4c78a8}.mean{stroke:#d62728;stroke-dasharray:4 3}svg text{font:11px sans-serif}"
+        "figure{margin:1em 0}</style></head><body>\n";
+  os << "<h1>moesim: " << esc(name) << "</h1>\n<p id=\"summary\">";
+  if (run.contains("model")) {
+    const auto& m = run["model"];
+    os << "E=" << m.value("experts", 0) << ", k=" << m.value("top_k", 0) << ", hidden " << m.value("hidden", 0)
+       << ", ffn " << m.value("ffn", 0) << ", " << esc(m.value("dtype", std::string()));
+  }
+  if (run.contains("hardware")) os << "; hardware " << esc(run["hardware"].value("name", std::string()));
+  if (run.contains("workload")) os << "; " << run["workload"].value("num_tokens", 0) << " tokens per batch";
+  os << "</p>\n<h2>Balance and cost per strategy</h2>\n<table id=\"metrics\"><thead><tr><th>strategy</th>"
+        "<th>imbalance</th><th>cv</th><th>entropy_norm</th><th>drop_rate</th><th>aux_loss</th>"
+        "<th>modeled time (us)</th><th>batching_efficiency</th><th>rank</th></tr></thead><tbody>\n";
+  std::vector<std::pair<std::string, double>> efficiency, imbalance;
+  std::vector<std::pair<std::string, std::vector<double>>> series;
+  for (const auto& s : run["strategies"]) {
+    const std::string label = s["strategy"].get<std::string>();
+    const auto& m = s["metrics"];
+    os << "<tr><td>" << esc(label) << "</td><td>" << num(as_number(m, "imbalance")) << "</td><td>"
+       << num(as_number(m, "cv")) << "</td><td>" << num(as_number(m, "entropy_norm")) << "</td><td>"
+       << num(as_number(m, "drop_rate"), 4) << "</td><td>" << num(as_number(m, "aux_loss")) << "</td><td>"
+       << num(as_number(m, "modeled_time_s") * 1e6, 1) << "</td><td>" << num(as_number(m, "batching_efficiency"))
+       << "</td><td>" << s.value("rank", 0) << "</td></tr>\n";
+    efficiency.push_back({label, as_number(m, "batching_efficiency")});
+    imbalance.push_back({label, as_number(m, "imbalance")});
+    if (s.contains("series") && s["series"].contains("imbalance"))
+      series.push_back({label, s["series"]["imbalance"].get<std::vector<double>>()});
+  }
+  os << "</tbody></table>\n<h2>Batching efficiency</h2>\n"
+     << value_bars("efficiency", "modeled balanced time / actual time (above 1: idle experts load no weights)", efficiency)
+     << "<h2>Imbalance</h2>\n" << value_bars("imbalance", "max load / mean load (1 is perfect)", imbalance);
+  if (!series.empty()) os << series_chart(series);
+  os << "<h2>Per-expert load</h2>\n";
+  for (const auto& s : run["strategies"]) {
+    if (!s["metrics"].contains("load") || !s["metrics"]["load"].is_array() || s["metrics"]["load"].empty()) continue;
+    os << load_bars(s["strategy"].get<std::string>(), s["metrics"]["load"].get<std::vector<double>>());
+  }
+  os << "<p><small>moesim " << esc(run.value("moesim_version", std::string())) << ", from " << esc(source_name)
+     << "</small></p>\n</body></html>\n";
+  return os.str();
+}
+
+}  // namespace moesim

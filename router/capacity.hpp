@@ -19,7 +19,7 @@
 
 #include "common/portability.hpp"
 #include "config/experiment.hpp"
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 
 namespace moesim {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "config/experiment.hpp"
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 
 namespace moesim {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 
 namespace moesim {
 

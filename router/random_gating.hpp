@@ -11,7 +11,7 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "common/portability.hpp"
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 
 namespace moesim {
 namespace router_detail {

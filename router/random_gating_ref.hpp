@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 
 namespace moesim {
 

@@ -11,16 +11,11 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "common/portability.hpp"
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 #include "router/gating_common.hpp"
 
 namespace moesim {
 namespace router_detail {
-
-struct LogitValue {
-  const float* row;
-  MOESIM_HD double operator()(int e) const { return row[e]; }
-};
 
 struct TokenChoiceFunctor {
   const float* logits;
@@ -33,7 +28,7 @@ struct TokenChoiceFunctor {
   MOESIM_HD void operator()(int64_t t) const {
     const float* row = logits + t * num_experts;
     int32_t* ex = expert + t * top_k;
-    select_topk(LogitValue{row}, num_experts, top_k, ex, key + t * top_k);
+    select_topk_row(row, num_experts, top_k, ex, key + t * top_k);
     gate_weights(row, num_experts, ex, top_k, rule, weight + t * top_k);
   }
 };

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/experiment.hpp"
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 #include "router/gating_common.hpp"
 
 namespace moesim {

@@ -8,6 +8,7 @@ packages=(
   libyaml-cpp-dev libboost-program-options-dev nlohmann-json3-dev
   libopenblas-openmp-dev libgtest-dev libbenchmark-dev
   libthrust-dev libcub-dev
+  openmpi-bin libopenmpi-dev
   python3 python3-numpy python3-matplotlib
 )
 

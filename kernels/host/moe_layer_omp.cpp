@@ -1,12 +1,23 @@
 // Host MoE layer: gather (kernels/gather.hpp) and combine (kernels/combine.hpp) on Thrust's OpenMP
-// backend, the routed and shared SwiGLU experts on OpenBLAS, the seeded expert weights.
-// x, y: [num_tokens, hidden] float32. Bytewise deterministic at any thread count.
-// Host only (g++). Covered by tests/experts/moe_layer_test.cpp and tests/dispatch/gather_test.cpp.
+// backend (its serial C++ backend for small inputs), the routed and shared SwiGLU experts on OpenBLAS,
+// the seeded expert weights. x, y: [num_tokens, hidden] float32. Bytewise deterministic at any thread
+// count. Host only (g++). Covered by tests/experts/moe_layer_test.cpp and tests/dispatch/gather_test.cpp;
+// timed by tests/bench (gather, combine, layer).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
 
 #include "kernels/combine.hpp"
@@ -62,7 +73,135 @@ void require_plan_matches(const Routing& r, const DispatchPlan& plan) {
   }
 }
 
+// Copies of fewer floats than this (gather, combine) run on one thread: about 2 ms of work, while an
+// OpenMP fork/join can cost a scheduler tick (about 4 ms) when the machine's cores are busy.
+constexpr int64_t kParallelCopyFloats = int64_t(1) << 21;
+
+// The expert-major buffer of moe_forward_omp, reused across calls (grow-only). A fresh large buffer is
+// mapped anew by malloc and costs a page fault per 4 KiB page on first touch, about 10 us each on a
+// virtual machine (1.4 s per 512 MiB measured here), as much as the GEMMs of a mid-size layer. One caller
+// holds it at a time; a concurrent caller gets a buffer of its own. It stays allocated until exit.
+class ReusedRows {
+ public:
+  explicit ReusedRows(size_t n) : lock_(mutex(), std::try_to_lock) {
+    std::unique_ptr<float[]>& held = lock_.owns_lock() ? held_buffer() : own_;
+    size_t& size = lock_.owns_lock() ? held_size() : own_size_;
+    if (size < n) {
+      held.reset();
+      held.reset(new float[n]);
+      size = n;
+    }
+    ptr_ = held.get();
+  }
+  float* get() const { return ptr_; }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unique_ptr<float[]>& held_buffer() {
+    static std::unique_ptr<float[]> p;
+    return p;
+  }
+  static size_t& held_size() {
+    static size_t n = 0;
+    return n;
+  }
+  std::unique_lock<std::mutex> lock_;
+  std::unique_ptr<float[]> own_;
+  size_t own_size_ = 0;
+  float* ptr_ = nullptr;
+};
+
+using OmpPolicy = std::decay_t<decltype(thrust::omp::par)>;
+
+// Outputs of at least this many floats (32 MiB, beyond the last-level cache) are written with streaming
+// stores: a plain store first reads the destination line (a third more memory traffic for a copy), and
+// the buffer would not stay in cache for the next phase anyway. Smaller ones stay in cache.
+constexpr int64_t kStreamingStoreFloats = int64_t(1) << 23;
+
+// dst[0, n) = src[0, n); with streaming (non-temporal) stores when `stream` and dst is 16-byte aligned
+// (x86 SSE2; a plain copy elsewhere). Callers end a streamed region with store_fence().
+inline void store_floats(float* dst, const float* src, int64_t n, bool stream) {
+#if defined(__SSE2__)
+  if (stream && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4) _mm_stream_ps(dst + c, _mm_loadu_ps(src + c));
+    for (; c < n; ++c) dst[c] = src[c];
+    return;
+  }
+#else
+  (void)stream;
+#endif
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+// Orders this thread's streaming stores before whatever follows (the end of the parallel region).
+inline void store_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 }  // namespace
+
+// The OpenMP overloads of the gather and combine templates (kernels/gather.hpp, kernels/combine.hpp):
+// exact policy type, so overload resolution prefers them to the generic Thrust templates. Same results
+// to the bit; they differ only in how rows reach memory (streaming stores for large outputs, combine
+// accumulating a 64-float chunk in registers before storing it), one parallel region each.
+void gather_rows(const OmpPolicy&, const float* x, int64_t hidden, const int32_t* token,
+                 const int32_t* row_assignment, int64_t rows, float* out) {
+  const bool stream = rows * hidden >= kStreamingStoreFloats;
+  static const float kZeros[64] = {};
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      float* dst = out + row * hidden;
+      const int32_t a = row_assignment[row];
+      if (a >= 0) {
+        store_floats(dst, x + static_cast<int64_t>(token[a]) * hidden, hidden, stream);
+      } else {
+        for (int64_t c = 0; c < hidden; c += 64) store_floats(dst + c, kZeros, std::min<int64_t>(64, hidden - c), stream);
+      }
+    }
+    if (stream) store_fence();
+  }
+}
+
+void combine_rows(const OmpPolicy&, const float* expert_out, const float* shared_out, const float* weight,
+                  const uint8_t* kept, const int32_t* token_assign, const int64_t* token_offsets,
+                  const int32_t* assignment_row, int64_t num_tokens, int64_t hidden, float* y) {
+  const bool stream = num_tokens * hidden >= kStreamingStoreFloats;
+  constexpr int64_t kChunk = 64;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      float* yt = y + t * hidden;
+      for (int64_t c0 = 0; c0 < hidden; c0 += kChunk) {
+        const int64_t len = std::min(kChunk, hidden - c0);
+        // The order of detail::CombineTokenOp: 0, then each kept assignment in token order, then shared.
+        float acc[kChunk];
+        for (int64_t c = 0; c < len; ++c) acc[c] = 0.0f;
+        for (int64_t j = token_offsets[t]; j < token_offsets[t + 1]; ++j) {
+          const int32_t a = token_assign[j];
+          if (!kept[a]) continue;
+          const float w = weight[a];
+          const float* src = expert_out + static_cast<int64_t>(assignment_row[a]) * hidden + c0;
+          for (int64_t c = 0; c < len; ++c) acc[c] += w * src[c];
+        }
+        if (shared_out != nullptr) {
+          const float* s = shared_out + t * hidden + c0;
+          for (int64_t c = 0; c < len; ++c) acc[c] += s[c];
+        }
+        store_floats(yt + c0, acc, len, stream);
+      }
+    }
+    if (stream) store_fence();
+  }
+}
 
 void require_valid_weights(const ExpertWeights& w) {
   MOESIM_REQUIRE(w.num_experts >= 0 && w.hidden >= 1 && w.ffn >= 1,
@@ -95,23 +234,35 @@ ExpertWeights make_expert_weights(int num_experts, int64_t hidden, int64_t ffn, 
 void gather_rows_omp(const float* x, int64_t hidden, const Routing& r, const DispatchPlan& plan, float* xg) {
   MOESIM_REQUIRE(hidden >= 1, "gather needs hidden >= 1, got " << hidden);
   require_plan_matches(r, plan);
-  gather_rows(thrust::omp::par, x, hidden, r.token.data(), plan.row_assignment.data(), plan.rows, xg);
+  if (plan.rows * hidden >= kParallelCopyFloats) {
+    gather_rows(thrust::omp::par, x, hidden, r.token.data(), plan.row_assignment.data(), plan.rows, xg);
+  } else {
+    gather_rows(thrust::cpp::par, x, hidden, r.token.data(), plan.row_assignment.data(), plan.rows, xg);
+  }
 }
 
 void combine_omp(const Routing& r, const DispatchPlan& plan, const float* expert_out, const float* shared_out,
                  int64_t hidden, float* y) {
   MOESIM_REQUIRE(hidden >= 1, "combine needs hidden >= 1, got " << hidden);
   require_plan_matches(r, plan);
-  const auto& policy = thrust::omp::par;
+  // The index passes are a few integer operations per assignment: one thread. The weighted sums read
+  // every kept row: OpenMP when that is large.
+  const auto& index_policy = thrust::cpp::par;
   const int64_t n = r.num_assignments();
   std::vector<int32_t> keys(n);
   std::vector<int32_t> token_assign(n);
   std::vector<int64_t> token_offsets(r.num_tokens + 1);
   std::vector<int32_t> assignment_row(n);
-  build_token_index(policy, r.token.data(), n, r.num_tokens, keys.data(), token_assign.data(), token_offsets.data());
-  invert_row_assignment(policy, plan.row_assignment.data(), plan.rows, n, assignment_row.data());
-  combine_rows(policy, expert_out, shared_out, r.weight.data(), r.kept.data(), token_assign.data(),
-               token_offsets.data(), assignment_row.data(), r.num_tokens, hidden, y);
+  build_token_index(index_policy, r.token.data(), n, r.num_tokens, keys.data(), token_assign.data(),
+                    token_offsets.data());
+  invert_row_assignment(index_policy, plan.row_assignment.data(), plan.rows, n, assignment_row.data());
+  if ((plan.num_kept + r.num_tokens) * hidden >= kParallelCopyFloats) {
+    combine_rows(thrust::omp::par, expert_out, shared_out, r.weight.data(), r.kept.data(), token_assign.data(),
+                 token_offsets.data(), assignment_row.data(), r.num_tokens, hidden, y);
+  } else {
+    combine_rows(thrust::cpp::par, expert_out, shared_out, r.weight.data(), r.kept.data(), token_assign.data(),
+                 token_offsets.data(), assignment_row.data(), r.num_tokens, hidden, y);
+  }
 }
 
 void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const float* x, const Routing& r,
@@ -129,22 +280,24 @@ void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const 
   const bool has_shared = shared != nullptr && shared->num_experts > 0;
 
   // Buffers are allocated before the clock starts: the phases time the work, not the allocator.
-  std::vector<float> xg(static_cast<size_t>(plan.rows * hidden));
-  std::vector<float> expert_out(static_cast<size_t>(plan.rows * hidden));
-  std::vector<float> scratch(static_cast<size_t>(2 * plan.rows * w.ffn));
+  // One [rows, hidden] buffer holds the gathered rows and then, in place, the expert outputs: each
+  // expert's down projection overwrites its own rows after its two up projections have read them
+  // (gemm_openblas.cpp). The GEMM scratch is allocated (and reused) inside grouped_swiglu_omp.
+  const ReusedRows rows_buffer(static_cast<size_t>(plan.rows * hidden));
+  float* xg = rows_buffer.get();
   std::vector<float> shared_out(has_shared ? static_cast<size_t>(r.num_tokens * hidden) : 0);
 
   auto t0 = std::chrono::steady_clock::now();
-  gather_rows_omp(x, hidden, r, plan, xg.data());
+  gather_rows_omp(x, hidden, r, plan, xg);
   const double dispatch_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  grouped_swiglu_omp(w, xg.data(), plan.padded_offsets.data(), expert_out.data(), scratch.data());
+  grouped_swiglu_omp(w, xg, plan.padded_offsets.data(), xg, nullptr);
   if (has_shared) shared_experts_omp(*shared, x, r.num_tokens, shared_out.data());
   const double experts_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  combine_omp(r, plan, expert_out.data(), has_shared ? shared_out.data() : nullptr, hidden, y);
+  combine_omp(r, plan, xg, has_shared ? shared_out.data() : nullptr, hidden, y);
   const double combine_s = seconds_since(t0);
 
   if (times != nullptr) {

@@ -1,18 +1,52 @@
-// Host instantiation of the dispatch permutation (kernels/permute.hpp) on Thrust's OpenMP backend,
-// plus the Routing checks shared by the host entry points. Routing in, DispatchPlan out (integers).
+// Host instantiation of the dispatch permutation (kernels/permute.hpp) on Thrust's serial C++ backend with
+// a counting-sort overload of its sort hook, plus the Routing checks shared by the host entry points.
+// Routing in, DispatchPlan out (integers).
 // Deterministic: a stable sort and binary searches, equal to plan_dispatch_ref at any thread count.
-// Host only (g++). Covered by tests/dispatch/permute_test.cpp.
+// Host only (g++). Covered by tests/dispatch/permute_test.cpp; timed by tests/bench (permutation).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
-#include <thrust/system/omp/execution_policy.h>
+#include <thrust/system/cpp/execution_policy.h>
 
 #include "kernels/moe_layer.hpp"
 #include "kernels/permute.hpp"
 
 namespace moesim {
+
+namespace {
+
+using SerialPolicy = std::decay_t<decltype(thrust::cpp::par)>;
+
+// Stable counting sort of (key, value) pairs with keys in [0, bound]: a histogram, an exclusive scan,
+// then a scatter in input order, so equal keys keep their input order (what thrust::stable_sort_by_key
+// gives). O(n + bound) time, n + bound + 1 extra space.
+void counting_sort_pairs(int32_t* keys, int32_t* values, int64_t n, int64_t bound) {
+  if (n <= 1) return;
+  std::vector<int64_t> next(static_cast<size_t>(bound + 2), 0);  // next[k + 1] counts key k, then starts
+  for (int64_t i = 0; i < n; ++i) ++next[keys[i] + 1];
+  for (int64_t k = 0; k <= bound; ++k) next[k + 1] += next[k];
+  std::vector<int32_t> sorted_values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) sorted_values[next[keys[i]]++] = values[i];
+  // next[k] now ends key k's run.
+  int64_t begin = 0;
+  for (int64_t k = 0; k <= bound; ++k) {
+    std::fill(keys + begin, keys + next[k], static_cast<int32_t>(k));
+    begin = next[k];
+  }
+  std::copy(sorted_values.begin(), sorted_values.end(), values);
+}
+
+}  // namespace
+
+// The sort hook of kernels/permute.hpp for the serial host policy (an exact policy type: overload
+// resolution prefers it to the generic Thrust template, found through SortKeyBound). Keys are expert ids
+// (bound = E) or token ids, so a counting sort is linear where Thrust's merge sort is n log n.
+void stable_sort_small_keys(const SerialPolicy&, int32_t* keys, int32_t* values, int64_t n, SortKeyBound bound) {
+  counting_sort_pairs(keys, values, n, bound.value);
+}
 
 void require_valid_routing(const Routing& r) {
   const int64_t n = r.num_assignments();
@@ -46,10 +80,11 @@ int64_t layout_capacity(const Routing& r, const std::vector<int64_t>& counts) {
   return capacity;
 }
 
-DispatchPlan plan_dispatch_omp(const Routing& r, Layout layout, int block_size) {
-  require_valid_routing(r);
-  MOESIM_REQUIRE(layout != Layout::block || block_size >= 1, "block layout needs block_size >= 1, got " << block_size);
-  const auto& policy = thrust::omp::par;
+namespace {
+
+// The plan on one Thrust policy (callers have checked the routing and block size).
+template <class Policy>
+DispatchPlan plan_dispatch_with(const Policy& policy, const Routing& r, Layout layout, int block_size) {
   const int num_experts = r.num_experts;
   const int64_t n = r.num_assignments();
 
@@ -77,6 +112,20 @@ DispatchPlan plan_dispatch_omp(const Routing& r, Layout layout, int block_size) 
   order.resize(plan.num_kept);
   plan.order = std::move(order);
   return plan;
+}
+
+}  // namespace
+
+DispatchPlan plan_dispatch_omp(const Routing& r, Layout layout, int block_size) {
+  require_valid_routing(r);
+  MOESIM_REQUIRE(layout != Layout::block || block_size >= 1, "block layout needs block_size >= 1, got " << block_size);
+  // The plan is a few integer passes over the assignments (the counting sort about 1 ms per 2^19 on one
+  // core), so it runs on the calling thread at every size: each OpenMP fork/join of a Thrust call can
+  // cost a scheduler tick (about 4 ms) when the machine's cores are busy, and the sort's scatter is
+  // bound by memory latency, not by cores. Measured on 2 busy cores: Thrust's OpenMP stable sort took
+  // 31 ms for 2^19 keys, the serial counting sort 0.9 ms; a two-thread counting sort was slower than the
+  // serial one up to 2^23 keys (tests/bench permutation cases time the whole plan).
+  return plan_dispatch_with(thrust::cpp::par, r, layout, block_size);
 }
 
 }  // namespace moesim

@@ -1,11 +1,14 @@
 // The router on the host backend: route_with (router/route_driver.hpp) instantiated with Thrust's
-// OpenMP policy and std::vector buffers, so every gating template runs on thrust::omp::par.
-// Host memory in and out; deterministic at any OpenMP thread count. Built by g++.
-// Test: tests/router/route_test.cpp and the per-strategy suites (against route_ref).
+// OpenMP policy for large batches and its serial C++ policy for small ones, with std::vector buffers.
+// Host memory in and out; deterministic at any OpenMP thread count (both policies run the same
+// templates). Built by g++. Test: tests/router/route_test.cpp and the per-strategy suites (against
+// route_ref); timed by tests/bench (gating, router).
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
 
 #include "router/route.hpp"
@@ -14,10 +17,22 @@
 namespace moesim {
 namespace {
 
-struct OmpRouteTraits {
+// Batches with fewer logits than this are routed on one thread: a token-choice pass is a few
+// nanoseconds per logit (about 2 ms at this size), while each OpenMP fork/join of a Thrust call can cost
+// a scheduler tick (about 4 ms) when the machine's cores are busy with other work.
+constexpr int64_t kParallelRouteLogits = int64_t(1) << 20;
+
+template <bool kParallel>
+struct HostRouteTraits {
   template <class T>
   using vector = std::vector<T>;
-  static auto policy() { return thrust::omp::par; }
+  static auto policy() {
+    if constexpr (kParallel) {
+      return thrust::omp::par;
+    } else {
+      return thrust::cpp::par;
+    }
+  }
   template <class T>
   static vector<T> make(size_t n) {
     return vector<T>(n);
@@ -44,7 +59,10 @@ struct OmpRouteTraits {
 }  // namespace
 
 Routing route_omp(const RouterConfig& cfg, const RouteRequest& req, RouterState* state) {
-  return route_with<OmpRouteTraits>(cfg, req, state);
+  if (req.num_tokens * static_cast<int64_t>(req.num_experts) >= kParallelRouteLogits) {
+    return route_with<HostRouteTraits<true>>(cfg, req, state);
+  }
+  return route_with<HostRouteTraits<false>>(cfg, req, state);
 }
 
 }  // namespace moesim

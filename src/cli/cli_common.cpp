@@ -11,6 +11,10 @@
 #include "config/load_config.hpp"
 #include "report/atomic_write.hpp"
 
+#if defined(MOESIM_HAS_CUDA)
+#include "kernels/cuda_backend.hpp"
+#endif
+
 #if defined(MOESIM_HAS_OPENMP)
 #include <omp.h>
 #endif
@@ -30,7 +34,9 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
     desc.add_options()
         ("memory-limit", po::value(&opts.memory_limit), "refuse runs whose memory estimate exceeds this (e.g. 4GiB)")
         ("verify", po::bool_switch(&opts.verify), "run the serial references beside the fast path and compare")
-        ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline");
+        ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline")
+        ("backend", po::value(&opts.backend)->default_value("auto"),
+         "executed layer on: auto (cuda when a device is present) | cpu | cuda");
   }
 }
 
@@ -77,7 +83,26 @@ RunOptions run_options(const CommonOptions& opts) {
   r.execute = !opts.no_execute;
   r.verify = opts.verify;
   r.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
+  r.backend = resolve_backend(opts.backend);
   return r;
+}
+
+// ---- --backend (CUDA backend, issue 7) ----
+ExecBackend resolve_backend(const std::string& name) {
+  if (name == "cpu") return ExecBackend::cpu;
+  if (name != "auto" && name != "cuda") {
+    throw InputError("--backend: expected auto, cpu or cuda, got '" + name + "'");
+  }
+#if defined(MOESIM_HAS_CUDA)
+  std::string why;
+  if (cuda_device_available(&why)) return ExecBackend::cuda;
+  if (name == "cuda") throw ResourceError("--backend cuda: no usable CUDA device: " + why);
+#else
+  if (name == "cuda") {
+    throw ResourceError("--backend cuda: this moesim was built without the CUDA backend (configure with -DMOESIM_CUDA=ON)");
+  }
+#endif
+  return ExecBackend::cpu;
 }
 
 void apply_threads(int threads) {

@@ -25,6 +25,7 @@ struct CommonOptions {
   bool verify = false;
   bool no_execute = false;
   int threads = 0;                      // --threads N (0 = OpenMP default)
+  std::string backend = "auto";         // --backend auto|cpu|cuda (CUDA backend, issue 7)
 };
 
 // Adds the common options to `desc`, storing into `opts`.
@@ -42,6 +43,10 @@ Experiment load_experiment_for(const CommonOptions& opts, size_t file_index = 0)
 double parse_memory_limit(const std::string& text);
 
 RunOptions run_options(const CommonOptions& opts);
+
+// --backend: cpu; cuda (throws ResourceError, exit 3, when no CUDA device is usable or the CUDA backend
+// was not built); auto (cuda when a device is usable, else cpu). Other names throw InputError.
+ExecBackend resolve_backend(const std::string& name);
 
 // Applies --threads to OpenMP and OpenBLAS.
 void apply_threads(int threads);
@@ -61,5 +66,9 @@ int cmd_config(int argc, char** argv);
 int cmd_route(int argc, char** argv);
 int cmd_hardware(int argc, char** argv);
 int cmd_check(int argc, char** argv);
+int cmd_sweep(int argc, char** argv);
+int cmd_calibrate(int argc, char** argv);
+int cmd_validate(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 }  // namespace moesim::cli

@@ -1,6 +1,7 @@
 // `moesim check FILE... [--baseline results.json] [--rtol R] [--atol A] [--update-baseline]`:
 // exit 0 when every expect: bound and baseline comparison holds, 1 with one line per failing metric,
 // 2 for bad input.
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <iostream>
@@ -14,30 +15,16 @@
 namespace moesim::cli {
 namespace {
 
-// Baseline runs by experiment name. A baseline file is one run JSON, or {"schema_version", "runs": [...]}.
+// Baseline runs by experiment name (report/check.hpp parse_baselines) from the file at `path`.
 std::map<std::string, nlohmann::json> read_baselines(const std::string& path) {
-  std::ifstream in(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": expected a baseline JSON file, got a folder");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the baseline for reading");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(path + ": expected JSON written by moesim run/compare/check, got a parse error: " + e.what());
-  }
-  std::vector<nlohmann::json> runs;
-  if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {
-    runs.assign(j["runs"].begin(), j["runs"].end());
-  } else {
-    runs.push_back(j);
-  }
-  std::map<std::string, nlohmann::json> by_name;
-  for (const auto& r : runs) {
-    baseline_labels(r, path);  // validates the shape
-    if (!r.contains("experiment") || !r["experiment"].contains("name") || !r["experiment"]["name"].is_string())
-      throw InputError(path + ": experiment.name: expected a string in every baseline run");
-    by_name[r["experiment"]["name"].get<std::string>()] = r;
-  }
-  return by_name;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": cannot read the baseline");
+  return parse_baselines(text.str(), path);
 }
 
 }  // namespace
@@ -86,7 +73,19 @@ int cmd_check(int argc, char** argv) {
     RunOptions ro;
     ro.execute = needs_execute;
     ro.memory_limit_bytes = parse_memory_limit("");
-    const RunResult run = run_experiment(e, check_variants(e, labels), ro);
+    // A bad strategy label names the file it came from: the experiment's expect: block or the baseline.
+    try {
+      check_variants(e, {});
+    } catch (const Error& ex) {
+      throw InputError(e.source_file + ": expect: " + ex.what());
+    }
+    std::vector<RouterVariant> variants;
+    try {
+      variants = check_variants(e, labels);
+    } catch (const Error& ex) {
+      throw InputError(baseline + ": " + ex.what());
+    }
+    const RunResult run = run_experiment(e, variants, ro);
     auto f = check_expectations(run);
     failures.insert(failures.end(), f.begin(), f.end());
     if (b != baselines.end()) {

@@ -2,6 +2,11 @@
 // routes a user's own logits (.npy or .csv) with any strategy and prints the balance metrics.
 // The router settings are the built-in experiment's router with capacity_factor 0 (dropless),
 // then these options, then --set; model.experts comes from the file's column count.
+// Before allocating, the bytes the command needs are estimated (estimate_route_bytes), printed with the
+// result, and checked against --memory-limit (exit 3): a .npy's shape is read from its header first.
+// Covered by tests/cli/cli_test.cpp, bad_input_test.cpp and large_input_test.cpp (peak RSS vs estimate).
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
@@ -9,10 +14,62 @@
 #include "common/error.hpp"
 #include "config/load_config.hpp"
 #include "router/balance_metrics.hpp"
+#include "router/expert_choice.hpp"
 #include "router/route.hpp"
 #include "workload/logits_file.hpp"
 
 namespace moesim::cli {
+namespace {
+
+// The process before any data: the binary, its libraries, OpenMP thread stacks. Measured peak RSS of
+// `moesim route` on a 1 x 1 file is about 10 MiB; the allowance leaves headroom for more cores (each
+// OpenMP thread touches its own stack pages).
+constexpr double kRuntimeBytes = 32.0 * (1 << 20);
+
+// Bytes `moesim route` allocates for n tokens x E experts at top_k k under `cfg`, following
+// router/route_driver.hpp: the float32 logits, the .csv text while it is parsed, the Routing (13 bytes
+// per assignment), the strategy's scratch, the temporary buffer of Thrust's OpenMP merge sort (one copy
+// of the sorted keys), and the metrics' per-token flags; plus kRuntimeBytes.
+double estimate_route_bytes(const RouterConfig& cfg, int64_t n, int E, int k, double csv_text_bytes) {
+  const double N = static_cast<double>(n), NE = N * E, m = N * k;
+  double scratch = 0, assignments = m;
+  switch (cfg.gating) {
+    case Gating::token_choice:
+    case Gating::noisy_top_k: scratch = 8 * m; break;
+    case Gating::sinkhorn: scratch = 8 * NE + 8 * N + 16.0 * E + 8 * m; break;
+    case Gating::group_limited: scratch = 16 * NE + 8 * N * cfg.groups + 8 * m; break;
+    case Gating::aux_free_bias: scratch = 16 * NE + 8 * N * cfg.groups + 8 * m + (4 + 4) * m; break;
+    case Gating::expert_choice: {
+      const int64_t c = expert_choice_capacity(cfg, n, k, E);
+      assignments = static_cast<double>(expert_choice_assignments(n, E, c, 0));
+      scratch = 16 * NE + 8 * NE;  // scores, permutation, the sort's copy of the permutation
+      break;
+    }
+    case Gating::hash:
+    case Gating::random:
+    case Gating::balanced: break;
+  }
+  if (cfg.gating != Gating::expert_choice && expert_capacity(cfg, n, k, E) > 0) scratch += 24 * m + 8 * m;
+  const double logits = 4 * NE;
+  const double reading = csv_text_bytes;  // freed once parsed, before routing
+  return kRuntimeBytes + logits + std::max(reading, 13 * assignments + scratch + N);
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1 << 20));
+  return buf;
+}
+
+void check_memory(double need, double limit, const std::string& path, const std::string& what) {
+  if (limit > 0 && need > limit) {
+    throw ResourceError(path + ": routing " + what + " needs about " + mib(need) + ", over the memory limit of " +
+                        mib(limit) + " (--memory-limit)");
+  }
+}
+
+}  // namespace
+
 int cmd_route(int argc, char** argv) {
   CommonOptions opts;
   bool help = false, renormalize = false;
@@ -25,7 +82,9 @@ int cmd_route(int argc, char** argv) {
       "gating", po::value(&gating), "gating strategy (default token_choice)")(
       "top-k", po::value(&top_k), "experts per token (default 2, at most the column count)")(
       "capacity-factor", po::value(&capacity_factor), "capacity factor (default 0: dropless)")(
-      "renormalize", po::bool_switch(&renormalize), "renormalise each token's k weights to sum to 1");
+      "renormalize", po::bool_switch(&renormalize), "renormalise each token's k weights to sum to 1")(
+      "memory-limit", po::value(&opts.memory_limit),
+      "refuse inputs whose memory estimate exceeds this (e.g. 4GiB; default 75% of physical memory)");
   add_common_options(desc, opts, false);
   parse_command_line(argc, argv, desc, nullptr, 0);
   if (help) {
@@ -35,19 +94,40 @@ int cmd_route(int argc, char** argv) {
   if (logits_path.empty()) throw InputError("--logits: expected a .npy or .csv file of router logits");
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
-  const LogitsMatrix m = read_logits_file(logits_path);
+  const double limit = parse_memory_limit(opts.memory_limit);
 
-  std::vector<std::string> sets = {"model.experts=" + std::to_string(m.num_experts),
-                                   "model.top_k=" + std::to_string(top_k > 0 ? top_k : std::min(2, m.num_experts)),
-                                   "router.capacity_factor=0", "router.groups=1", "router.topk_groups=1"};
-  if (top_k < 0 || (top_k > m.num_experts))
-    throw InputError("--top-k: expected 1.." + std::to_string(m.num_experts) + " (the file's expert count), got " +
-                     std::to_string(top_k));
-  if (!gating.empty()) sets.push_back("router.gating=" + gating);
-  if (!capacity_factor.empty()) sets.push_back("router.capacity_factor=" + capacity_factor);
-  if (renormalize) sets.push_back("router.renormalize=true");
-  sets.insert(sets.end(), opts.overrides.begin(), opts.overrides.end());
-  const Experiment e = default_experiment(sets);
+  // The router settings for `num_experts` columns.
+  auto experiment_for = [&](int num_experts) {
+    if (top_k < 0 || top_k > num_experts)
+      throw InputError("--top-k: expected 1.." + std::to_string(num_experts) + " (the file's expert count), got " +
+                       std::to_string(top_k));
+    std::vector<std::string> sets = {"model.experts=" + std::to_string(num_experts),
+                                     "model.top_k=" + std::to_string(top_k > 0 ? top_k : std::min(2, num_experts)),
+                                     "router.capacity_factor=0", "router.groups=1", "router.topk_groups=1"};
+    if (!gating.empty()) sets.push_back("router.gating=" + gating);
+    if (!capacity_factor.empty()) sets.push_back("router.capacity_factor=" + capacity_factor);
+    if (renormalize) sets.push_back("router.renormalize=true");
+    sets.insert(sets.end(), opts.overrides.begin(), opts.overrides.end());
+    return default_experiment(sets);
+  };
+
+  // Check the estimate before reading: a .npy's shape is in its header; a .csv must at least fit as text.
+  const LogitsFileInfo info = inspect_logits_file(logits_path);
+  const double csv_bytes = info.is_npy ? 0.0 : static_cast<double>(info.file_bytes);
+  if (info.is_npy) {
+    const Experiment e = experiment_for(info.num_experts);
+    check_memory(estimate_route_bytes(e.router, info.num_tokens, info.num_experts, e.model.top_k, 0), limit,
+                 logits_path, std::to_string(info.num_tokens) + " tokens x " + std::to_string(info.num_experts) +
+                                  " experts (" + to_string(e.router.gating) + ")");
+  } else {
+    check_memory(kRuntimeBytes + csv_bytes, limit, logits_path, "reading the .csv text");
+  }
+  const LogitsMatrix m = read_logits_file(logits_path);
+  const Experiment e = experiment_for(m.num_experts);
+  const double need = estimate_route_bytes(e.router, m.num_tokens, m.num_experts, e.model.top_k, csv_bytes);
+  check_memory(need, limit, logits_path,
+               std::to_string(m.num_tokens) + " tokens x " + std::to_string(m.num_experts) + " experts (" +
+                   to_string(e.router.gating) + ")");
 
   RouteRequest req;
   req.logits = m.values.data();
@@ -67,6 +147,8 @@ int cmd_route(int argc, char** argv) {
   j["top_k"] = e.model.top_k;
   j["gating"] = to_string(e.router.gating);
   j["capacity_factor"] = e.router.capacity_factor;
+  j["memory_estimate_bytes"] = need;
+  j["memory_limit_bytes"] = limit;
   const nlohmann::json metrics = metrics_to_json(bm);
   j["metrics"] = metrics;
 
@@ -77,6 +159,7 @@ int cmd_route(int argc, char** argv) {
   std::ostringstream os;
   os << logits_path << ": " << m.num_tokens << " tokens x " << m.num_experts << " experts, " << to_string(e.router.gating)
      << ", top_k " << e.model.top_k << "\n";
+  os << "  memory estimate: " << mib(need) << " (limit " << mib(limit) << ")\n";
   for (auto it = metrics.begin(); it != metrics.end(); ++it) os << "  " << it.key() << ": " << it.value().dump() << "\n";
   emit(opts, os.str());
   return kExitOk;

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/cli_common.hpp"
+#include "cli/cmd_mpi.hpp"
 #include "common/error.hpp"
 
 namespace moesim::cli {
@@ -21,6 +22,7 @@ int cmd_run(int argc, char** argv) {
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
+  if (run_under_mpi(e)) return cmd_run_ep(opts, e);  // expert parallel under mpirun (src/distributed)
   const RunResult run = run_experiment(e, own_variant(e), run_options(opts));
   emit(opts, format_run(run, format));
   for (const VariantResult& v : run.variants) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/cli_common.hpp"
+#include "cli/cmd_mpi.hpp"
 #include "common/error.hpp"
 
 namespace {
@@ -21,6 +22,11 @@ const char* kUsage =
     "  config [FILE]     print the effective experiment as YAML\n"
     "  hardware [NAME]   list hardware profiles, or show one with its critical batch per dtype\n"
     "  check FILE...     exit 1 when a metric breaks its expect: bound or regresses from --baseline\n"
+    "  sweep [FILE]      the experiment over --vary KEY=v1,v2|1..1024*2 axes: modeled (--measure: executed) cost\n"
+    "  calibrate         measure this machine and write a hardware profile (--out FILE)\n"
+    "  calibrate-link    under mpirun: measure the MPI link and write it into a profile (--out FILE)\n"
+    "  validate [FILE]   executed CPU pipeline vs the cost model over a batch sweep, with the error\n"
+    "  report F --html O a self-contained HTML page (inline SVG) of a run/compare JSON\n"
     "\n"
     "common options: --set KEY=VALUE (repeatable), --format table|json|csv|markdown, --out FILE\n"
     "run `moesim <command> --help` for a command's options\n";
@@ -45,7 +51,12 @@ int main(int argc, char** argv) {
     if (cmd == "config") return cli::cmd_config(argc - 1, argv + 1);
     if (cmd == "hardware") return cli::cmd_hardware(argc - 1, argv + 1);
     if (cmd == "check") return cli::cmd_check(argc - 1, argv + 1);
-    std::cerr << "moesim: unknown command '" << cmd << "'; expected run, compare, route, config, hardware or check\n";
+    if (cmd == "sweep") return cli::cmd_sweep(argc - 1, argv + 1);
+    if (cmd == "calibrate") return cli::cmd_calibrate(argc - 1, argv + 1);
+    if (cmd == "calibrate-link") return cli::cmd_calibrate_link(argc - 1, argv + 1);
+    if (cmd == "validate") return cli::cmd_validate(argc - 1, argv + 1);
+    if (cmd == "report") return cli::cmd_report(argc - 1, argv + 1);
+    std::cerr << "moesim: unknown command '" << cmd << "'; expected run, compare, route, config, hardware, check, report, sweep, calibrate or validate\n";
     return kExitBadInput;
   } catch (const Error& e) {
     std::cerr << "moesim " << cmd << ": " << e.what() << "\n";

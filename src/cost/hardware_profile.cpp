@@ -50,7 +50,7 @@ std::string describe(const YAML::Node& n) {
 }
 
 // How a numeric key is read: its unit scale to SI, and which values are allowed.
-enum class Rule { positive, non_negative, fraction, positive_int };
+enum class Rule { positive, non_negative, fraction, unit, positive_int };
 
 struct NumericKey {
   const char* key;
@@ -77,6 +77,7 @@ const std::vector<NumericKey>& numeric_keys() {
       {"tile_n", 1, Rule::positive_int, nullptr, &H::tile_n},
       {"efficiency_flops", 1, Rule::fraction, &H::efficiency_flops, nullptr},
       {"efficiency_bw", 1, Rule::fraction, &H::efficiency_bw, nullptr},
+      {"memory_compute_overlap", 1, Rule::unit, &H::memory_compute_overlap, nullptr},
   };
   return keys;
 }
@@ -118,6 +119,7 @@ class Parser {
     const char* what = rule == Rule::positive       ? "a positive number"
                        : rule == Rule::non_negative ? "a number >= 0"
                        : rule == Rule::fraction     ? "a number in (0, 1]"
+                       : rule == Rule::unit         ? "a number in [0, 1]"
                                                     : "a positive integer";
     if (!n.IsScalar()) fail(n, key, what, describe(n));
     double v = 0;
@@ -127,7 +129,10 @@ class Parser {
       return static_cast<double>(i);
     }
     if (!YAML::convert<double>::decode(n, v) || !std::isfinite(v)) fail(n, key, what, describe(n));
-    const bool ok = rule == Rule::positive ? v > 0 : rule == Rule::non_negative ? v >= 0 : (v > 0 && v <= 1);
+    const bool ok = rule == Rule::positive       ? v > 0
+                    : rule == Rule::non_negative ? v >= 0
+                    : rule == Rule::unit         ? (v >= 0 && v <= 1)
+                                                 : (v > 0 && v <= 1);
     if (!ok) fail(n, key, what, describe(n));
     return v;
   }

@@ -37,6 +37,10 @@ struct HardwareProfile {
   int tile_n = 128;
   double efficiency_flops = 1.0;            // achievable fraction of peak FLOP/s, (0, 1]
   double efficiency_bw = 1.0;               // achievable fraction of memory bandwidth, (0, 1]
+  // Fraction of the shorter of the memory and compute terms that runs under the longer one, in the
+  // calibrated column only: 1 is the roofline's max (GPUs overlap loads and math); 0 adds the two, as a
+  // CPU BLAS that packs a weight panel and then computes on it does. Measured by moesim calibrate.
+  double memory_compute_overlap = 1.0;
   bool calibrated = false;                  // the efficiencies were measured (moesim calibrate)
 };
 
@@ -52,7 +56,8 @@ double require_peak_flops_per_s(const HardwareProfile& hw, Dtype dtype);
 //   memory_bandwidth_gbs (required, 1e9 B/s), sm_count (required), memory_gib (2^30 B),
 //   smem_per_sm_kib (2^10 B), l2_mib (2^20 B), launch_overhead_us (default 4), link_bandwidth_gbs,
 //   link_latency_us (default 0), devices_per_node, inter_node_bandwidth_gbs, tile_m, tile_n (default
-//   128), efficiency_flops, efficiency_bw (default 1, in (0, 1]), calibrated (default false);
+//   128), efficiency_flops, efficiency_bw (default 1, in (0, 1]), memory_compute_overlap (default 1,
+//   in [0, 1]), calibrated (default false);
 //   base: NAME of a built-in profile whose values the other keys override (inline tables mostly).
 // Errors: ConfigError "SOURCE:LINE: hardware.KEY: expected WHAT, got VALUE".
 HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::string& source_name);

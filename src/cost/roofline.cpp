@@ -13,6 +13,12 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The calibrated column's combination of its memory and compute terms: the roofline's max when the
+// machine overlaps them fully (overlap 1), their sum when it does not overlap them at all (overlap 0).
+double combine(double mem_s, double compute_s, double overlap) {
+  return std::max(mem_s, compute_s) + (1.0 - overlap) * std::min(mem_s, compute_s);
+}
+
 }  // namespace
 
 ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64_t ffn_, Dtype dtype)
@@ -29,6 +35,7 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   bandwidth_bytes_per_s = hw.memory_bandwidth_bytes_per_s;
   eff_flops = hw.efficiency_flops;
   eff_bw = hw.efficiency_bw;
+  overlap = hw.memory_compute_overlap;
   launch_s = hw.launch_overhead_s;
   tile_m = hw.tile_m;
   tile_n = hw.tile_n;
@@ -70,7 +77,7 @@ CostBreakdown GroupedCost::time() const {
   const double compute_s = static_cast<double>(waves_up) * m.wave_s_up + static_cast<double>(waves_down) * m.wave_s_down;
   const double launches_s = 2.0 * m.launch_s;
   c.quantized_s = std::max(mem_s, compute_s) + launches_s;
-  c.calibrated_s = std::max(mem_s / m.eff_bw, compute_s / m.eff_flops) + launches_s;
+  c.calibrated_s = combine(mem_s / m.eff_bw, compute_s / m.eff_flops, m.overlap) + launches_s;
   return c;
 }
 
@@ -104,7 +111,8 @@ CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionSh
   const double launches_s = 3.0 * hw.launch_overhead_s;
   c.ideal_s = std::max(mem_s, compute_s);
   c.quantized_s = c.ideal_s + launches_s;
-  c.calibrated_s = std::max(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops) + launches_s;
+  c.calibrated_s = combine(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops, hw.memory_compute_overlap) +
+                   launches_s;
   return c;
 }
 

@@ -14,7 +14,8 @@ namespace moesim {
 // Modelled seconds, three ways:
 //  ideal      - roofline at peak: no tile padding, efficiency 1, no launch overhead;
 //  quantized  - GEMM tiles of tile_m x tile_n spread over sm_count SMs in whole waves, plus launches;
-//  calibrated - quantized with the profile's efficiency_flops and efficiency_bw applied.
+//  calibrated - quantized with the profile's efficiency_flops and efficiency_bw applied, and its terms
+//               combined as max(mem, compute) + (1 - memory_compute_overlap) x min(mem, compute).
 struct CostBreakdown {
   double ideal_s = 0.0;
   double quantized_s = 0.0;
@@ -37,6 +38,7 @@ struct ExpertRoofline {
   double peak_flops_per_s;     // F for the dtype
   double bandwidth_bytes_per_s;
   double eff_flops, eff_bw;
+  double overlap;              // memory_compute_overlap, for the calibrated column
   double launch_s;
   int tile_m, tile_n, sm_count;
   int64_t col_tiles_up, col_tiles_down;  // ceil(2 ffn / tile_n), ceil(hidden / tile_n)

@@ -1,8 +1,12 @@
 // Runs one experiment for one or more router variants: workload -> router -> dispatch -> experts ->
 // combine (executed at the `execute:` size on the CPU backend), balance metrics per batch, and the cost
-// model on the model's real size for each placement. Every variant sees the same logits, token ids
-// and hidden states (same seed). Deterministic apart from the measured times.
-// Host only. Covered by tests/pipeline/run_experiment_test.cpp and the CLI tests.
+// model on the model's real size for each placement. Workloads: synthetic and logits batches (every
+// variant sees the same logits), the decoder (prefill + decode steps through attention with a KV cache;
+// every variant starts from the same weights and prompts, and its own routing shapes the hidden states
+// that follow), a routing trace (re-routed when it has logits, else replayed) and a real load profile
+// (cost model only). Deterministic apart from the measured times.
+// Host only. Covered by tests/decoder/decoder_test.cpp, tests/workload/trace_replay_test.cpp,
+// tests/workload/load_profile_test.cpp and the CLI tests.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,8 @@
 #include "config/experiment.hpp"
 #include "cost/hardware_profile.hpp"
 #include "cost/placement.hpp"
+#include "cost/roofline.hpp"
+#include "decoder/decoder.hpp"
 #include "router/balance_metrics.hpp"
 
 namespace moesim {
@@ -33,11 +39,49 @@ struct ModeledPlacement {
   LayerCost cost;
 };
 
+// One routed batch of a step-structured workload (decoder, trace, load profile): one layer of one step.
+// records[i] describes per_batch[i] (the routing metrics; load = tokens per expert).
+struct StepRecord {
+  std::string phase;               // "prefill" | "decode" (decoder, traces that say), "trace", "profile"
+  int step = 0;                    // decoder: 0 = prefill, 1..decode_steps; trace: as recorded
+  int layer = 0;                   // executed layer (decoder), recorded layer (trace, profile)
+  int64_t num_tokens = 0;          // tokens routed in this batch
+  int64_t context_tokens = 0;      // decoder: tokens in the layer's KV cache after the step (all sequences)
+  double kv_cache_bytes = 0;       // decoder: that layer's KV cache at the model's real size and dtype
+  double kv_cache_bytes_executed = 0;  // decoder: the executed layer's cache in use (float32)
+  bool has_measured = false;       // decoder, executed: measured holds this layer's wall times (one pass)
+  DecoderTimes measured;
+  bool has_attention = false;      // decoder: modeled_attention holds this layer's modeled attention
+  CostBreakdown modeled_attention; // model's real size, per layer (placement-aware, see run_experiment.cpp)
+  std::vector<ModeledPlacement> modeled;  // this batch's MoE layer, per placement
+  double batching_efficiency = 1;  // of the primary placement (expert_parallel when used, else single)
+  double modeled_layer_s = 0;      // modeled attention + MoE layer (primary placement, quantized)
+};
+
+// Totals of one phase of a step-structured run.
+struct PhaseSummary {
+  std::string phase;
+  int steps = 0;                   // distinct steps
+  int64_t tokens = 0;              // tokens processed (summed over steps, counted once per step)
+  int64_t tokens_unrouted = 0;     // summed over steps and layers
+  double measured_s = 0;           // decoder, executed: wall time of the steps (execute.layers layers)
+  double measured_tokens_per_s = 0;
+  double modeled_s = 0;            // the whole model (model.layers layers) at its real size
+  double modeled_tokens_per_s = 0;
+  double modeled_attention_s = 0;  // its attention part
+  double modeled_moe_s = 0;        // its MoE part
+  double kv_cache_bytes = 0;       // decoder: whole model's KV cache (model.layers) at the phase's end
+};
+
 struct VariantResult {
   RouterVariant variant;
-  std::vector<BalanceMetrics> per_batch;  // one entry per routed batch, in order
-  std::vector<float> final_bias;          // aux_free_bias: the bias after the last batch
-  std::vector<ModeledPlacement> modeled;  // cost of the last batch's routing, per placement
+  std::vector<BalanceMetrics> per_batch;  // one entry per routed batch (decoder: per step and layer), in order
+  std::vector<StepRecord> records;        // decoder, trace, load_profile: one per entry of per_batch
+  std::vector<PhaseSummary> phases;       // decoder: prefill, decode; trace: per recorded phase; profile
+  std::vector<float> final_bias;          // aux_free_bias: the bias after the last batch (last layer)
+  // Cost of the last batch's routing, per placement; for step-structured runs the mean over the decode
+  // records (all records when there is no decode phase), so that variants rank on typical steps.
+  std::vector<ModeledPlacement> modeled;
   bool executed = false;
   MeasuredTimes measured;
   // Measured balanced counterfactual: the same executed layer with `balanced` routing.
@@ -46,27 +90,56 @@ struct VariantResult {
   const BalanceMetrics& last() const { return per_batch.back(); }
 };
 
+// Where the executed layer runs (--backend, resolved by the CLI: auto -> cuda when a device is usable).
+enum class ExecBackend { cpu, cuda };
+
 struct RunOptions {
   bool execute = true;        // run the executed pipeline (also needs execute.enabled)
   bool verify = false;        // run the serial references beside the fast path and compare
   double memory_limit_bytes = 0;  // 0: no limit
+  ExecBackend backend = ExecBackend::cpu;  // --backend (CUDA backend, issue 7)
 };
 
 struct RunResult {
   Experiment experiment;
   HardwareProfile hardware;
-  int64_t num_tokens = 0;     // tokens per routed batch
+  int64_t num_tokens = 0;     // tokens per routed batch (decoder: per decode step, or the prefill without one)
   std::vector<VariantResult> variants;
+  // decoder: the executed shape and the per-sequence prompt lengths and topics.
+  bool has_decoder = false;
+  DecoderShape decoder_shape;
+  std::vector<int> prompt_len;
+  std::vector<int> topic;
+  double kv_cache_allocated_bytes = 0;  // executed, preallocated
+  // trace: whether the recorded decisions were replayed (no logits) or re-routed.
+  bool trace_replayed = false;
+  std::string workload_path;            // trace / load_profile / logits: the file read
+  std::string profile_key;              // load_profile: the profile used
 };
 
 // Bytes the executed pipeline allocates for this experiment (logits, token ids, hidden states,
-// expert weights, gathered rows, outputs), estimated before any allocation.
+// expert weights, gathered rows, outputs; for the decoder its weights, KV cache and activations),
+// estimated before any allocation.
 double estimate_run_bytes(const Experiment& e);
 
 // Throws ResourceError when the estimate exceeds opts.memory_limit_bytes (before allocating).
+// The decoder workload always executes its layers (its hidden states are the workload); opts.execute
+// and execute.enabled then only decide whether the last MoE layer is re-timed against balanced routing.
+// Trace and load_profile runs are not executed (measured metrics are absent).
 RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts);
 
 // The experiment's own router as the only variant, labelled by its gating name.
 std::vector<RouterVariant> own_variant(const Experiment& e);
+
+// workload.path as given when it exists, else relative to the experiment file's folder (so a config
+// can name data beside it wherever moesim runs from); as given when neither exists.
+std::string resolve_workload_path(const Experiment& e);
+
+// Modeled attention of one layer for a batch of prefill tokens at the model's real size: weights read
+// once, each sequence's K/V written and read once (a tiled kernel keeps a query block's K/V on chip),
+// x read and y written; FLOPs 2 per weight per token plus 4 head_dim per attended (query, key) pair
+// and head. max(bytes / BW, FLOPs / F), plus 3 launches (as attention_decode_time).
+CostBreakdown attention_prefill_time(const HardwareProfile& hw, const AttentionShape& shape, int64_t tokens,
+                                     int64_t attended_positions);
 
 }  // namespace moesim

@@ -2,6 +2,7 @@
 #include "report/check.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,29 @@ std::string num(double v) {
   os.precision(6);
   os << v;
   return os.str();
+}
+
+// A message stays one line: control characters from a label or a file name become \xNN.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void fail(const std::string& message) { throw InputError(printable(message)); }
+
+// A JSON value quoted in a message, cut to a readable length.
+std::string shown(const nlohmann::json& v) {
+  const std::string s = v.dump();
+  return s.size() <= 64 ? s : s.substr(0, 64) + "...";
 }
 
 bool matches(const std::string& wanted, const VariantResult& v) {
@@ -51,10 +75,14 @@ std::vector<RouterVariant> check_variants(const Experiment& e, const std::vector
     std::string gating;
     words >> gating;
     const auto g = parse_gating(gating);
-    if (!g) throw InputError("strategy '" + label + "': unknown gating '" + gating + "'");
+    if (!g) fail("strategy '" + label + "': unknown gating '" + gating + "'");
     Experiment x = e;
     x.router.gating = *g;
-    for (std::string kv; words >> kv;) apply_override(x, "router." + kv);
+    try {
+      for (std::string kv; words >> kv;) apply_override(x, "router." + kv);
+    } catch (const Error& ex) {
+      fail("strategy '" + label + "': " + ex.what());
+    }
     variants.push_back({label, x.router});
     have.insert(label);
   };
@@ -84,18 +112,42 @@ std::vector<CheckFailure> check_expectations(const RunResult& run) {
 
 std::vector<std::string> baseline_labels(const nlohmann::json& b, const std::string& name) {
   if (!b.is_object() || !b.contains("schema_version") || !b.contains("strategies") || !b["strategies"].is_array())
-    throw InputError(name + ": expected a moesim run JSON (schema_version, strategies[]), got something else");
+    fail(name + ": expected a moesim run JSON (schema_version, strategies[]), got something else");
   if (b["schema_version"] != kReportSchemaVersion)
-    throw InputError(name + ": schema_version: expected " + std::to_string(kReportSchemaVersion) + ", got " +
-                     b["schema_version"].dump());
+    fail(name + ": schema_version: expected " + std::to_string(kReportSchemaVersion) + ", got " +
+         shown(b["schema_version"]));
   std::vector<std::string> labels;
   for (const auto& s : b["strategies"]) {
     if (!s.is_object() || !s.contains("strategy") || !s["strategy"].is_string() || !s.contains("metrics") ||
         !s["metrics"].is_object())
-      throw InputError(name + ": strategies[]: expected objects with 'strategy' and 'metrics'");
+      fail(name + ": strategies[]: expected objects with 'strategy' and 'metrics'");
     labels.push_back(s["strategy"].get<std::string>());
   }
   return labels;
+}
+
+std::map<std::string, nlohmann::json> parse_baselines(const std::string& text, const std::string& name) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(name + ": expected JSON written by moesim run/compare/check, got a parse error: " + e.what());
+  }
+  std::vector<const nlohmann::json*> runs;
+  if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {
+    for (const auto& r : j["runs"]) runs.push_back(&r);
+  } else {
+    runs.push_back(&j);
+  }
+  std::map<std::string, nlohmann::json> by_name;
+  for (const nlohmann::json* r : runs) {
+    baseline_labels(*r, name);  // validates the shape
+    if (!r->contains("experiment") || !(*r)["experiment"].is_object() || !(*r)["experiment"].contains("name") ||
+        !(*r)["experiment"]["name"].is_string())
+      fail(name + ": experiment.name: expected a string in every baseline run");
+    by_name[(*r)["experiment"]["name"].get<std::string>()] = *r;
+  }
+  return by_name;
 }
 
 std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline, double rtol,

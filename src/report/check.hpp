@@ -4,6 +4,7 @@
 // Covered by tests/report/check_test.cpp and the regression suite in configs/regression/.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,5 +40,10 @@ std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlo
 
 // Strategy labels in a baseline run JSON; throws InputError (naming `name`) when it is not one.
 std::vector<std::string> baseline_labels(const nlohmann::json& baseline_run, const std::string& name);
+
+// Baseline runs by experiment name from the text of a baseline file: one run JSON, or
+// {"schema_version", "runs": [...]}. Every run is validated as baseline_labels does and must carry
+// experiment.name; throws InputError (one line naming `name`) otherwise. Fuzzed by tests/fuzz.
+std::map<std::string, nlohmann::json> parse_baselines(const std::string& text, const std::string& name);
 
 }  // namespace moesim

@@ -29,7 +29,8 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
 // The placement whose cost ranks the variants: expert_parallel when the experiment uses it, else single.
 const ModeledPlacement& primary_placement(const VariantResult& v);
 
-// 1-based rank of each variant by the primary placement's modeled layer time (ties: lower imbalance).
+// 1-based rank of each variant by the primary placement's modeled layer time divided by the kept
+// fraction (1 - drop_rate), so that dropping work does not rank as speed (ties: lower imbalance).
 std::vector<int> rank_variants(const RunResult& run);
 
 // One batch's metrics as JSON: every scalar of the metric vocabulary (null where it does not

@@ -2,7 +2,7 @@
 // little-endian) and .csv (one token per line, one number per expert, commas). Output is a
 // row-major float32 matrix [num_tokens, num_experts]. Every malformed input raises InputError with
 // one line naming the file and what was expected; NaN/Inf values are rejected. Host only.
-// Covered by tests/workload/logits_file_test.cpp.
+// Covered by tests/workload/logits_file_test.cpp, tests/cli/bad_input_test.cpp and tests/fuzz (npy, csv).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,19 @@ struct LogitsMatrix {
   std::vector<float> values;  // [num_tokens, num_experts]
 };
 
-// Chooses the reader by extension (.npy or .csv).
+// What a logits file holds, learnt without reading its data (so that a caller can check a memory
+// estimate before allocating): the exact shape of a .npy (header only, size checked against the
+// shape), and only the byte size of a .csv (its shape is known after parsing).
+struct LogitsFileInfo {
+  bool is_npy = false;
+  uint64_t file_bytes = 0;
+  int64_t num_tokens = -1;  // -1: unknown before parsing (.csv)
+  int num_experts = -1;
+};
+LogitsFileInfo inspect_logits_file(const std::string& path);
+
+// Chooses the reader by extension (.npy or .csv). A .npy is read straight into the matrix (no copy
+// of the file in memory); a .csv is read whole, then parsed.
 LogitsMatrix read_logits_file(const std::string& path);
 // Parses in-memory contents; `name` is used in messages. Exposed for tests and fuzzers.
 LogitsMatrix parse_npy(const std::string& bytes, const std::string& name);

@@ -6,15 +6,16 @@
 #include <numeric>
 
 #include "common/error.hpp"
-#include "common/rng.hpp"
+#include "common/counter_rng.hpp"
 
 namespace moesim {
 namespace {
-// Streams keep the draws of different quantities independent for one seed.
-constexpr uint64_t kStreamRank = 1;
-constexpr uint64_t kStreamLogits = 2;
-constexpr uint64_t kStreamTokenIds = 3;
-constexpr uint64_t kStreamHidden = 4;
+// Streams keep the draws of different quantities independent for one seed (the router uses 1..3
+// and 16+, see common/counter_rng.hpp).
+constexpr uint64_t kStreamRank = 101;
+constexpr uint64_t kStreamLogits = 102;
+constexpr uint64_t kStreamTokenIds = 103;
+constexpr uint64_t kStreamHidden = 104;
 }  // namespace
 
 std::vector<float> expert_popularity_bias(int num_experts, double skew, uint64_t seed) {

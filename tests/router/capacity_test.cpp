@@ -12,7 +12,7 @@
 
 #include "router/capacity.hpp"
 #include "router/capacity_ref.hpp"
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 #include "router/route.hpp"
 #include "support/router_support.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 #include "router/route.hpp"
 #include "support/router_support.hpp"
 

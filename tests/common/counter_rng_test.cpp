@@ -1,4 +1,4 @@
-// Tests of the counter-based RNG (router/counter_rng.hpp): pure function of (seed, stream, index),
+// Tests of the counter-based RNG (common/counter_rng.hpp): pure function of (seed, stream, index),
 // distinct draws for distinct indices, and the moments of the uniform and Irwin-Hall normal draws.
 // Seeds are fixed; tolerances are several standard errors of the sample moments.
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "router/counter_rng.hpp"
+#include "common/counter_rng.hpp"
 
 namespace moesim {
 namespace {

@@ -1,7 +1,8 @@
-// Counter-based random numbers for the router: every draw is a pure function of (seed, stream, index),
-// so noise, random gating and random drops do not depend on thread count, schedule or backend.
-// Scalar MOESIM_HD functions shared by the Thrust templates and the `_ref` references (both must draw
-// the same numbers); built by g++ and nvcc. Covered by tests/router/counter_rng_test.cpp.
+// Counter-based random numbers for every stage (workload, router, decoder): each draw is a pure
+// function of (seed, stream, index), so noise, random gating, random drops and generated weights do not
+// depend on thread count, schedule or backend. Scalar MOESIM_HD functions shared by the Thrust templates
+// and the `_ref` references (both must draw the same numbers); built by g++ and nvcc.
+// Covered by tests/common/counter_rng_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Turns `moesim sweep --format csv` (or `moesim validate --format csv`) output into PNG plots.
+
+Sweep CSV -> three figures (one line per combination of the varied keys other than the batch):
+  PREFIX-time.png        modeled time per batch, log-log, with the critical batch marked
+                         (dense: B* tokens; MoE: B* x E / k tokens, where a balanced expert reaches B*)
+  PREFIX-balanced.png    actual routing (solid) against perfectly balanced routing (dashed)
+  PREFIX-efficiency.png  batching_efficiency = balanced / actual time, against the batch
+  PREFIX-measured.png    measured layer time per batch, when the sweep ran with --measure
+Validate CSV -> PREFIX-validate.png: predicted and measured expert time per batch, with the error.
+
+Needs python3 and matplotlib (Debian: python3-matplotlib, installed by scripts/setup.sh).
+Usage: python3 scripts/plot.py SWEEP.csv [--out DIR] [--prefix NAME] [--time quantized|ideal|calibrated]
+"""
+import argparse
+import csv
+import math
+import os
+import sys
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+except ImportError:
+    sys.exit("plot.py: matplotlib is missing; install python3-matplotlib (scripts/setup.sh) and run it "
+             "with the system python3 (/usr/bin/python3)")
+
+BATCH_KEYS = ("workload.batch",)
+# The first fixed column of a sweep CSV: the varied keys come before it.
+FIRST_FIXED = "gating"
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader)
+        except StopIteration:
+            sys.exit(f"plot.py: {path}: empty file")
+        rows = [dict(zip(header, r)) for r in reader if r]
+    if not rows:
+        sys.exit(f"plot.py: {path}: no rows")
+    return header, rows
+
+
+def num(row, key):
+    v = row.get(key, "")
+    return float(v) if v not in ("", None) else math.nan
+
+
+def groups_of(header, rows):
+    """Rows grouped by the varied keys other than the batch, in first-seen order."""
+    keys = header[: header.index(FIRST_FIXED)] if FIRST_FIXED in header else []
+    group_keys = [k for k in keys if k not in BATCH_KEYS]
+    groups = {}
+    for r in rows:
+        label = ", ".join(f"{k.split('.')[-1] if ',' not in k else 'width'}={r[k]}" for k in group_keys)
+        groups.setdefault(label, []).append(r)
+    for g in groups.values():
+        g.sort(key=lambda r: num(r, "num_tokens"))
+    return groups
+
+
+def knee_tokens(row):
+    """Tokens at which a balanced expert holds the critical batch: B* x E / k (B* for a dense layer)."""
+    return num(row, "critical_batch") * num(row, "experts") / num(row, "top_k")
+
+
+def mark_critical(ax, groups, colors):
+    seen = set()
+    for (label, g), color in zip(groups.items(), colors):
+        x = knee_tokens(g[0])
+        if not math.isfinite(x) or round(x, 3) in seen:
+            continue
+        seen.add(round(x, 3))
+        dense = num(g[0], "experts") == 1
+        text = f"critical batch {x:.0f}" if dense else f"B* x E/k = {x:.0f} tokens"
+        ax.axvline(x, color=color if len(groups) > 1 else "0.3", linestyle=":", linewidth=1.2)
+        ax.annotate(text, xy=(x, 0.02 + 0.3 * (len(seen) - 1)), xycoords=("data", "axes fraction"), rotation=90,
+                    va="bottom", ha="right", fontsize=8, color="0.25")
+
+
+def title_of(rows, args, what):
+    r = rows[0]
+    head = args.title or os.path.splitext(os.path.basename(args.csv))[0]
+    layers = r.get("layers", "1")
+    def shared(key, text):
+        return text if len({row.get(key) for row in rows}) == 1 else f"{key} varies"
+
+    where = shared("profile", r.get("profile", "")) + ", " + shared("placement", r.get("placement", ""))
+    if r.get("placement") == "expert_parallel" and len({row.get("devices") for row in rows}) == 1:
+        where += f" x{r.get('devices', '')}"
+    return f"{head}: {what}\n({where}; {layers} layer{'s' if layers != '1' else ''})"
+
+
+def integer_ticks(ax):
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def setup_axes(ax, ylabel, logy=True):
+    ax.set_xscale("log", base=2)
+    integer_ticks(ax)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("batch (tokens)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def plot_time(header, rows, groups, args, path):
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    colors = [f"C{i % 10}" for i in range(len(groups))]
+    col = f"time_{args.time}_s"
+    for (label, g), color in zip(groups.items(), colors):
+        x = [num(r, "num_tokens") for r in g]
+        ax.plot(x, [num(r, col) * 1e3 for r in g], marker="o", markersize=3, color=color,
+                label=(label + " " if label else "") + args.time)
+        # The other columns, where they differ from the plotted one: grey for one group, else the group's
+        # colour (the ideal column only, to keep the plot readable).
+        others = (("ideal", "--"), ("quantized", "-."), ("calibrated", ":")) if len(groups) == 1 else (("ideal", "--"),)
+        for other, style in others:
+            if other == args.time:
+                continue
+            y = [num(r, f"time_{other}_s") * 1e3 for r in g]
+            if any(abs(a - b) > 1e-12 * max(abs(b), 1e-30) for a, b in zip(y, [num(r, col) * 1e3 for r in g])):
+                ax.plot(x, y, linestyle=style, color="0.45" if len(groups) == 1 else color, linewidth=1,
+                        label=(label + " " if label else "") + other)
+    mark_critical(ax, groups, colors)
+    setup_axes(ax, "modeled time per batch (ms)")
+    ax.set_title(title_of(rows, args, "time per batch"), fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_balanced(header, rows, groups, args, path):
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    colors = [f"C{i % 10}" for i in range(len(groups))]
+    balanced = {}  # counterfactual curve -> the groups that share it (groups differing only in gating)
+    for (label, g), color in zip(groups.items(), colors):
+        x = [num(r, "num_tokens") for r in g]
+        ax.plot(x, [num(r, f"time_{args.time}_s") * 1e3 for r in g], marker="o", markersize=3, color=color,
+                label=(label or "actual routing"))
+        key = (tuple(x), tuple(num(r, f"balanced_{args.time}_s") * 1e3 for r in g))
+        balanced.setdefault(key, []).append((label, color))
+    for (x, yb), owners in balanced.items():
+        shared = len(owners) > 1 or len(groups) == 1
+        ax.plot(x, yb, linestyle="--", linewidth=1.6, color="black" if shared else owners[0][1],
+                label="balanced counterfactual" + ("" if shared else f" ({owners[0][0]})"))
+    mark_critical(ax, groups, colors)
+    setup_axes(ax, f"modeled time per batch, {args.time} (ms)")
+    ax.set_title(title_of(rows, args, "actual routing (solid) vs perfectly balanced (dashed)"), fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_efficiency(header, rows, groups, args, path):
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    colors = [f"C{i % 10}" for i in range(len(groups))]
+    for (label, g), color in zip(groups.items(), colors):
+        x = [num(r, "num_tokens") for r in g]
+        ax.plot(x, [num(r, "batching_efficiency") for r in g], marker="o", markersize=3, color=color,
+                label=label or "batching efficiency")
+    ax.axhline(1.0, color="0.3", linewidth=0.8)
+    mark_critical(ax, groups, colors)
+    setup_axes(ax, "batching efficiency (balanced / actual)", logy=False)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title_of(rows, args, "batching efficiency"), fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_measured(header, rows, groups, args, path):
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for i, (label, g) in enumerate(groups.items()):
+        pts = [(num(r, "num_tokens"), num(r, "measured_layer_s") * 1e3) for r in g if r.get("measured_layer_s")]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", markersize=3, color=f"C{i % 10}", label=label or "measured layer")
+    setup_axes(ax, "measured layer time, executed size (ms)")
+    ax.set_title(title_of(rows, args, "measured on this CPU"), fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_validate(rows, args, path):
+    rows.sort(key=lambda r: num(r, "num_tokens"))
+    x = [num(r, "num_tokens") for r in rows]
+    err = [num(r, "error") for r in rows]
+    fig, (ax, ax_err) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax.plot(x, [num(r, "measured_s") * 1e3 for r in rows], marker="o", label="measured (median)")
+    ax.plot(x, [num(r, "predicted_s") * 1e3 for r in rows], marker="s", linestyle="--", label="predicted (calibrated)")
+    setup_axes(ax, "expert GEMM time (ms)")
+    ax.set_xlabel("")
+    ax.legend(fontsize=8)
+    abs_err = sorted(abs(e) for e in err)
+    mid = len(abs_err) // 2
+    mdape = abs_err[mid] if len(abs_err) % 2 else 0.5 * (abs_err[mid - 1] + abs_err[mid])
+    head = args.title or os.path.splitext(os.path.basename(args.csv))[0]
+    ax.set_title(f"{head}: predicted vs measured expert time\nmedian absolute error {mdape * 100:.1f}%", fontsize=10)
+    ax_err.bar(x, [e * 100 for e in err], width=[v * 0.5 for v in x], color=["C3" if e > 0 else "C0" for e in err])
+    ax_err.axhline(0, color="0.3", linewidth=0.8)
+    ax_err.set_xscale("log", base=2)
+    integer_ticks(ax_err)
+    ax_err.set_ylabel("error (%)")
+    ax_err.set_xlabel("batch (tokens)")
+    ax_err.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("csv", help="output of moesim sweep --format csv (or validate --format csv)")
+    p.add_argument("--out", default=".", help="folder for the PNGs (default: .)")
+    p.add_argument("--prefix", help="file name prefix (default: the CSV's name)")
+    p.add_argument("--time", default="quantized", choices=("ideal", "quantized", "calibrated"),
+                   help="modeled time column to plot (default: quantized)")
+    p.add_argument("--title", help="plot title (default: the CSV's name)")
+    args = p.parse_args()
+    header, rows = read_csv(args.csv)
+    prefix = args.prefix or os.path.splitext(os.path.basename(args.csv))[0]
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+    if "predicted_s" in header and "measured_s" in header:
+        path = os.path.join(args.out, f"{prefix}-validate.png")
+        plot_validate(rows, args, path)
+        written.append(path)
+    else:
+        for needed in ("num_tokens", f"time_{args.time}_s", "batching_efficiency", "critical_batch"):
+            if needed not in header:
+                sys.exit(f"plot.py: {args.csv}: expected a moesim sweep CSV with a '{needed}' column")
+        groups = groups_of(header, rows)
+        for name, fn in (("time", plot_time), ("balanced", plot_balanced), ("efficiency", plot_efficiency)):
+            path = os.path.join(args.out, f"{prefix}-{name}.png")
+            fn(header, rows, groups, args, path)
+            written.append(path)
+        if "measured_layer_s" in header:
+            path = os.path.join(args.out, f"{prefix}-measured.png")
+            plot_measured(header, rows, groups, args, path)
+            written.append(path)
+    for w in written:
+        print(w)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+// `moesim sweep [FILE] --vary KEY=v1,v2|START..END*F [--vary ...] [--measure] [--format table|csv|json]
+// [--out FILE]`: the experiment at every point of the cartesian product of the --vary axes (any config
+// key), modeled (and executed with --measure). A progress bar goes to stderr only when stderr is a
+// terminal. Covered by tests/sweep/run_sweep_test.cpp (through the binary).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/cli_common.hpp"
+#include "common/error.hpp"
+#include "sweep/run_sweep.hpp"
+#include "sweep/sweep.hpp"
+
+namespace moesim::cli {
+namespace {
+
+// Redraws "[#####.....] done/total" on one stderr line.
+void draw_progress(size_t done, size_t total) {
+  constexpr int kWidth = 30;
+  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+  std::string bar(filled, '#');
+  bar += std::string(kWidth - filled, '.');
+  std::fprintf(stderr, "\rsweep [%s] %zu/%zu", bar.c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\r%*s\r", kWidth + 40, "");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int cmd_sweep(int argc, char** argv) {
+  CommonOptions opts;
+  bool help = false;
+  bool measure = false;
+  std::vector<std::string> varies;
+  po::options_description desc(
+      "moesim sweep [FILE] --vary KEY=VALUES [--vary KEY2=VALUES] [options]\n"
+      "VALUES: a comma list of values and ranges: 1..1024*2 (powers of two), 0..1+0.25 (step), 1..8 (step 1)");
+  desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
+      "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
+      "vary", po::value(&varies)->composing(), "an axis: --vary workload.batch=1..4096*2 (repeatable; cartesian product)")(
+      "measure", po::bool_switch(&measure), "also run the executed CPU pipeline at each point (measured columns)")(
+      "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)");
+  add_common_options(desc, opts, false);
+  parse_command_line(argc, argv, desc, "file", 1);
+  if (help) {
+    std::cout << desc << "\n";
+    return kExitOk;
+  }
+  if (varies.empty()) throw InputError("sweep: expected at least one --vary KEY=VALUES");
+  apply_threads(opts.threads);
+  const ReportFormat format = parse_report_format(opts.format);
+  if (format == ReportFormat::markdown)
+    throw InputError("--format: expected table, csv or json for sweep, got '" + opts.format + "'");
+  const std::vector<SweepAxis> axes = parse_varies(varies);
+  const Experiment base = load_experiment_for(opts);
+  SweepOptions sweep_opts;
+  sweep_opts.measure = measure;
+  sweep_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
+  if (isatty(STDERR_FILENO)) sweep_opts.progress = draw_progress;
+  const SweepResult result = run_sweep(base, axes, sweep_opts);
+  emit(opts, format_sweep(result, format));
+  return kExitOk;
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,68 @@
+// `moesim validate [FILE] [--batches 1..4096*2] [--hardware cpu-local|FILE] [--format table|csv|json]`:
+// the executed CPU pipeline over a batch sweep against the cost model on a host profile, per point and
+// as a median absolute percentage error (src/sweep/validate.hpp). The default profile is
+// configs/hardware/cpu-local.yaml under the current folder when it exists (a fresh calibration), else
+// the built-in cpu-local. Covered by tests/sweep/validate_test.cpp (through the binary).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/cli_common.hpp"
+#include "common/error.hpp"
+#include "cost/hardware_profile.hpp"
+#include "sweep/sweep.hpp"
+#include "sweep/validate.hpp"
+
+namespace moesim::cli {
+namespace {
+
+void draw_progress(size_t done, size_t total) {
+  std::fprintf(stderr, "\rvalidate %zu/%zu", done, total);
+  if (done == total) std::fprintf(stderr, "\r%30s\r", "");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int cmd_validate(int argc, char** argv) {
+  CommonOptions opts;
+  bool help = false;
+  std::string batches = "1..4096*2", hardware;
+  po::options_description desc("moesim validate [FILE] [options]");
+  desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
+      "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart); its execute: size is validated")(
+      "batches", po::value(&batches)->default_value("1..4096*2"), "batch sizes: values and ranges as in sweep --vary")(
+      "hardware", po::value(&hardware),
+      "host profile: a name or file (default: ./configs/hardware/cpu-local.yaml if present, else built-in cpu-local)")(
+      "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)");
+  add_common_options(desc, opts, false);
+  parse_command_line(argc, argv, desc, "file", 1);
+  if (help) {
+    std::cout << desc << "\n";
+    return kExitOk;
+  }
+  apply_threads(opts.threads);
+  const ReportFormat format = parse_report_format(opts.format);
+  if (format == ReportFormat::markdown)
+    throw InputError("--format: expected table, csv or json for validate, got '" + opts.format + "'");
+  const std::vector<std::string> values = expand_sweep_values(batches, "--batches " + batches);
+  const Experiment base = load_experiment_for(opts);
+  HardwareRef ref;
+  if (hardware.empty()) {
+    std::error_code ec;
+    const char* local = "configs/hardware/cpu-local.yaml";
+    ref.name = std::filesystem::is_regular_file(local, ec) ? local : "cpu-local";
+  } else {
+    ref.name = hardware;
+  }
+  RunOptions run_opts;
+  run_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
+  const ValidateResult r =
+      run_validation(base, ref, values, run_opts, isatty(STDERR_FILENO) ? draw_progress : std::function<void(size_t, size_t)>());
+  emit(opts, format_validation(r, format));
+  return kExitOk;
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,69 @@
+// Calibration of the host CPU as a hardware profile (`moesim calibrate`): copy bandwidth (bytes read +
+// written), the weight stream of small-row GEMMs, sgemm throughput per shape, fork overhead and the
+// memory/compute overlap of GEMMs near the ridge, as a `cpu-local` profile with measured efficiencies.
+// CPU in GPU words: SMs = OpenMP/BLAS threads, a tile = 1 row x one SIMD register of fp32 outputs, L2 =
+// the last-level cache. Timings: best of several wall-clock runs (launch: median). Host only.
+// Covered by tests/cost/calibrate_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moesim {
+
+struct CalibrationOptions {
+  bool quick = false;  // small buffers and few shapes: a rough profile in about a second (tests, smoke runs)
+};
+
+// One BLAS sgemm shape: C[m, n] = A[m, k] B[k, n], row-major fp32, called with every thread available.
+struct GemmSample {
+  int64_t m = 0, k = 0, n = 0;
+  double seconds = 0;       // best of the timed calls
+  double flops_per_s = 0;   // 2 m k n / seconds
+};
+
+// A GEMM whose weights come from DRAM (a new [k, n] matrix per call) with memory and compute terms of
+// the same size: it shows how much of one the machine hides under the other.
+struct OverlapSample {
+  int64_t m = 0, k = 0, n = 0;
+  double seconds = 0;    // measured, best pass / calls
+  double memory_s = 0;   // the model's memory term: k n 4 B / (bandwidth x efficiency_bw)
+  double compute_s = 0;  // the model's compute term: 2 m k n / (peak x efficiency_flops)
+  double overlap = 1;    // (memory_s + compute_s - seconds) / min(memory_s, compute_s), clamped to [0, 1]
+};
+
+struct CalibrationResult {
+  std::string cpu_model;                   // /proc/cpuinfo "model name" (or "unknown CPU")
+  std::string blas;                        // the BLAS's own description (OpenBLAS config and core)
+  int threads = 1;                         // OpenMP threads = BLAS threads = "SMs"
+  int simd_fp32_lanes = 4;                 // fp32 lanes of the widest vector unit (the tile width)
+  double memory_bytes = 0;                 // physical memory
+  double llc_bytes = 0;                    // last-level cache, 0 when unknown
+  double copy_bytes = 0;                   // size of each copy buffer
+  double copy_bandwidth_bytes_per_s = 0;   // (read + written bytes) / time, best of the repeats
+  double stream_bandwidth_bytes_per_s = 0; // weight bytes / time of 1-row sgemms, one per thread in parallel
+  std::vector<GemmSample> gemm;            // per shape, in measuring order
+  double peak_fp32_flops_per_s = 0;        // the best rate of any shape
+  double efficiency_flops = 1;             // median rate of the compute-bound shapes (m >= 256) / peak
+  double efficiency_bw = 1;                // stream / copy bandwidth, at most 1
+  std::vector<OverlapSample> overlap;      // threaded GEMMs near the ridge, weights from DRAM
+  double memory_compute_overlap = 1;       // median of the samples' overlap
+  double launch_overhead_s = 0;            // an OpenMP fork-join around a tiny sgemm, median
+  double seconds = 0;                      // the calibration's own wall time
+};
+
+// Measures this machine. Allocates 2 x 256 MiB for the copy and 256 MiB of weights (quick: 2 x 32 MiB
+// and 32 MiB); takes about 10 s (quick: about 1 s) on an idle 2-core machine.
+CalibrationResult calibrate_host(const CalibrationOptions& opts);
+
+// The result as a hardware profile named `name` (configs/hardware format, loadable by
+// parse_hardware_profile), with a source note per figure and the per-shape GEMM table as comments.
+// `note` (may be empty) is appended to the profile's source: how and where the run was made.
+std::string calibration_profile_yaml(const CalibrationResult& r, const std::string& name,
+                                     const std::string& note = "");
+
+// A short human-readable summary (bandwidths, peak, efficiencies, the GEMM table).
+std::string calibration_summary(const CalibrationResult& r);
+
+}  // namespace moesim

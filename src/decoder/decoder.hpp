@@ -1,0 +1,155 @@
+// The decoder workload (`workload.source: decoder`): a stack of MoE decoder layers run for a prompt
+// prefill and `decode_steps` greedy decode steps, so the router sees what a serving system sees.
+// Layer: x += Attn(RMSNorm(x)) (MHA/GQA, RoPE, KV cache); x += MoE(RMSNorm(x)) with router logits
+// RMSNorm(x) W_router + popularity bias, routed by route_omp under the variant's RouterConfig (one
+// RouterState per layer, kept across steps), dispatch, SwiGLU experts and combine (moe_forward_omp),
+// shared experts. Then final RMSNorm, a small-vocabulary logits head and greedy argmax (ties: lower id).
+// Executed at the `execute:` size (executed_decoder_shape); weights from the seed. Every output is
+// bytewise identical at any thread count, apart from the measured times. Built by g++.
+// Covered by tests/decoder/decoder_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/experiment.hpp"
+#include "decoder/attention_layer.hpp"
+#include "kernels/moe_layer.hpp"
+#include "router/balance_metrics.hpp"
+#include "router/route.hpp"
+
+namespace moesim {
+
+// Token embeddings: x = kTopicWeight * centre[topic of the sequence] + kTokenWeight * embedding[token],
+// both N(0, 1) per element (kTopicWeight^2 + kTokenWeight^2 = 1 keeps unit variance). The shared
+// centre makes the tokens of one sequence route alike (temporal locality); docs/workloads.md.
+constexpr double kTopicWeight = 0.6;
+constexpr double kTokenWeight = 0.8;
+// The logits head's vocabulary is min(model.vocab, kDecoderVocab): enough for greedy decoding to
+// produce varied tokens, small enough that the head costs nothing next to the layers.
+constexpr int kDecoderVocab = 512;
+// Executed head_dim is at least this (or model.head_dim when that is smaller).
+constexpr int kMinExecutedHeadDim = 16;
+
+// The executed decoder's dimensions.
+struct DecoderShape {
+  int layers = 1;
+  int64_t hidden = 0, ffn = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  int vocab = 0;
+  int experts = 0, top_k = 0, shared_experts = 0;
+  int topics = 1;
+};
+
+// From the experiment: layers, hidden, ffn from execute:; experts, top_k, shared_experts, topics as
+// configured; head_dim = min(model.head_dim, max(kMinExecutedHeadDim, execute.hidden / model.heads));
+// heads = execute.hidden / head_dim rounded down to a multiple of the GQA group (model.heads /
+// model.kv_heads), at least one group and at most model.heads; kv_heads = heads / group, so the
+// executed attention keeps the model's MHA/GQA grouping; vocab = min(model.vocab, kDecoderVocab).
+DecoderShape executed_decoder_shape(const Experiment& e);
+
+// Prompt length of each of the workload.batch sequences: one length for all, one per sequence, or
+// drawn uniformly from [LO, HI] per sequence from the seed (prompt_len_range).
+std::vector<int> decoder_prompt_lengths(const WorkloadConfig& w);
+
+// Bytes the decoder allocates (weights, KV cache, activations of the prefill, MoE buffers), estimated
+// from the experiment before anything is allocated.
+double estimate_decoder_bytes(const Experiment& e);
+
+struct DecoderLayerWeights {
+  AttentionWeights attention;
+  std::vector<float> ffn_norm;         // [hidden]
+  std::vector<float> router;           // [hidden, experts], N(0, 1/hidden)
+  std::vector<float> popularity_bias;  // [experts] expert_popularity_bias(E, skew, seed + layer)
+  ExpertWeights experts;               // [experts] SwiGLU
+  ExpertWeights shared;                // [shared_experts] SwiGLU (num_experts 0 when none)
+};
+
+struct DecoderWeights {
+  DecoderShape shape;
+  std::vector<float> topic_centre;     // [topics, hidden]
+  std::vector<float> token_embedding;  // [vocab, hidden]
+  std::vector<DecoderLayerWeights> layers;
+  std::vector<float> final_norm;       // [hidden]
+  std::vector<float> lm_head;          // [hidden, vocab]
+};
+
+DecoderWeights make_decoder_weights(const DecoderShape& shape, uint64_t seed, double skew);
+
+enum class DecoderPhase { prefill, decode };
+const char* to_string(DecoderPhase p);
+
+// Wall seconds of one layer for one step (steady_clock, one pass).
+struct DecoderTimes {
+  double attention_s = 0;  // norm, QKV, RoPE, cache append, attention, output projection, residual
+  double router_s = 0;     // norm, router logits GEMM, popularity bias, route_omp
+  double dispatch_s = 0;   // dispatch plan and gather
+  double experts_s = 0;    // routed and shared SwiGLU experts
+  double combine_s = 0;    // weighted un-permute and the residual add
+  double layer_s = 0;      // the whole layer
+};
+
+// One layer of one step. Steps: 0 is the prefill, 1..decode_steps the decode steps.
+struct DecoderRecord {
+  DecoderPhase phase = DecoderPhase::prefill;
+  int step = 0;
+  int layer = 0;
+  int64_t num_tokens = 0;          // tokens routed (prefill: sum of prompt lengths; decode: batch)
+  int64_t context_tokens = 0;      // tokens in this layer's KV cache after the step's append (all sequences)
+  int64_t attended_positions = 0;  // sum over the step's tokens of the positions each attends to (pos + 1)
+  double kv_cache_bytes = 0;       // executed cache in use for this layer after the step (float32)
+  BalanceMetrics metrics;          // routing of this layer and step (load = tokens per expert)
+  DecoderTimes measured;
+};
+
+// What the last step's last layer fed its router, kept so that the pipeline can re-time that MoE layer
+// (the variant's routing against balanced routing) on real decoder hidden states.
+struct DecoderMoeInput {
+  int layer = 0;
+  int step = 0;
+  int64_t num_tokens = 0;
+  std::vector<float> x;              // [num_tokens, hidden] the MoE input (after its RMSNorm)
+  std::vector<float> logits;         // [num_tokens, experts] router logits (bias included)
+  std::vector<int64_t> token_ids;    // [num_tokens]
+  int64_t sequence_length = 0;
+  uint64_t seed = 0;
+};
+
+struct DecoderRun {
+  std::vector<int> prompt_len;                // [batch]
+  std::vector<int> topic;                     // [batch]
+  std::vector<std::vector<int32_t>> tokens;   // [batch][prompt_len + decode_steps + 1]: prompt, then generated
+  std::vector<DecoderRecord> records;         // step-major, then layer
+  std::vector<double> step_wall_s;            // [1 + decode_steps] whole steps (embedding to argmax)
+  std::vector<float> last_logits;             // [batch, vocab] logits of the last step
+  std::vector<float> final_hidden;            // [tokens of the last step, hidden] residual stream after the last layer
+  std::vector<RouterState> router_states;     // [layers] after the last step
+  std::vector<double> kv_cache_bytes_per_step;  // [1 + decode_steps] executed cache in use, all layers
+  double kv_cache_allocated_bytes = 0;        // executed cache, preallocated
+  DecoderMoeInput last_moe_input;
+};
+
+// Route request seed of (step, layer): the same for every variant, so noisy and random gatings differ
+// between variants only by their strategy.
+uint64_t decoder_route_seed(uint64_t seed, int step, int layer);
+
+class Decoder {
+ public:
+  // Allocates and fills the weights (not the cache). Throws ConfigError when workload.source's
+  // decoder settings cannot run (e.g. an empty batch).
+  explicit Decoder(const Experiment& e);
+
+  const Experiment& experiment() const { return e_; }
+  const DecoderShape& shape() const { return w_.shape; }
+  const DecoderWeights& weights() const { return w_; }
+
+  // Prefill then workload.decode_steps decode steps, routed with `router`. Allocates the KV cache.
+  DecoderRun run(const RouterConfig& router) const;
+
+ private:
+  Experiment e_;
+  DecoderWeights w_;
+};
+
+}  // namespace moesim

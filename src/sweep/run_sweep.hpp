@@ -1,0 +1,66 @@
+// Runs an experiment at every point of a sweep (sweep.hpp) and tabulates, per point, the modeled cost
+// of the whole model's expert layers (one MoE layer's cost x model.layers) for the actual and the
+// balanced routing, batching efficiency, time per token, imbalance and drops, and with `measure` the
+// executed layer's times. Output: table, CSV or JSON. Modeled columns are deterministic; measured ones
+// are wall-clock. Host only. Covered by tests/sweep/run_sweep_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/experiment.hpp"
+#include "cost/roofline.hpp"
+#include "report/report.hpp"
+#include "sweep/sweep.hpp"
+
+namespace moesim {
+
+struct SweepOptions {
+  bool measure = false;             // run the executed pipeline at each point (forces execute.enabled)
+  double memory_limit_bytes = 0;    // 0: no limit (run_experiment's ResourceError otherwise)
+  // Called after each point with (points done, points in all); may be empty.
+  std::function<void(size_t, size_t)> progress;
+};
+
+// One point of a sweep. Modeled times cover model.layers layers, each costed as the experiment's MoE
+// layer with the last routed batch's loads, on the primary placement (expert_parallel when the
+// experiment uses it, else single).
+struct SweepRow {
+  std::vector<std::string> values;  // [axes] the varied values, in axis order
+  std::string gating;
+  std::string hardware;
+  std::string placement;            // "single" or "expert_parallel"
+  int devices = 1;
+  int64_t num_tokens = 0;           // tokens per routed batch
+  int experts = 1, top_k = 1;       // model.experts, model.top_k (a balanced expert sees N k / E tokens)
+  int layers = 1;                   // model.layers, the factor applied to every modeled time
+  double critical_batch = 0;        // weights-only B* of the profile at model.dtype
+  CostBreakdown actual, balanced;   // x layers
+  double batching_efficiency = 1;   // balanced / actual, quantized column (the same for 1 or L layers)
+  double time_per_token_s = 0;      // actual.quantized_s / num_tokens (0 when no tokens)
+  double compute_bound_experts = 0; // physical experts past their knee (per layer)
+  double imbalance = 1, drop_rate = 0;
+  bool measured = false;            // the executed columns are filled
+  double measured_layer_s = 0;      // one executed layer at the execute: size (not x layers)
+  double measured_experts_s = 0;
+  double measured_balanced_layer_s = 0;
+};
+
+struct SweepResult {
+  std::string experiment;           // the experiment's name
+  std::string source_file;
+  std::vector<SweepAxis> axes;
+  std::vector<SweepRow> rows;       // one per point, in sweep_points order
+};
+
+// Builds the experiment of every point (base plus the point's overrides through apply_override, so each
+// is validated: a bad key or value throws ConfigError before anything runs), then runs them in order.
+SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes, const SweepOptions& opts);
+
+// table (aligned, units in headers), csv (one header line, SI units) or json (schema_version, axes, rows).
+// markdown is an InputError.
+std::string format_sweep(const SweepResult& sweep, ReportFormat format);
+
+}  // namespace moesim

@@ -1,0 +1,223 @@
+// Predicted vs measured expert time over a batch sweep (see validate.hpp). The model sees exactly what
+// the executed layer computed: the routing's loads, its layout's padding, the shared experts, fp32 at
+// the execute: size, one device. Host only. Covered by tests/sweep/validate_test.cpp.
+#include "sweep/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "config/load_config.hpp"
+#include "cost/placement.hpp"
+#include "cost/roofline.hpp"
+
+namespace moesim {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string fixed(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+std::string real(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// Rows the routed experts' GEMMs compute for `load` under the layout (DispatchPlan's rule).
+int64_t layout_rows(const std::vector<int64_t>& load, Layout layout, int block_size, int64_t capacity) {
+  int64_t rows = 0;
+  const int64_t max_load = load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+  for (int64_t n : load) {
+    if (layout == Layout::dropless) rows += n;
+    else if (layout == Layout::block) rows += (n + block_size - 1) / block_size * block_size;
+    else rows += std::max(capacity > 0 ? capacity : max_load, n);
+  }
+  return rows;
+}
+
+double load_average_1min() {
+  std::ifstream in("/proc/loadavg");
+  double v = -1;
+  if (!(in >> v)) return -1;
+  return v;
+}
+
+std::string format_table(const ValidateResult& r) {
+  std::ostringstream os;
+  os << "validate: " << r.experiment << " (" << r.source_file << "): " << r.experts << " experts, top-" << r.top_k
+     << (r.shared_experts ? ", " + std::to_string(r.shared_experts) + " shared" : std::string()) << ", " << r.gating
+     << "; executed and modeled at hidden " << r.hidden << ", ffn " << r.ffn << ", fp32, median of " << r.repeats
+     << " repeats; hardware " << r.hardware << " (calibrated column)\n\n";
+  os << "  tokens  active     rows  regime   predicted_ms  measured_ms  error_%\n";
+  for (const ValidatePoint& p : r.points) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%8lld  %6d  %7lld  %-7s  %12.4f  %11.4f  %+7.1f\n",
+                  static_cast<long long>(p.num_tokens), p.active_experts, static_cast<long long>(p.rows),
+                  p.compute_bound ? "compute" : "memory", p.predicted_s * 1e3, p.measured_s * 1e3, p.error * 100);
+    os << line;
+  }
+  os << "\nexpert GEMM phase, " << r.points.size() << " points: median absolute percentage error "
+     << fixed(r.median_ape * 100, 1) << "%, mean " << fixed(r.mean_ape * 100, 1) << "%\n";
+  if (r.load_before >= 0 && r.load_after >= 0)
+    os << "load average (1 min) " << fixed(r.load_before, 2) << " before, " << fixed(r.load_after, 2) << " after, on "
+       << r.cores_online << " cores: other processes on these cores stretch the measured times\n";
+  if (r.llc_bytes > 0 && r.weight_bytes < r.llc_bytes) {
+    os << "note: the executed weights (" << fixed(r.weight_bytes / (1 << 20), 1) << " MiB) fit in the "
+       << fixed(r.llc_bytes / (1 << 20), 1)
+       << " MiB last-level cache: memory-bound points read the cache, not DRAM; raise execute.hidden/ffn\n";
+  }
+  return os.str();
+}
+
+std::string format_csv(const ValidateResult& r) {
+  std::ostringstream os;
+  os << "num_tokens,active_experts,rows,compute_bound,predicted_s,predicted_quantized_s,measured_s,error\n";
+  for (const ValidatePoint& p : r.points)
+    os << p.num_tokens << "," << p.active_experts << "," << p.rows << "," << (p.compute_bound ? 1 : 0) << ","
+       << real(p.predicted_s) << "," << real(p.predicted_quantized_s) << "," << real(p.measured_s) << ","
+       << real(p.error) << "\n";
+  return os.str();
+}
+
+std::string format_json(const ValidateResult& r) {
+  nlohmann::json j;
+  j["schema_version"] = kReportSchemaVersion;
+  j["experiment"] = {{"name", r.experiment}, {"source", r.source_file}};
+  j["hardware"] = r.hardware;
+  j["shape"] = {{"hidden", r.hidden}, {"ffn", r.ffn}, {"experts", r.experts}, {"top_k", r.top_k},
+                {"shared_experts", r.shared_experts}, {"gating", r.gating}, {"dtype", "fp32"}};
+  j["repeats"] = r.repeats;
+  j["weight_bytes"] = r.weight_bytes;
+  nlohmann::json pts = nlohmann::json::array();
+  for (const ValidatePoint& p : r.points)
+    pts.push_back({{"num_tokens", p.num_tokens}, {"active_experts", p.active_experts}, {"rows", p.rows},
+                   {"compute_bound", p.compute_bound}, {"predicted_s", p.predicted_s},
+                   {"predicted_quantized_s", p.predicted_quantized_s}, {"measured_s", p.measured_s},
+                   {"error", p.error}});
+  j["points"] = pts;
+  j["load_average_before"] = r.load_before;
+  j["load_average_after"] = r.load_after;
+  j["cores_online"] = r.cores_online;
+  j["median_ape"] = r.median_ape;
+  j["mean_ape"] = r.mean_ape;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+ValidateResult run_validation(const Experiment& base, const HardwareRef& hardware,
+                              const std::vector<std::string>& batch_values, const RunOptions& run_opts,
+                              const std::function<void(size_t, size_t)>& progress) {
+  if (batch_values.empty()) throw InputError("validate: expected at least one batch size");
+  const HardwareProfile hw = load_hardware_profile(hardware, base.source_file);
+  ValidateResult out;
+  out.experiment = base.name;
+  out.source_file = base.source_file;
+  out.hardware = hw.name;
+  out.hidden = base.execute.hidden;
+  out.ffn = base.execute.ffn;
+  out.experts = base.model.experts;
+  out.top_k = base.model.top_k;
+  out.shared_experts = base.model.shared_experts;
+  out.repeats = base.execute.repeats;
+  out.gating = to_string(base.router.gating);
+  out.weight_bytes = static_cast<double>(base.model.experts + base.model.shared_experts) * 3.0 *
+                     static_cast<double>(out.hidden) * static_cast<double>(out.ffn) * sizeof(float);
+  out.llc_bytes = hw.l2_bytes;
+  // Build (and so validate) every point first.
+  std::vector<Experiment> experiments;
+  for (const std::string& b : batch_values) {
+    Experiment e = base;
+    try {
+      apply_override(e, "workload.batch=" + b);
+    } catch (const ConfigError& ex) {
+      throw ConfigError("--batches (batch " + b + "): " + ex.what());
+    }
+    e.execute.enabled = true;
+    // The run's own cost model then describes what executes: the execute: size in fp32 on one device
+    // of the host profile.
+    e.model.hidden = e.execute.hidden;
+    e.model.ffn = e.execute.ffn;
+    e.model.dtype = Dtype::fp32;
+    e.hardware = hardware;
+    e.placement = PlacementConfig{};
+    experiments.push_back(std::move(e));
+  }
+  RunOptions opts = run_opts;
+  opts.execute = true;
+  out.cores_online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  out.load_before = load_average_1min();
+  std::vector<double> ape;
+  for (size_t i = 0; i < experiments.size(); ++i) {
+    const Experiment& e = experiments[i];
+    const RunResult run = run_experiment(e, own_variant(e), opts);
+    const VariantResult& v = run.variants.front();
+    const BalanceMetrics& m = v.last();
+    LayerCostInput in;
+    in.hidden = e.execute.hidden;
+    in.ffn = e.execute.ffn;
+    in.num_experts = e.model.experts;
+    in.top_k = e.model.top_k;
+    in.shared_experts = e.model.shared_experts;
+    in.dtype = Dtype::fp32;  // the CPU backend's GEMMs are fp32
+    in.num_tokens = run.num_tokens;
+    in.load = m.load;
+    in.layout = v.variant.router.layout;
+    in.capacity = m.capacity;
+    in.block_size = v.variant.router.block_size;
+    const LayerCost cost = model_moe_layer(hw, in);
+    ValidatePoint p;
+    p.num_tokens = run.num_tokens;
+    p.active_experts = static_cast<int>(std::count_if(m.load.begin(), m.load.end(), [](int64_t n) { return n > 0; }));
+    p.rows = layout_rows(m.load, in.layout, in.block_size, m.capacity);
+    p.predicted_s = cost.actual.calibrated_s;
+    p.predicted_quantized_s = cost.actual.quantized_s;
+    // Regime of the calibrated column: the grouped kernel's compute term against its memory term.
+    const ExpertRoofline er(hw, in.hidden, in.ffn, in.dtype);
+    const double rows_all = static_cast<double>(p.rows) + static_cast<double>(in.shared_experts) * run.num_tokens;
+    const double experts_all = p.active_experts + (run.num_tokens > 0 ? in.shared_experts : 0);
+    const double mem_s = (experts_all * er.weight_bytes + rows_all * er.act_bytes_per_row) /
+                         (er.bandwidth_bytes_per_s * er.eff_bw);
+    p.compute_bound = rows_all * er.flops_per_row / (er.peak_flops_per_s * er.eff_flops) > mem_s;
+    p.measured_s = v.measured.experts_s;
+    p.error = p.measured_s > 0 ? (p.predicted_s - p.measured_s) / p.measured_s : 0.0;
+    ape.push_back(std::fabs(p.error));
+    out.points.push_back(p);
+    if (progress) progress(i + 1, experiments.size());
+  }
+  out.load_after = load_average_1min();
+  out.median_ape = median(ape);
+  double sum = 0;
+  for (double a : ape) sum += a;
+  out.mean_ape = sum / static_cast<double>(ape.size());
+  return out;
+}
+
+std::string format_validation(const ValidateResult& r, ReportFormat format) {
+  switch (format) {
+    case ReportFormat::table: return format_table(r);
+    case ReportFormat::csv: return format_csv(r);
+    case ReportFormat::json: return format_json(r);
+    case ReportFormat::markdown: break;
+  }
+  throw InputError("--format: expected table, csv or json for validate, got 'markdown'");
+}
+
+}  // namespace moesim

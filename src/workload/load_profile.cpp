@@ -1,0 +1,147 @@
+// Reader of per-expert load profiles and the largest-remainder scaling (see load_profile.hpp).
+// Host only. Covered by tests/workload/load_profile_test.cpp.
+#include "workload/load_profile.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+using nlohmann::json;
+
+// The profile object of `key`: a flat member of `root`, else a '/' path through nested objects.
+const json* find_profile(const json& root, const std::string& key) {
+  if (root.contains(key)) return &root.at(key);
+  const json* node = &root;
+  std::stringstream parts(key);
+  std::string part;
+  while (std::getline(parts, part, '/')) {
+    if (!node->is_object() || !node->contains(part)) return nullptr;
+    node = &node->at(part);
+  }
+  return node;
+}
+
+std::string key_list(const json& root) {
+  std::string s;
+  int n = 0;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    if (it.key().rfind('_', 0) == 0) continue;  // "_note" and other comments
+    if (n == 12) return s + ", ...";
+    s += (n++ ? ", " : "") + it.key();
+  }
+  return s;
+}
+
+bool parse_layer_name(const std::string& s, int* out) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  *out = std::atoi(s.c_str());
+  return true;
+}
+
+}  // namespace
+
+LoadProfile parse_load_profile(const std::string& json_text, const std::string& name, const std::string& key,
+                               int num_experts) {
+  MOESIM_REQUIRE(num_experts >= 1, "parse_load_profile needs num_experts >= 1, got " << num_experts);
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw InputError(name + ": expected a JSON load profile, got a parse error: " + e.what());
+  }
+  if (!doc.is_object()) throw InputError(name + ": expected a JSON object of load profiles, got " + doc.type_name());
+  const json& root = doc.contains("data") && doc.at("data").is_object() ? doc.at("data") : doc;
+  std::string chosen = key;
+  if (chosen.empty()) {
+    std::vector<std::string> keys;
+    for (auto it = root.begin(); it != root.end(); ++it)
+      if (it.key().rfind('_', 0) != 0) keys.push_back(it.key());
+    if (keys.size() != 1) {
+      throw InputError(name + ": workload.profile_key: expected one of " + key_list(root) +
+                       " (the file holds several profiles), got ''");
+    }
+    chosen = keys.front();
+  }
+  const json* p = find_profile(root, chosen);
+  if (!p) throw InputError(name + ": workload.profile_key: expected one of " + key_list(root) + ", got '" + chosen + "'");
+  if (!p->is_object() || p->empty()) {
+    throw InputError(name + ": " + chosen + ": expected a map from layer number to per-expert counts, got " +
+                     (p->is_object() ? std::string("an empty map") : std::string(p->type_name())));
+  }
+  std::vector<std::pair<int, std::vector<int64_t>>> layers;
+  for (auto it = p->begin(); it != p->end(); ++it) {
+    const std::string where = name + ": " + chosen + "." + it.key();
+    int layer = 0;
+    if (!parse_layer_name(it.key(), &layer)) {
+      throw InputError(name + ": " + chosen + ": expected layer numbers as keys, got '" + it.key() + "'");
+    }
+    const json& counts = it.value();
+    if (!counts.is_array() || counts.size() != static_cast<size_t>(num_experts)) {
+      throw InputError(where + ": expected " + std::to_string(num_experts) +
+                       " counts, one per expert (model.experts), got " +
+                       (counts.is_array() ? std::to_string(counts.size()) + " entries" : std::string(counts.type_name())));
+    }
+    std::vector<int64_t> c;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      const json& v = counts[e];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+        throw InputError(where + "[" + std::to_string(e) + "]: expected a count >= 0, got " + v.dump());
+      }
+      c.push_back(v.get<int64_t>());
+    }
+    layers.emplace_back(layer, std::move(c));
+  }
+  std::sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  LoadProfile out;
+  out.key = chosen;
+  for (auto& [layer, c] : layers) {
+    out.layers.push_back(layer);
+    out.counts.push_back(std::move(c));
+  }
+  return out;
+}
+
+LoadProfile read_load_profile(const std::string& path, const std::string& key, int num_experts) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open the load profile");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": cannot read the load profile");
+  return parse_load_profile(text.str(), path, key, num_experts);
+}
+
+std::vector<int64_t> scale_loads(const std::vector<int64_t>& counts, int64_t total) {
+  MOESIM_REQUIRE(!counts.empty() && total >= 0, "scale_loads needs counts and total >= 0");
+  const int64_t E = static_cast<int64_t>(counts.size());
+  const double sum = std::accumulate(counts.begin(), counts.end(), 0.0);
+  std::vector<int64_t> out(E, 0);
+  if (sum <= 0) {
+    for (int64_t e = 0; e < E; ++e) out[e] = total / E + (e < total % E ? 1 : 0);
+    return out;
+  }
+  std::vector<double> remainder(E);
+  int64_t given = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const double exact = static_cast<double>(total) * static_cast<double>(counts[e]) / sum;
+    out[e] = static_cast<int64_t>(exact);
+    remainder[e] = exact - static_cast<double>(out[e]);
+    given += out[e];
+  }
+  std::vector<int64_t> order(E);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return remainder[a] > remainder[b]; });
+  for (int64_t i = 0; given < total; ++i, ++given) out[order[i % E]] += 1;
+  return out;
+}
+
+}  // namespace moesim

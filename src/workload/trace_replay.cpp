@@ -1,0 +1,285 @@
+// Reader and writer of routing traces (see trace_replay.hpp): JSON Lines through nlohmann::json, one
+// line at a time so that every error names its line. Host only. Covered by tests/workload/trace_replay_test.cpp.
+#include "workload/trace_replay.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace moesim {
+namespace {
+
+using nlohmann::json;
+
+// One parsed line before grouping.
+struct TraceLine {
+  int64_t line = 0;
+  int64_t token = 0;
+  int64_t token_id = -1;
+  std::string phase;
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+  std::vector<uint8_t> kept;
+  std::vector<float> logits;
+};
+
+std::string describe(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+class LineReader {
+ public:
+  LineReader(const std::string& name, int64_t line, const json& obj) : name_(name), line_(line), obj_(obj) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InputError(name_ + ":" + std::to_string(line_) + ": " + what);
+  }
+  [[noreturn]] void expected(const std::string& key, const std::string& what, const std::string& got) const {
+    fail("\"" + key + "\": expected " + what + ", got " + got);
+  }
+
+  bool has(const char* key) const { return obj_.contains(key); }
+
+  int64_t integer(const char* key, int64_t lo, int64_t hi) const {
+    if (!obj_.contains(key)) fail("missing \"" + std::string(key) + "\" (required: step, layer, token, experts, weights)");
+    const json& v = obj_.at(key);
+    const std::string what = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    if (!v.is_number_integer()) expected(key, what, describe(v));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) expected(key, what, describe(v));
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) expected(key, what, describe(v));
+    return x;
+  }
+
+  const json& array(const char* key, const std::string& what) const {
+    if (!obj_.contains(key)) fail("missing \"" + std::string(key) + "\" (required: step, layer, token, experts, weights)");
+    const json& v = obj_.at(key);
+    if (!v.is_array()) expected(key, what, describe(v));
+    return v;
+  }
+
+  std::vector<float> numbers(const char* key, size_t count, const std::string& what) const {
+    const json& v = array(key, what);
+    if (v.size() != count) expected(key, what, std::to_string(v.size()) + " numbers");
+    std::vector<float> out;
+    for (const json& x : v) {
+      if (!x.is_number()) expected(key, what, describe(x));
+      const double d = x.get<double>();
+      if (!std::isfinite(d) || !std::isfinite(static_cast<float>(d))) expected(key, what, describe(x));
+      out.push_back(static_cast<float>(d));
+    }
+    return out;
+  }
+
+  std::string text(const char* key) const {
+    const json& v = obj_.at(key);
+    if (!v.is_string()) expected(key, "\"prefill\" or \"decode\"", describe(v));
+    const std::string s = v.get<std::string>();
+    if (s != "prefill" && s != "decode") expected(key, "\"prefill\" or \"decode\"", describe(v));
+    return s;
+  }
+
+  void no_unknown_keys() const {
+    static const char* const known[] = {"step", "layer", "token", "experts", "weights", "logits", "kept", "token_id", "phase"};
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
+        fail("unknown key \"" + it.key() + "\" (known: step, layer, token, experts, weights, logits, kept, token_id, phase)");
+    }
+  }
+
+ private:
+  const std::string& name_;
+  int64_t line_;
+  const json& obj_;
+};
+
+std::string format_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+}  // namespace
+
+Trace parse_trace(const std::string& text, const std::string& name, int num_experts) {
+  MOESIM_REQUIRE(num_experts >= 1, "parse_trace needs num_experts >= 1, got " << num_experts);
+  constexpr int64_t kMaxIndex = (int64_t{1} << 31) - 1;
+  std::map<std::pair<int64_t, int>, std::vector<TraceLine>> groups;
+  Trace trace;
+  trace.num_experts = num_experts;
+  int64_t first_line = 0;  // the first data line, which decides whether the trace has logits
+  std::istringstream in(text);
+  std::string raw;
+  for (int64_t line_no = 1; std::getline(in, raw); ++line_no) {
+    if (!raw.empty() && raw.back() == '\r') raw.pop_back();
+    if (raw.find_first_not_of(" \t") == std::string::npos) continue;
+    json obj;
+    try {
+      obj = json::parse(raw);
+    } catch (const json::exception& e) {
+      throw InputError(name + ":" + std::to_string(line_no) + ": expected one JSON object per line, got a parse error: " +
+                       e.what());
+    }
+    if (!obj.is_object()) {
+      throw InputError(name + ":" + std::to_string(line_no) + ": expected one JSON object per line, got " + describe(obj));
+    }
+    LineReader r(name, line_no, obj);
+    r.no_unknown_keys();
+    TraceLine tl;
+    tl.line = line_no;
+    const int64_t step = r.integer("step", 0, kMaxIndex);
+    const int layer = static_cast<int>(r.integer("layer", 0, kMaxIndex));
+    tl.token = r.integer("token", 0, kMaxIndex);
+    const std::string ids_what = "a list of distinct expert ids in [0, " + std::to_string(num_experts) + ")";
+    const json& experts = r.array("experts", ids_what);
+    std::vector<bool> seen(num_experts, false);
+    for (const json& x : experts) {
+      if (!x.is_number_integer()) r.expected("experts", ids_what, describe(x));
+      const int64_t ex = x.get<int64_t>();
+      if (ex < 0 || ex >= num_experts) {
+        r.expected("experts", ids_what + " (model.experts = " + std::to_string(num_experts) + ")", describe(x));
+      }
+      if (seen[ex]) r.expected("experts", ids_what, "expert " + std::to_string(ex) + " twice");
+      seen[ex] = true;
+      tl.experts.push_back(static_cast<int32_t>(ex));
+    }
+    const size_t k = tl.experts.size();
+    tl.weights = r.numbers("weights", k, std::to_string(k) + " finite numbers, one per expert");
+    tl.kept.assign(k, 1);
+    if (r.has("kept")) {
+      const std::string what = std::to_string(k) + " flags (0 or 1), one per expert";
+      const json& kept = r.array("kept", what);
+      if (kept.size() != k) r.expected("kept", what, std::to_string(kept.size()) + " flags");
+      for (size_t i = 0; i < k; ++i) {
+        const json& f = kept[i];
+        if (f.is_boolean()) {
+          tl.kept[i] = f.get<bool>() ? 1 : 0;
+        } else if (f.is_number_integer() && (f.get<int64_t>() == 0 || f.get<int64_t>() == 1)) {
+          tl.kept[i] = static_cast<uint8_t>(f.get<int64_t>());
+        } else {
+          r.expected("kept", what, describe(f));
+        }
+      }
+    }
+    if (r.has("token_id")) tl.token_id = r.integer("token_id", 0, std::numeric_limits<int64_t>::max());
+    if (r.has("phase")) tl.phase = r.text("phase");
+    const bool line_has_logits = r.has("logits");
+    if (line_has_logits) {
+      tl.logits = r.numbers("logits", static_cast<size_t>(num_experts),
+                            std::to_string(num_experts) + " finite router logits (model.experts)");
+    }
+    if (first_line == 0) {
+      first_line = line_no;
+      trace.has_logits = line_has_logits;
+    } else if (line_has_logits != trace.has_logits) {
+      r.fail(std::string(line_has_logits ? "has" : "has no") + " \"logits\" but line " + std::to_string(first_line) +
+             (trace.has_logits ? " has" : " has none") + ": a trace carries logits on every line or on none");
+    }
+    groups[{step, layer}].push_back(std::move(tl));
+  }
+
+  for (auto& [key, lines] : groups) {
+    std::stable_sort(lines.begin(), lines.end(), [](const TraceLine& a, const TraceLine& b) { return a.token < b.token; });
+    TraceBatch b;
+    b.step = key.first;
+    b.layer = key.second;
+    b.num_tokens = static_cast<int64_t>(lines.size());
+    b.offsets.push_back(0);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const TraceLine& tl = lines[i];
+      if (i > 0 && tl.token == lines[i - 1].token) {
+        throw InputError(name + ":" + std::to_string(tl.line) + ": token " + std::to_string(tl.token) + " of step " +
+                         std::to_string(b.step) + ", layer " + std::to_string(b.layer) + " already appears on line " +
+                         std::to_string(lines[i - 1].line));
+      }
+      if (!tl.phase.empty()) {
+        if (b.phase.empty()) {
+          b.phase = tl.phase;
+        } else if (b.phase != tl.phase) {
+          throw InputError(name + ":" + std::to_string(tl.line) + ": \"phase\": expected \"" + b.phase +
+                           "\" like the other tokens of step " + std::to_string(b.step) + ", got \"" + tl.phase + "\"");
+        }
+      }
+      b.token.push_back(tl.token);
+      b.token_ids.push_back(tl.token_id >= 0 ? tl.token_id : tl.token);
+      b.line.push_back(tl.line);
+      b.expert.insert(b.expert.end(), tl.experts.begin(), tl.experts.end());
+      b.weight.insert(b.weight.end(), tl.weights.begin(), tl.weights.end());
+      b.kept.insert(b.kept.end(), tl.kept.begin(), tl.kept.end());
+      b.offsets.push_back(static_cast<int64_t>(b.expert.size()));
+      b.logits.insert(b.logits.end(), tl.logits.begin(), tl.logits.end());
+    }
+    trace.batches.push_back(std::move(b));
+  }
+  if (trace.batches.empty()) throw InputError(name + ": expected at least one trace line (JSON Lines), got none");
+  return trace;
+}
+
+Trace read_trace_file(const std::string& path, int num_experts) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open the trace file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": cannot read the trace file");
+  return parse_trace(text.str(), path, num_experts);
+}
+
+Routing recorded_routing(const TraceBatch& b, int num_experts, int top_k) {
+  Routing r;
+  r.num_tokens = b.num_tokens;
+  r.num_experts = num_experts;
+  r.top_k = top_k;
+  r.capacity = 0;
+  for (int64_t t = 0; t < b.num_tokens; ++t) {
+    for (int64_t a = b.offsets[t]; a < b.offsets[t + 1]; ++a) r.token.push_back(static_cast<int32_t>(t));
+  }
+  r.expert = b.expert;
+  r.weight = b.weight;
+  r.kept = b.kept;
+  return r;
+}
+
+std::string format_trace_lines(const Routing& r, const float* logits, int64_t step, int layer, const std::string& phase,
+                               const int64_t* token_ids) {
+  std::vector<std::vector<int64_t>> by_token(r.num_tokens);
+  for (int64_t a = 0; a < r.num_assignments(); ++a) by_token[r.token[a]].push_back(a);
+  std::ostringstream os;
+  for (int64_t t = 0; t < r.num_tokens; ++t) {
+    const std::vector<int64_t>& as = by_token[t];
+    bool any_dropped = false;
+    for (int64_t a : as) any_dropped = any_dropped || !r.kept[a];
+    os << "{\"step\": " << step << ", \"layer\": " << layer << ", \"token\": " << t;
+    if (!phase.empty()) os << ", \"phase\": \"" << phase << "\"";
+    if (token_ids) os << ", \"token_id\": " << token_ids[t];
+    os << ", \"experts\": [";
+    for (size_t i = 0; i < as.size(); ++i) os << (i ? ", " : "") << r.expert[as[i]];
+    os << "], \"weights\": [";
+    for (size_t i = 0; i < as.size(); ++i) os << (i ? ", " : "") << format_float(r.weight[as[i]]);
+    os << "]";
+    if (any_dropped) {
+      os << ", \"kept\": [";
+      for (size_t i = 0; i < as.size(); ++i) os << (i ? ", " : "") << int(r.kept[as[i]]);
+      os << "]";
+    }
+    if (logits) {
+      os << ", \"logits\": [";
+      for (int e = 0; e < r.num_experts; ++e) os << (e ? ", " : "") << format_float(logits[t * r.num_experts + e]);
+      os << "]";
+    }
+    os << "}\n";
+  }
+  return os.str();
+}
+
+}  // namespace moesim

@@ -1,0 +1,60 @@
+// Routing traces recorded from a real model (`workload.source: trace`), JSON Lines, one line per token
+// and layer (docs/workloads.md "Trace format"):
+//   {"step": 0, "layer": 3, "token": 17, "experts": [5, 1], "weights": [0.71, 0.29]}
+// required: step (>= 0), layer (>= 0), token (>= 0, unique within its step and layer), experts (distinct
+// ids in [0, num_experts)), weights (one number per expert); optional: logits (num_experts router logits,
+// before softmax), kept (0/1 per expert, default all 1), token_id (vocabulary id, for hash gating),
+// phase ("prefill" or "decode"). Blank lines are skipped. Lines group into batches by (step, layer),
+// ascending; a batch's tokens are renumbered 0..n-1 in ascending recorded order. Every line carries
+// logits or none does. A trace with logits can be re-routed by any strategy; one without is replayed as
+// recorded (recorded_routing). Errors: InputError "FILE:LINE: what was expected, got what".
+// Host only, deterministic. Covered by tests/workload/trace_replay_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "router/routing.hpp"
+
+namespace moesim {
+
+// One (step, layer) batch of a trace.
+struct TraceBatch {
+  int64_t step = 0;
+  int layer = 0;
+  std::string phase;                 // "prefill", "decode", or "" when the trace does not say
+  int64_t num_tokens = 0;
+  std::vector<int64_t> token;        // [num_tokens] recorded token index, ascending
+  std::vector<int64_t> token_ids;    // [num_tokens] vocabulary ids (the recorded token index when absent)
+  std::vector<int64_t> line;         // [num_tokens] 1-based line of each token in the file
+  // The recorded decisions, token-major in recorded slot order: token t's assignments are contiguous.
+  std::vector<int64_t> offsets;      // [num_tokens + 1] first assignment of each token
+  std::vector<int32_t> expert;       // [assignments]
+  std::vector<float> weight;         // [assignments]
+  std::vector<uint8_t> kept;         // [assignments]
+  std::vector<float> logits;         // [num_tokens, num_experts]; empty when the trace has none
+};
+
+struct Trace {
+  int num_experts = 0;
+  bool has_logits = false;
+  std::vector<TraceBatch> batches;   // ascending (step, layer)
+};
+
+// Parses JSON Lines text; `name` prefixes error messages. num_experts bounds the expert ids and sets the
+// logits width.
+Trace parse_trace(const std::string& text, const std::string& name, int num_experts);
+Trace read_trace_file(const std::string& path, int num_experts);
+
+// The recorded decisions of a batch as a Routing (top_k as given, capacity 0): replayed exactly.
+Routing recorded_routing(const TraceBatch& b, int num_experts, int top_k);
+
+// Trace lines (each ending in '\n') for a Routing and optional logits [num_tokens, num_experts]:
+// each token's assignments in assignment order, kept flags written when any assignment was dropped.
+// token_ids: [num_tokens] or null. The inverse of parse_trace up to float formatting (weights and
+// logits are written with 9 significant digits, which reads back to the same float).
+std::string format_trace_lines(const Routing& r, const float* logits, int64_t step, int layer,
+                               const std::string& phase, const int64_t* token_ids);
+
+}  // namespace moesim

@@ -1,0 +1,149 @@
+// Tests src/cost/calibrate and `moesim calibrate`: the profile text of a given result loads back with
+// every figure (exact up to the printed digits) and a source note per key; memory_compute_overlap
+// combines the calibrated column's terms (hand-worked); a quick calibration of this
+// machine writes, atomically, a profile that loads, is marked calibrated, and whose efficiencies are
+// in (0, 1]; the shipped cpu-local profile loads. Measured values are machine-dependent and only
+// range-checked. Host only; the quick mode keeps the run to about a second.
+#include "cost/calibrate.hpp"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "cost/hardware_profile.hpp"
+#include "cost/roofline.hpp"
+#include "support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+CalibrationResult sample_result() {
+  CalibrationResult r;
+  r.cpu_model = "Test CPU \"quoted\" name";
+  r.blas = "OpenBLAS test";
+  r.threads = 4;
+  r.simd_fp32_lanes = 8;
+  r.memory_bytes = 16.0 * (1 << 30);
+  r.llc_bytes = 32.0 * (1 << 20);
+  r.copy_bytes = 256.0 * (1 << 20);
+  r.copy_bandwidth_bytes_per_s = 20e9;
+  r.stream_bandwidth_bytes_per_s = 15e9;
+  r.gemm = {{1, 1024, 1024, 1e-4, 2.097152e10}, {256, 1024, 1024, 2e-3, 2.68435456e11}};
+  r.peak_fp32_flops_per_s = 2.68435456e11;
+  r.efficiency_flops = 0.8;
+  r.efficiency_bw = 0.75;
+  r.launch_overhead_s = 2.5e-6;
+  r.memory_compute_overlap = 0.25;
+  r.seconds = 12;
+  return r;
+}
+
+TEST(Calibrate, ProfileTextLoadsWithEveryFigure) {
+  const std::string yaml = calibration_profile_yaml(sample_result(), "cpu-test", "measured on a quiet test box");
+  const HardwareProfile hw = parse_hardware_profile(yaml, "cpu-test.yaml");
+  EXPECT_EQ(hw.name, "cpu-test");
+  EXPECT_NE(hw.source.find("; measured on a quiet test box"), std::string::npos) << hw.source;
+  EXPECT_NE(hw.description.find("Test CPU \"quoted\" name"), std::string::npos);
+  ASSERT_TRUE(hw.peak_fp32_flops_per_s.has_value());
+  // Printed with 5 significant digits: 0.26844 TFLOP/s.
+  EXPECT_NEAR(*hw.peak_fp32_flops_per_s, 2.68435456e11, 1e-4 * 2.68435456e11);
+  EXPECT_FALSE(hw.peak_fp16_flops_per_s.has_value());  // the CPU backend runs fp32 only
+  EXPECT_DOUBLE_EQ(hw.memory_bandwidth_bytes_per_s, 20e9);
+  EXPECT_DOUBLE_EQ(hw.link_bandwidth_bytes_per_s, 10e9);  // memcpy payload: half of read + written
+  EXPECT_EQ(hw.sm_count, 4);
+  EXPECT_EQ(hw.tile_m, 1);
+  EXPECT_EQ(hw.tile_n, 8);
+  EXPECT_DOUBLE_EQ(hw.l2_bytes, 32.0 * (1 << 20));
+  EXPECT_NEAR(hw.launch_overhead_s, 2.5e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(hw.efficiency_flops, 0.8);
+  EXPECT_DOUBLE_EQ(hw.efficiency_bw, 0.75);
+  EXPECT_DOUBLE_EQ(hw.memory_compute_overlap, 0.25);
+  EXPECT_TRUE(hw.calibrated);
+  // A source note for every figure the file sets.
+  const YAML::Node root = YAML::Load(yaml);
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (key == "name" || key == "description" || key == "source" || key == "sources") continue;
+    if (key == "peak_tflops") {
+      EXPECT_TRUE(hw.sources.count("peak_tflops.fp32")) << key;
+    } else {
+      EXPECT_TRUE(hw.sources.count(key)) << key;
+    }
+  }
+  // The per-shape GEMM table travels as comments.
+  EXPECT_NE(yaml.find("#        1    1024    1024       20.97"), std::string::npos) << yaml;
+}
+
+// memory_compute_overlap combines the calibrated column's terms: 1 (the default) is the roofline's max,
+// 0 their sum, values between hide that fraction of the shorter term. Hand-worked on a toy profile:
+// 64 x 128 fp32 expert, one row: memory (98304 + 1536) B / 1e10 B/s = 9.984 us, compute
+// 2 x 3 x 64 x 128 FLOPs in whole waves of 1 x 16 tiles over 2 cores at 1e10 FLOP/s = 4.9152 us.
+TEST(Calibrate, OverlapCombinesMemoryAndCompute) {
+  const std::string base =
+      "name: toy\npeak_tflops: {fp32: 0.01}\nmemory_bandwidth_gbs: 10\nsm_count: 2\ntile_m: 1\ntile_n: 16\n"
+      "launch_overhead_us: 0\n";
+  const double mem = 9.984e-6, compute = 4.9152e-6;
+  // Exact sums of a few doubles: 1e-12 relative.
+  for (const auto& [overlap, expected] : std::vector<std::pair<std::string, double>>{
+           {"", mem}, {"1", mem}, {"0", mem + compute}, {"0.25", mem + 0.75 * compute}}) {
+    const HardwareProfile hw =
+        parse_hardware_profile(base + (overlap.empty() ? "" : "memory_compute_overlap: " + overlap + "\n"), "toy.yaml");
+    const ExpertRoofline m(hw, 64, 128, Dtype::fp32);
+    const CostBreakdown c = expert_time(m, 1);
+    EXPECT_NEAR(c.calibrated_s, expected, 1e-12 * expected) << "overlap '" << overlap << "'";
+    EXPECT_NEAR(c.quantized_s, mem, 1e-12 * mem) << "the quantized column stays a roofline";
+  }
+  EXPECT_THROW(parse_hardware_profile(base + "memory_compute_overlap: 1.5\n", "toy.yaml"), ConfigError);
+  EXPECT_THROW(parse_hardware_profile(base + "memory_compute_overlap: -0.1\n", "toy.yaml"), ConfigError);
+}
+
+TEST(Calibrate, QuickRunWritesALoadableProfile) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string out = dir + "/cpu.yaml";
+  const auto r = testing::run_cli("calibrate --quick --name cpu-quick --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("copy bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote " + out), std::string::npos) << r.out;
+  const HardwareProfile hw = parse_hardware_profile(testing::read_text(out), out);
+  EXPECT_EQ(hw.name, "cpu-quick");
+  EXPECT_TRUE(hw.calibrated);
+  EXPECT_GT(*hw.peak_fp32_flops_per_s, 1e8);          // any CPU does 0.1 GFLOP/s
+  EXPECT_GT(hw.memory_bandwidth_bytes_per_s, 1e8);    // and copies 0.1 GB/s
+  EXPECT_GT(hw.sm_count, 0);
+  EXPECT_GT(hw.efficiency_flops, 0.0);
+  EXPECT_LE(hw.efficiency_flops, 1.0);
+  EXPECT_GT(hw.efficiency_bw, 0.0);
+  EXPECT_LE(hw.efficiency_bw, 1.0);
+  EXPECT_GE(hw.memory_compute_overlap, 0.0);
+  EXPECT_LE(hw.memory_compute_overlap, 1.0);
+  EXPECT_GE(hw.launch_overhead_s, 0.0);
+  // Without --out the profile goes to stdout and loads as it stands.
+  const auto s = testing::run_cli("calibrate --quick");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(parse_hardware_profile(s.out, "stdout").name, "cpu-local");
+}
+
+TEST(Calibrate, BadArgumentsExitTwoAndLeaveNoFile) {
+  const std::string dir = testing::make_temp_dir();
+  const auto r = testing::run_cli("calibrate --quick --name 'a b' --out " + dir + "/x.yaml");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(testing::read_text(dir + "/x.yaml").empty());
+  EXPECT_EQ(testing::run_cli("calibrate --bogus").exit_code, 2);
+  EXPECT_EQ(testing::run_cli("calibrate --quick --out /nonexistent-dir/x.yaml").exit_code, 2);
+}
+
+TEST(Calibrate, ShippedCpuLocalLoads) {
+  const HardwareProfile hw = load_hardware_profile(HardwareRef{"cpu-local", ""}, "test");
+  EXPECT_EQ(hw.name, "cpu-local");
+  EXPECT_TRUE(hw.calibrated);
+  EXPECT_EQ(hw.tile_m, 1);
+  EXPECT_TRUE(hw.peak_fp32_flops_per_s.has_value());
+  EXPECT_GT(critical_batch(hw, Dtype::fp32), 0.0);
+}
+
+}  // namespace
+}  // namespace moesim

@@ -1,0 +1,12 @@
+// libFuzzer entry for the baseline JSON of moesim check (check.hpp parse_baselines, baseline_labels, check_variants).
+// The checks live in fuzz_targets.hpp, shared with the FuzzRegression replay; seeds in corpus/baseline/.
+// Built with clang when MOESIM_BUILD_FUZZERS=ON; run by scripts/fuzz.sh.
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz/fuzz_targets.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  moesim::fuzz::fuzz_baseline(data, size);
+  return 0;
+}

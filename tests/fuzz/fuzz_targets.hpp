@@ -1,0 +1,285 @@
+// The fuzzed entry points of moesim's readers, one function per target, shared by the libFuzzer
+// executables (tests/fuzz/<target>_fuzz.cpp) and the replay in tests/cli/bad_input_test.cpp (suite
+// FuzzRegression), which runs every file of tests/fuzz/corpus/<target>/ and tests/fuzz/regressions/<target>/
+// through the same function. The contract checked on every input: the reader returns a valid result or
+// throws a moesim::ConfigError/InputError whose message is one line naming the input (or the --set that
+// caused it). Anything else (another exception, a broken invariant, a crash, a sanitizer report) aborts.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "config/load_config.hpp"
+#include "cost/hardware_profile.hpp"
+#include "pipeline/run_experiment.hpp"
+#include "report/check.hpp"
+#include "router/balance_metrics.hpp"
+#include "workload/load_profile.hpp"
+#include "workload/logits_file.hpp"
+#include "workload/trace_replay.hpp"
+
+namespace moesim::fuzz {
+
+// The fuzz targets, by the folder name of their corpus.
+inline const std::vector<std::string>& target_names() {
+  static const std::vector<std::string> names = {"config", "npy", "csv", "baseline", "trace", "load_profile"};
+  return names;
+}
+
+// The file being replayed (FuzzRegression), named in a finding's message; empty under libFuzzer.
+inline std::string& current_input() {
+  static std::string path;
+  return path;
+}
+
+[[noreturn]] inline void finding(const std::string& what) {
+  if (!current_input().empty()) std::fprintf(stderr, "moesim fuzz input: %s\n", current_input().c_str());
+  std::fprintf(stderr, "moesim fuzz finding: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+// A reader's error must be ConfigError or InputError, one line, naming `name` (or the --set it came from).
+inline void check_error(const std::exception& e, const std::string& name) {
+  const bool expected_type = dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const InputError*>(&e);
+  const std::string m = e.what();
+  if (!expected_type) finding(std::string("unexpected exception type: ") + m);
+  if (m.find('\n') != std::string::npos || m.find('\r') != std::string::npos) finding("multi-line message: " + m);
+  if (m.find(name) == std::string::npos && m.rfind("--set ", 0) != 0) finding("message does not name " + name + ": " + m);
+}
+
+// Runs `body`; a thrown std::exception is checked with check_error (non-standard exceptions escape and abort).
+template <class F>
+void guarded(const std::string& name, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    check_error(e, name);
+  }
+}
+
+// ---- config: YAML experiment plus --set overrides ----------------------------------------------------
+// The input is YAML, then optionally a line "#--set" followed by one KEY=VALUE override per line
+// (at most 16). A loaded experiment must round-trip: its YAML loads back to the same YAML.
+inline void fuzz_config(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  std::string yaml = text;
+  std::vector<std::string> overrides;
+  const std::string marker = "#--set\n";
+  size_t at = text.rfind(marker, 0) == 0 ? 0 : text.find("\n" + marker);
+  if (at != std::string::npos && at > 0) ++at;  // the marker line starts after the newline
+  if (at != std::string::npos) {
+    yaml = text.substr(0, at);
+    size_t pos = at + marker.size();
+    while (pos < text.size() && overrides.size() < 16) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      if (end > pos) overrides.push_back(text.substr(pos, end - pos));
+      pos = end + 1;
+    }
+  }
+  const std::string name = "fuzz.yaml";
+  guarded(name, [&] {
+    const Experiment e = load_experiment_text(yaml, name, overrides);
+    const std::string y1 = experiment_to_yaml(e);
+    std::string y2;
+    try {
+      y2 = experiment_to_yaml(load_experiment_text(y1, name, {}));
+    } catch (const std::exception& ex) {
+      finding(std::string("the effective YAML does not load back: ") + ex.what() + "\n" + y1);
+    }
+    if (y1 != y2) finding("the effective YAML changes on reload:\n" + y1 + "\n---\n" + y2);
+    if (!e.hardware.inline_yaml.empty()) parse_hardware_profile(e.hardware.inline_yaml, name);
+    const double bytes = estimate_run_bytes(e);
+    if (!(bytes >= 0)) finding("negative or NaN memory estimate for:\n" + y1);
+  });
+}
+
+// ---- logits: .npy and .csv -----------------------------------------------------------------------
+inline void check_matrix(const LogitsMatrix& m, const std::string& name) {
+  if (m.num_tokens < 0 || m.num_experts < 1 || m.num_experts > 65536)
+    finding(name + ": bad shape " + std::to_string(m.num_tokens) + " x " + std::to_string(m.num_experts));
+  if (m.values.size() != static_cast<size_t>(m.num_tokens) * static_cast<size_t>(m.num_experts))
+    finding(name + ": values do not match the shape");
+  for (float v : m.values) {
+    if (!std::isfinite(v)) finding(name + ": a non-finite value passed");
+  }
+}
+
+// A file of this process for the readers that take a path.
+inline std::string scratch_path(const char* ext) {
+  return "/tmp/moesim_fuzz_" + std::to_string(getpid()) + ext;
+}
+
+// The in-memory parser, the file reader and the header-only inspection must agree on every input.
+inline void fuzz_npy(const uint8_t* data, size_t size) {
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  const std::string path = scratch_path(".npy");
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::string shape;  // "ROWSxCOLS" when the file reads
+  auto outcome = [&](auto&& read) -> std::string {
+    try {
+      const LogitsMatrix m = read();
+      check_matrix(m, path);
+      shape = std::to_string(m.num_tokens) + "x" + std::to_string(m.num_experts);
+      return "ok " + shape + " " +
+             std::string(reinterpret_cast<const char*>(m.values.data()), m.values.size() * sizeof(float));
+    } catch (const std::exception& e) {
+      check_error(e, path);
+      return std::string("error ") + e.what();
+    }
+  };
+  const std::string a = outcome([&] { return parse_npy(bytes, path); });
+  const std::string b = outcome([&] { return read_logits_file(path); });
+  if (a != b) finding("parse_npy and read_logits_file disagree: '" + a.substr(0, 200) + "' vs '" + b.substr(0, 200) + "'");
+  try {
+    const LogitsFileInfo info = inspect_logits_file(path);
+    const std::string seen = std::to_string(info.num_tokens) + "x" + std::to_string(info.num_experts);
+    // Inspection reads no data, so it may accept a file whose values the reader rejects (NaN).
+    if (a.rfind("ok ", 0) == 0 && seen != shape) finding("inspect_logits_file says " + seen + ", the reader " + shape);
+  } catch (const std::exception& e) {
+    check_error(e, path);
+    if (a.rfind("ok ", 0) == 0) finding(std::string("inspect_logits_file rejects a readable file: ") + e.what());
+  }
+  std::remove(path.c_str());
+}
+
+inline void fuzz_csv(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] { check_matrix(parse_csv(text, name), name); });
+}
+
+// ---- baseline JSON: moesim check --baseline ---------------------------------------------------------
+// What check reads from a baseline: the runs, their strategy labels rebuilt as router variants of an
+// experiment, and the comparison against a run.
+inline void fuzz_baseline(const uint8_t* data, size_t size) {
+  static const Experiment base = default_experiment({"workload.batch=64", "execute.enabled=false"});
+  static const RunResult run = [] {
+    RunOptions o;
+    o.execute = false;
+    return run_experiment(base, own_variant(base), o);
+  }();
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.json";
+  guarded(name, [&] {
+    for (const auto& [experiment, baseline] : parse_baselines(text, name)) {
+      const std::vector<std::string> labels = baseline_labels(baseline, name);
+      try {
+        check_variants(base, labels);
+      } catch (const Error& e) {
+        // cmd_check names the baseline file in front of a bad label's message.
+        throw InputError(name + ": " + e.what());
+      }
+      for (const CheckFailure& f : check_against_baseline(run, baseline, 0.0, 1e-9)) {
+        if (f.line().find('\n') != std::string::npos) finding("multi-line check failure: " + f.line());
+      }
+    }
+  });
+}
+
+// ---- routing traces (JSON Lines) ----------------------------------------------------------------------
+// The input's first byte chooses num_experts (1..64); the rest is the trace. Every batch must replay as a
+// valid Routing, its balance metrics must compute, and format_trace_lines must read back to the same batch.
+inline void fuzz_trace(const uint8_t* data, size_t size) {
+  if (size == 0) return;
+  const int num_experts = 1 + data[0] % 64;
+  const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const std::string name = "fuzz.jsonl";
+  guarded(name, [&] {
+    const Trace trace = parse_trace(text, name, num_experts);
+    if (trace.num_experts != num_experts) finding("trace num_experts changed");
+    for (const TraceBatch& b : trace.batches) {
+      if (b.offsets.size() != static_cast<size_t>(b.num_tokens) + 1 || b.offsets.front() != 0 ||
+          b.offsets.back() != static_cast<int64_t>(b.expert.size()) || b.weight.size() != b.expert.size() ||
+          b.kept.size() != b.expert.size() || b.token.size() != static_cast<size_t>(b.num_tokens) ||
+          b.token_ids.size() != static_cast<size_t>(b.num_tokens))
+        finding("trace batch arrays disagree in size");
+      if (trace.has_logits != !b.logits.empty() ||
+          (trace.has_logits && b.logits.size() != static_cast<size_t>(b.num_tokens) * num_experts))
+        finding("trace logits do not match the batch shape");
+      int top_k = 1;
+      for (int64_t t = 0; t < b.num_tokens; ++t) {
+        if (b.offsets[t + 1] < b.offsets[t]) finding("trace offsets decrease");
+        top_k = std::max<int>(top_k, static_cast<int>(b.offsets[t + 1] - b.offsets[t]));
+      }
+      for (int32_t x : b.expert) {
+        if (x < 0 || x >= num_experts) finding("trace expert id out of range passed");
+      }
+      if (b.num_tokens == 0) continue;
+      const Routing r = recorded_routing(b, num_experts, std::min(top_k, num_experts));
+      compute_balance_metrics(r, trace.has_logits ? b.logits.data() : nullptr, Layout::dropless, 64);
+      const std::string lines = format_trace_lines(r, trace.has_logits ? b.logits.data() : nullptr, b.step, b.layer,
+                                                   b.phase, b.token_ids.data());
+      const Trace again = parse_trace(lines, name, num_experts);
+      if (again.batches.size() != 1) finding("format_trace_lines does not read back as one batch:\n" + lines);
+      const TraceBatch& c = again.batches[0];
+      if (c.expert != b.expert || c.weight != b.weight || c.kept != b.kept || c.offsets != b.offsets ||
+          c.logits != b.logits || c.token_ids != b.token_ids || c.step != b.step || c.layer != b.layer ||
+          c.phase != b.phase)
+        finding("format_trace_lines does not read back to the same batch:\n" + lines);
+    }
+  });
+}
+
+// ---- load profiles (JSON) -------------------------------------------------------------------------------
+// The input's first line is "NUM_EXPERTS KEY" (NUM_EXPERTS taken modulo 1024, KEY may be empty); the rest
+// is the profile JSON. Every layer must have num_experts counts, and scale_loads must hit its total.
+inline void fuzz_load_profile(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const size_t nl = text.find('\n');
+  if (nl == std::string::npos) return;
+  const std::string head = text.substr(0, nl);
+  const size_t sp = head.find(' ');
+  const int num_experts = 1 + static_cast<int>(std::strtoul(head.substr(0, sp).c_str(), nullptr, 10) % 1024);
+  const std::string key = sp == std::string::npos ? "" : head.substr(sp + 1);
+  const std::string name = "fuzz-profile.json";
+  guarded(name, [&] {
+    const LoadProfile p = parse_load_profile(text.substr(nl + 1), name, key, num_experts);
+    if (p.layers.size() != p.counts.size()) finding("load profile layers and counts disagree");
+    for (size_t l = 0; l < p.counts.size(); ++l) {
+      if (l > 0 && p.layers[l] <= p.layers[l - 1]) finding("load profile layers are not ascending");
+      if (p.counts[l].size() != static_cast<size_t>(num_experts)) finding("load profile layer of the wrong width");
+      for (int64_t c : p.counts[l]) {
+        if (c < 0) finding("negative count passed");
+      }
+      for (int64_t total : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{1} << 40}) {
+        const std::vector<int64_t> loads = scale_loads(p.counts[l], total);
+        int64_t sum = 0;
+        for (int64_t x : loads) {
+          if (x < 0) finding("scale_loads gave a negative load");
+          sum += x;
+        }
+        if (loads.size() != p.counts[l].size() || sum != total) finding("scale_loads does not sum to its total");
+      }
+    }
+  });
+}
+
+// Dispatch by target name (the replay test uses it).
+inline void run_target(const std::string& target, const uint8_t* data, size_t size) {
+  if (target == "config") return fuzz_config(data, size);
+  if (target == "npy") return fuzz_npy(data, size);
+  if (target == "csv") return fuzz_csv(data, size);
+  if (target == "baseline") return fuzz_baseline(data, size);
+  if (target == "trace") return fuzz_trace(data, size);
+  if (target == "load_profile") return fuzz_load_profile(data, size);
+  finding("unknown fuzz target " + target);
+}
+
+}  // namespace moesim::fuzz

@@ -1,0 +1,187 @@
+// Tests src/sweep/run_sweep and `moesim sweep`: the founding T4 argument (configs/experiments/
+// seed-t4-mlp.yaml) puts the knee between 128 and 512 tokens, flat below and linear above, with the
+// 8 layers multiplied in; tied width keys; gating as an axis; CSV/JSON shapes; --measure; bad --vary
+// and bad keys exit 2 before anything runs; no progress bar when stderr is not a terminal.
+// Modeled numbers are deterministic: exact or 1e-12-relative comparisons. Host only.
+#include "sweep/run_sweep.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "config/load_config.hpp"
+#include "cost/hardware_profile.hpp"
+#include "cost/roofline.hpp"
+#include "support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+const std::string kSeed = std::string(MOESIM_SOURCE_DIR) + "/configs/experiments/seed-t4-mlp.yaml";
+const std::string kMixtral = std::string(MOESIM_SOURCE_DIR) + "/configs/experiments/mixtral-8x7b-batch.yaml";
+
+// Rows of a one-axis sweep by the axis value.
+std::map<std::string, SweepRow> by_value(const SweepResult& s) {
+  std::map<std::string, SweepRow> m;
+  for (const SweepRow& r : s.rows) m[r.values.front()] = r;
+  return m;
+}
+
+SweepResult seed_batch_sweep(const std::vector<std::string>& overrides = {}) {
+  const Experiment e = load_experiment_file(kSeed, overrides);
+  return run_sweep(e, parse_varies({"workload.batch=1..1024*2"}), SweepOptions{});
+}
+
+TEST(SeedT4Sweep, KneeLandsBetween128And512) {
+  const SweepResult s = seed_batch_sweep();
+  ASSERT_EQ(s.rows.size(), 11u);
+  auto rows = by_value(s);
+  for (const SweepRow& r : s.rows) {
+    EXPECT_NEAR(r.critical_batch, 216.6666666666667, 1e-9);  // 65e12 * 2 / (2 * 300e9)
+    EXPECT_EQ(r.layers, 8);
+    EXPECT_EQ(r.hardware, "t4-founding");
+    EXPECT_EQ(r.num_tokens, std::stoll(r.values.front()));
+  }
+  // Memory-bound through 256 tokens, compute-bound from 512: the knee is in (256, 512], inside (128, 512].
+  for (const char* b : {"1", "64", "128", "256"}) EXPECT_EQ(rows[b].compute_bound_experts, 0) << b;
+  for (const char* b : {"512", "1024"}) EXPECT_EQ(rows[b].compute_bound_experts, 1) << b;
+  // Flat below the knee: batch 64 costs batch 1 plus only the extra activations (ideal), and exactly the
+  // same in the quantized column (one 128-row tile, one wave either way).
+  const HardwareProfile hw = load_hardware_profile(HardwareRef{"t4-founding", ""}, kSeed);
+  const ExpertRoofline m(hw, 1024, 1024, Dtype::fp16);
+  const double act_64 = 8 * 63 * m.act_bytes_per_row / m.bandwidth_bytes_per_s;
+  EXPECT_NEAR(rows["64"].actual.ideal_s - rows["1"].actual.ideal_s, act_64, 1e-12 * rows["1"].actual.ideal_s);
+  EXPECT_LT(rows["64"].actual.ideal_s, 1.1 * rows["1"].actual.ideal_s);
+  EXPECT_EQ(rows["64"].actual.quantized_s, rows["1"].actual.quantized_s);
+  EXPECT_EQ(rows["128"].actual.quantized_s, rows["1"].actual.quantized_s);
+  // Past the knee the time grows: more than 3x at 1024 (ideal), and linearly (doubling the batch
+  // doubles the compute-bound time).
+  EXPECT_GT(rows["1024"].actual.ideal_s, 3 * rows["1"].actual.ideal_s);
+  EXPECT_NEAR(rows["1024"].actual.ideal_s, 2 * rows["512"].actual.ideal_s, 1e-12 * rows["1024"].actual.ideal_s);
+  // The quantized column pays whole 128x128 tiles at batch 1 (most of each tile idle), so it starts
+  // higher; it still more than doubles by 1024.
+  EXPECT_GT(rows["1024"].actual.quantized_s, 2.5 * rows["1"].actual.quantized_s);
+  EXPECT_GT(rows["512"].actual.quantized_s, rows["256"].actual.quantized_s);
+  // Time per token falls as 1/N while flat.
+  EXPECT_NEAR(rows["64"].time_per_token_s, rows["64"].actual.quantized_s / 64, 1e-18);
+  // The model's 8 layers: one layer's cost, times 8.
+  EXPECT_NEAR(rows["1024"].actual.ideal_s, 8 * expert_time(m, 1024).ideal_s, 1e-12 * rows["1024"].actual.ideal_s);
+  // A dense layer is its own balanced counterfactual.
+  for (const SweepRow& r : s.rows) {
+    EXPECT_EQ(r.batching_efficiency, 1.0);
+    EXPECT_EQ(r.imbalance, 1.0);
+    EXPECT_EQ(r.drop_rate, 0.0);
+    EXPECT_FALSE(r.measured);
+  }
+}
+
+TEST(SeedT4Sweep, DatasheetBandwidthMovesTheCriticalBatch) {
+  const SweepResult s = seed_batch_sweep({"hardware=t4"});
+  EXPECT_NEAR(s.rows.front().critical_batch, 203.125, 1e-9);  // 65e12 * 2 / (2 * 320e9)
+  const SweepResult f = seed_batch_sweep();
+  // Faster memory: cheaper in the flat region, the same compute-bound time past the knee.
+  EXPECT_LT(s.rows.front().actual.ideal_s, f.rows.front().actual.ideal_s);
+  EXPECT_EQ(s.rows.back().actual.ideal_s, f.rows.back().actual.ideal_s);
+}
+
+TEST(SeedT4Sweep, TiedWidthKeysSetHiddenAndFfn) {
+  const Experiment e = load_experiment_file(kSeed, {});
+  const SweepResult s =
+      run_sweep(e, parse_varies({"model.hidden,model.ffn=256..8192*2", "workload.batch=1"}), SweepOptions{});
+  ASSERT_EQ(s.rows.size(), 6u);
+  const HardwareProfile hw = load_hardware_profile(HardwareRef{"t4-founding", ""}, kSeed);
+  for (const SweepRow& r : s.rows) {
+    const int64_t w = std::stoll(r.values[0]);
+    // At batch 1 an MLP block is its weights over the bandwidth, plus one row of activations.
+    const ExpertRoofline m(hw, w, w, Dtype::fp16);
+    EXPECT_NEAR(r.actual.ideal_s, 8 * (m.weight_bytes + m.act_bytes_per_row) / m.bandwidth_bytes_per_s,
+                1e-12 * r.actual.ideal_s)
+        << w;
+    EXPECT_NEAR(r.critical_batch, 216.6666666666667, 1e-9);  // weights only: independent of width
+  }
+}
+
+TEST(SeedT4Sweep, BadKeyOrValueThrowsBeforeRunning) {
+  const Experiment e = load_experiment_file(kSeed, {});
+  size_t calls = 0;
+  SweepOptions opts;
+  opts.progress = [&](size_t, size_t) { ++calls; };
+  EXPECT_THROW(run_sweep(e, parse_varies({"workload.batch=1,2,-5"}), opts), ConfigError);
+  EXPECT_THROW(run_sweep(e, parse_varies({"model.nope=1"}), opts), ConfigError);
+  EXPECT_EQ(calls, 0u);
+  run_sweep(e, parse_varies({"workload.batch=1,2"}), opts);
+  EXPECT_EQ(calls, 2u);
+}
+
+TEST(MoeSweep, GatingAxisShowsImbalanceCost) {
+  const Experiment e = load_experiment_file(kMixtral, {"workload.batch=4096"});
+  const SweepResult s = run_sweep(e, parse_varies({"router.gating=balanced,token_choice,expert_choice"}), SweepOptions{});
+  auto rows = by_value(s);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows["balanced"].placement, "expert_parallel");
+  EXPECT_EQ(rows["balanced"].devices, 8);
+  EXPECT_EQ(rows["balanced"].experts, 8);
+  EXPECT_EQ(rows["balanced"].top_k, 2);
+  EXPECT_DOUBLE_EQ(rows["balanced"].batching_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(rows["expert_choice"].batching_efficiency, 1.0);  // equal loads by construction
+  // Skewed token choice: the hot device sets the layer's time.
+  EXPECT_GT(rows["token_choice"].imbalance, 1.5);
+  EXPECT_LT(rows["token_choice"].batching_efficiency, 0.8);
+  EXPECT_GT(rows["token_choice"].actual.quantized_s, rows["balanced"].actual.quantized_s);
+  EXPECT_EQ(rows["token_choice"].balanced.quantized_s, rows["balanced"].actual.quantized_s);
+}
+
+TEST(SweepFormat, CsvAndJsonHaveOneRowPerPoint) {
+  const Experiment e = load_experiment_file(kSeed, {});
+  const SweepResult s = run_sweep(e, parse_varies({"workload.batch=1,2,4"}), SweepOptions{});
+  const std::string csv = format_sweep(s, ReportFormat::csv);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_EQ(csv.rfind("workload.batch,gating,profile,placement,devices,num_tokens,", 0), 0u) << csv;
+  EXPECT_EQ(csv.find("measured"), std::string::npos);  // no measured columns without --measure
+  const auto j = nlohmann::json::parse(format_sweep(s, ReportFormat::json));
+  EXPECT_EQ(j["rows"].size(), 3u);
+  EXPECT_EQ(j["axes"][0]["key"], "workload.batch");
+  EXPECT_EQ(j["rows"][2]["values"]["workload.batch"], "4");
+  EXPECT_GT(j["rows"][0]["actual"]["quantized_s"].get<double>(), 0.0);
+  const std::string table = format_sweep(s, ReportFormat::table);
+  EXPECT_NE(table.find("quant_us"), std::string::npos);
+  EXPECT_NE(table.find("model.layers = 8"), std::string::npos);
+  EXPECT_THROW(format_sweep(s, ReportFormat::markdown), InputError);
+}
+
+TEST(SweepCli, CsvToStdoutQuietStderr) {
+  const auto r = testing::run_cli("sweep " + kSeed + " --vary workload.batch=1..1024*2 --format csv");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 12);  // header + 11 batches
+  EXPECT_TRUE(r.err.empty()) << r.err;                           // stderr is not a terminal: no bar
+}
+
+TEST(SweepCli, MeasureFillsMeasuredColumns) {
+  const auto r = testing::run_cli(
+      "sweep --vary workload.batch=8,64 --measure --format json --set execute.hidden=32 --set execute.ffn=64 "
+      "--set execute.repeats=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const auto& row : j["rows"]) {
+    EXPECT_GT(row["measured"]["experts_s"].get<double>(), 0.0);
+    EXPECT_GT(row["measured"]["layer_s"].get<double>(), 0.0);
+  }
+}
+
+TEST(SweepCli, BadVaryExitsTwo) {
+  for (const char* args : {"sweep --vary workload.batch=0..8*2", "sweep --vary workload.batch", "sweep",
+                           "sweep --vary model.nope=1", "sweep --vary workload.batch=1 --vary workload.batch=2",
+                           "sweep --vary workload.batch=1 --format markdown"}) {
+    const auto r = testing::run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": one line, got\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
+  }
+}
+
+}  // namespace
+}  // namespace moesim

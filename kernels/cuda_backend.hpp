@@ -53,7 +53,8 @@ void combine_cuda(const Routing& r, const DispatchPlan& plan, const float* exper
 
 // ---- experts -----------------------------------------------------------------------------------
 // grouped: one cublasGemmGroupedBatchedEx call (cuBLAS >= 12.5; older builds fall back to per_expert);
-// per_expert: one cublasGemmEx per non-empty expert.
+// per_expert: one cublasGemmEx per non-empty expert, spread over 4 side streams (forked from and joined
+// back to the calling thread's stream with events) so that small experts overlap.
 enum class CudaGemmPath { grouped, per_expert };
 
 // True when CudaGemmPath::grouped calls cublasGemmGroupedBatchedEx: built against cuBLAS >= 12.5 and not
@@ -128,6 +129,36 @@ CudaLayerTimes time_layer_cuda(const RouterConfig& cfg, const RouteRequest& req,
 // One-shot moe_forward_omp on the device (uploads the weights each call; tests and --verify).
 void moe_forward_cuda(const ExpertWeights& w, const ExpertWeights* shared, const float* x, const Routing& r,
                       const DispatchPlan& plan, float* y, MoePhaseTimes* times, Dtype dtype = Dtype::fp32);
+
+// ---- device measurements (for a calibrated profile of the device) --------------------------------
+struct CudaMeasureConfig {
+  Dtype dtype = Dtype::bf16;                     // expert storage (cuda_supports_dtype)
+  int64_t hidden = 4096;                         // expert shape of the per-expert timings
+  int64_t ffn = 14336;
+  std::vector<int64_t> expert_rows = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  int64_t copy_bytes = int64_t(1) << 30;         // buffer of the device-to-device copy
+  int repeats = 10;                              // timed runs per figure (the median is kept)
+};
+
+// One SwiGLU expert (up-projection [n, hidden] x [hidden, 2 ffn], SwiGLU, down-projection) on n rows.
+struct CudaExpertTiming {
+  int64_t rows = 0;
+  double seconds = 0;       // median of the timed runs, CUDA events
+  double flops_per_s = 0;   // 6 n hidden ffn / seconds
+  double weight_bytes_per_s = 0;  // 3 hidden ffn elem_bytes / seconds (the weight stream)
+};
+
+struct CudaMeasurements {
+  std::string device;                       // cuda_device_description()
+  Dtype dtype = Dtype::bf16;
+  double copy_bandwidth_bytes_per_s = 0;    // (read + written bytes) / time of a device-to-device copy
+  double launch_overhead_s = 0;             // an empty kernel, launch to completion, median
+  std::vector<CudaExpertTiming> expert;     // per entry of expert_rows: the measured t(n)
+};
+
+// Measures the device: the per-expert SwiGLU time t(n) over cfg.expert_rows (what the cost model's
+// efficiencies are fitted to), the copy bandwidth and the launch overhead. Weights are random.
+CudaMeasurements measure_cuda_device(const CudaMeasureConfig& cfg);
 
 // ---- decoder attention -------------------------------------------------------------------------
 // cached_attention (src/decoder/attention.hpp) on the device, with the same inputs and output: query

@@ -182,9 +182,18 @@ if os.path.exists(os.path.join(out, "torch.jsonl")):
         if r["case"] not in torch or r["min_s"] < torch[r["case"]]["min_s"]:
             torch[r["case"]] = r
 
+UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+def wall_ms(run):
+    return run["real_time"] * UNIT_MS[run.get("time_unit", "ms")]
+
 def ms(name):  # (min, median) wall milliseconds of a moesim case, or None
     a = moesim.get(name)
-    return (a["min"]["real_time"], a["median"]["real_time"]) if a else None
+    return (wall_ms(a["min"]), wall_ms(a["median"])) if a else None
+
+def cpu_ms(name):  # median process CPU milliseconds (all threads) of a moesim case
+    runs = sorted(all_runs.get(name, []), key=lambda b: b["cpu_time"])
+    return runs[len(runs) // 2]["cpu_time"] * UNIT_MS[runs[0].get("time_unit", "ms")] if runs else None
 
 def counter(name, key):
     a = moesim.get(name)
@@ -199,12 +208,16 @@ def target(text, value, ok):
 
 print("## moesim against PyTorch and this machine's ceilings\n")
 print("Wall milliseconds, minimum over the repetitions (median in brackets); speedup = PyTorch / moesim;")
+print("cpu = the same ratio in median process CPU time (all threads), which the machine's load barely moves;")
 print("limit = GEMM FLOPs at the dense sgemm rate + dispatch bytes at the copy bandwidth, both measured")
 print("in the same process. Best of two rounds (OMP_WAIT_POLICY unset, PASSIVE) for both sides. One-minute")
 print("load average when each moesim process started: %s (2 cores).\n" % ", ".join("%.1f" % l for l in loads))
 print("| case | phase | moesim ms | PyTorch ms | speedup | ceiling | of ceiling |")
 print("|---|---|---|---|---|---|---|")
-for prefix in sorted({n.rsplit("/", 1)[0] for n in moesim if n.startswith("layer/")}):
+def shape_key(prefix):  # numeric order of the shape label's numbers
+    return [int(x) for x in re.findall(r"\d+", prefix)]
+
+for prefix in sorted({n.rsplit("/", 1)[0] for n in moesim if n.startswith("layer/")}, key=shape_key):
     label = prefix.split("/", 1)[1]
     copy = ms(prefix + "/ceiling_copy")
     copy_bps = counter(prefix + "/ceiling_copy", "bytes") / (copy[0] / 1e3) if copy else None
@@ -228,17 +241,20 @@ for prefix in sorted({n.rsplit("/", 1)[0] for n in moesim if n.startswith("layer
         copy_bps / 1e9, fmt(d_frac and 100 * d_frac, 0)))
     # grouped GEMM
     gg, gb, dense = ms(prefix + "/grouped_gemm"), ms(prefix + "/grouped_gemm_balanced"), ms(prefix + "/dense_swiglu")
-    print("| %s | grouped GEMM (SwiGLU) | %s (%s) | | | dense sgemm %.0f GFLOP/s | %s %% |" % (
-        label, fmt(gg[0]), fmt(gg[1]), sgemm_fps / 1e9, fmt(100 * (flops / (gg[0] / 1e3)) / sgemm_fps, 0)))
-    print("| %s | grouped GEMM, balanced routing | %s | | | one dense SwiGLU %s ms | %s %% |" % (
-        label, fmt(gb[0]), fmt(dense[0]), fmt(100 * dense[0] / gb[0], 0)))
+    print("| %s | grouped GEMM (SwiGLU) | %s (%s) | | | dense sgemm %.0f GFLOP/s | %s %% (cpu %s %%) |" % (
+        label, fmt(gg[0]), fmt(gg[1]), sgemm_fps / 1e9, fmt(100 * (flops / (gg[0] / 1e3)) / sgemm_fps, 0),
+        fmt(100 * cpu_ms(prefix + "/ceiling_sgemm") / cpu_ms(prefix + "/grouped_gemm"), 0)))
+    print("| %s | grouped GEMM, balanced routing | %s | | | one dense SwiGLU %s ms | %s %% (cpu %s %%) |" % (
+        label, fmt(gb[0]), fmt(dense[0]), fmt(100 * dense[0] / gb[0], 0),
+        fmt(100 * cpu_ms(prefix + "/dense_swiglu") / cpu_ms(prefix + "/grouped_gemm_balanced"), 0)))
     # full layer
     ly = ms(prefix + "/layer")
     tl = t("layer")
     limit = counter(prefix + "/layer", "flops") / sgemm_fps * 1e3 + d_bytes / copy_bps * 1e3
     speed = tl["min_s"] * 1e3 / ly[0] if tl else None
-    print("| %s | full layer | %s (%s) | %s | %s | limit %s ms | %s x limit |" % (
-        label, fmt(ly[0]), fmt(ly[1]), fmt(tl and tl["min_s"] * 1e3), fmt(speed, 2), fmt(limit), fmt(ly[0] / limit, 2)))
+    print("| %s | full layer | %s (%s) | %s | %s | limit %s ms | %s x limit (cpu %s x sgemm) |" % (
+        label, fmt(ly[0]), fmt(ly[1]), fmt(tl and tl["min_s"] * 1e3), fmt(speed, 2), fmt(limit), fmt(ly[0] / limit, 2),
+        fmt(cpu_ms(prefix + "/layer") / cpu_ms(prefix + "/ceiling_sgemm"), 2)))
     if speed is not None:
         need = 1.3 if label.startswith("N16384_d1024_f512_E64_k8") else 1.0
         target("full layer %s: >= %.1fx PyTorch" % (label, need), "%.2fx" % speed, speed >= need)
@@ -251,7 +267,7 @@ for prefix in sorted({n.rsplit("/", 1)[0] for n in moesim if n.startswith("layer
     if d_frac is not None:
         target("dispatch %s: >= 50%% of copy bandwidth" % label, "%.0f %%" % (100 * d_frac), d_frac >= 0.5)
 
-for prefix in sorted({n.rsplit("/", 1)[0] for n in moesim if n.startswith("dispatch/")}):
+for prefix in sorted({n.rsplit("/", 1)[0] for n in moesim if n.startswith("dispatch/")}, key=shape_key):
     label = prefix.split("/", 1)[1]
     copy = ms(prefix + "/ceiling_copy")
     copy_bps = counter(prefix + "/ceiling_copy", "bytes") / (copy[0] / 1e3)
@@ -303,15 +319,15 @@ if pool:
     print("| setting | " + " | ".join(n.split("/", 1)[1] for n in names) + " |")
     print("|---|" + "---|" * len(names))
     for setting, rows in pool.items():
-        copy = [rows[n]["min"]["real_time"] for n in rows if n.endswith("ceiling_copy")]
+        copy = [wall_ms(rows[n]["min"]) for n in rows if n.endswith("ceiling_copy")]
         cells = []
         for n in names:
             if n not in rows:
                 cells.append("-")
                 continue
-            cell = "%s (%s)" % (fmt(rows[n]["min"]["real_time"], 1), fmt(rows[n]["median"]["real_time"], 1))
+            cell = "%s (%s)" % (fmt(wall_ms(rows[n]["min"]), 1), fmt(wall_ms(rows[n]["median"]), 1))
             if n.startswith("layer/") and copy:
-                cell += " [%.1f x copy]" % (rows[n]["min"]["real_time"] / copy[0])
+                cell += " [%.1f x copy]" % (wall_ms(rows[n]["min"]) / copy[0])
             cells.append(cell)
         print("| %s | %s |" % (setting, " | ".join(cells)))
 

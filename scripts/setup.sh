@@ -8,6 +8,7 @@ packages=(
   libyaml-cpp-dev libboost-program-options-dev nlohmann-json3-dev
   libopenblas-openmp-dev libgtest-dev libbenchmark-dev
   libthrust-dev libcub-dev
+  clang libclang-rt-dev libomp-dev   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, OpenMP for clang
   openmpi-bin libopenmpi-dev
   python3 python3-numpy python3-matplotlib
 )

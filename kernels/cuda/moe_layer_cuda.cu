@@ -391,6 +391,33 @@ cublasHandle_t cublas_handle() {
   return handle;
 }
 
+// The per-expert loop spreads its GEMMs over a few side streams, each with its own cuBLAS handle (a handle's
+// workspace must not be shared by concurrent streams), forked from and joined back to stream() with
+// events, so that small experts overlap. Per host thread, kept until exit like cublas_handle().
+constexpr int kGemmSideStreams = 4;
+
+struct SideStreams {
+  cudaStream_t stream[kGemmSideStreams];
+  cublasHandle_t handle[kGemmSideStreams];
+  cudaEvent_t done[kGemmSideStreams];
+  cudaEvent_t fork;
+};
+
+SideStreams& side_streams() {
+  thread_local SideStreams side = [] {
+    SideStreams s;
+    MOESIM_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
+    for (int i = 0; i < kGemmSideStreams; ++i) {
+      MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream[i], cudaStreamNonBlocking));
+      MOESIM_CUDA_CHECK(cudaEventCreateWithFlags(&s.done[i], cudaEventDisableTiming));
+      MOESIM_CUBLAS_CHECK(cublasCreate(&s.handle[i]));
+      MOESIM_CUBLAS_CHECK(cublasSetStream(s.handle[i], s.stream[i]));
+    }
+    return s;
+  }();
+  return side;
+}
+
 // Row-major C[m, n] = A[m, k] * B[k, n] (lda = k, ldb = n, ldc = n), all in the spec's storage type.
 struct GemmProblem {
   int64_t m, n, k;
@@ -465,11 +492,26 @@ void run_gemms(const std::vector<GemmProblem>& all, const GemmSpec& spec, CudaGe
 #else
   (void)path;
 #endif
-  for (const GemmProblem& p : probs) {
-    MOESIM_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.n), static_cast<int>(p.m),
+  auto gemm = [&](cublasHandle_t h, const GemmProblem& p) {
+    MOESIM_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.n), static_cast<int>(p.m),
                                      static_cast<int>(p.k), &one, p.b, spec.type, static_cast<int>(p.n), p.a,
                                      spec.type, static_cast<int>(p.k), &zero, p.c, spec.type, static_cast<int>(p.n),
                                      spec.compute, CUBLAS_GEMM_DEFAULT));
+  };
+  if (probs.size() == 1) {
+    gemm(handle, probs.front());
+    return;
+  }
+  // Fork: every side stream waits for the work queued so far; join: stream() waits for every side stream,
+  // so buffers freed later on stream() (stream-ordered) outlive the GEMMs that read them.
+  SideStreams& side = side_streams();
+  const int used = static_cast<int>(std::min<size_t>(probs.size(), kGemmSideStreams));
+  MOESIM_CUDA_CHECK(cudaEventRecord(side.fork, stream()));
+  for (int i = 0; i < used; ++i) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(side.stream[i], side.fork, 0));
+  for (size_t j = 0; j < probs.size(); ++j) gemm(side.handle[j % kGemmSideStreams], probs[j]);
+  for (int i = 0; i < used; ++i) {
+    MOESIM_CUDA_CHECK(cudaEventRecord(side.done[i], side.stream[i]));
+    MOESIM_CUDA_CHECK(cudaStreamWaitEvent(stream(), side.done[i], 0));
   }
 }
 
@@ -739,6 +781,9 @@ class LayerCore {
                              CudaGemmPath path) = 0;
   // One dense GEMM of the same total size as up_projection: [rows, hidden] x expert 0's [hidden, 2 ffn].
   virtual void dense_up_projection(const void* xg, int64_t rows, void* h13) = 0;
+  // Routed expert `expert` alone on `rows` rows: x [rows, hidden], h13 [rows, 2 ffn], h [rows, ffn],
+  // out [rows, hidden], all in the storage type.
+  virtual void expert_swiglu(int expert, const void* x, int64_t rows, void* h13, void* h, void* out) = 0;
   virtual size_t storage_bytes() const = 0;
   // Device float <-> the storage type, n elements.
   virtual void to_storage(const float* in, void* out, int64_t n) const = 0;
@@ -826,6 +871,15 @@ class TypedLayer final : public LayerCore {
                     static_cast<T*>(h13) + r0 * 2 * ffn});
     }
     run_gemms(up, spec_, path);
+  }
+
+  void expert_swiglu(int expert, const void* x, int64_t rows, void* h13, void* h, void* out) override {
+    const int64_t hidden = routed_.hidden, ffn = routed_.ffn;
+    const std::vector<Segment<T>> segs = {{static_cast<const T*>(x), 0, rows,
+                                           routed_.w13.get() + static_cast<int64_t>(expert) * hidden * 2 * ffn,
+                                           routed_.w2.get() + static_cast<int64_t>(expert) * ffn * hidden}};
+    run_swiglu_segments(segs, hidden, ffn, static_cast<T*>(h13), static_cast<T*>(h), static_cast<T*>(out), rows,
+                        spec_, path_);
   }
 
   void dense_up_projection(const void* xg, int64_t rows, void* h13) override {
@@ -1097,6 +1151,75 @@ CudaLayerTimes time_layer_cuda(const RouterConfig& cfg, const RouteRequest& req,
 }
 
 // ================================================================================================
+// Device measurements
+// ================================================================================================
+
+namespace cuda_detail {
+
+__global__ void empty_kernel() {}
+
+}  // namespace cuda_detail
+
+CudaMeasurements measure_cuda_device(const CudaMeasureConfig& cfg) {
+  MOESIM_REQUIRE(cfg.hidden >= 1 && cfg.ffn >= 1 && cfg.repeats >= 1 && cfg.copy_bytes >= 4,
+                 "measurements need hidden, ffn, repeats >= 1 and copy_bytes >= 4");
+  MOESIM_REQUIRE(!cfg.expert_rows.empty(), "measurements need at least one entry in expert_rows");
+  for (int64_t n : cfg.expert_rows) MOESIM_REQUIRE(n >= 1, "expert_rows must be >= 1, got " << n);
+  MOESIM_REQUIRE(cuda_supports_dtype(cfg.dtype), "the CUDA experts do not support " << to_string(cfg.dtype));
+  cuda_detail::require_device();
+  CudaMeasurements m;
+  m.device = cuda_device_description();
+  m.dtype = cfg.dtype;
+  auto median_s = [&](auto&& f) {
+    cuda_detail::EventTimer timer;
+    f();  // warm-up
+    std::vector<double> s;
+    for (int i = 0; i < cfg.repeats; ++i) {
+      timer.start();
+      f();
+      s.push_back(timer.stop_s());
+    }
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  };
+
+  {
+    const size_t n = static_cast<size_t>(cfg.copy_bytes) / sizeof(float);
+    DeviceBuffer<float> src(n), dst(n);
+    MOESIM_CUDA_CHECK(cudaMemsetAsync(src.get(), 0, n * sizeof(float), cuda_detail::stream()));
+    const double t = median_s([&] {
+      MOESIM_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        cuda_detail::stream()));
+    });
+    m.copy_bandwidth_bytes_per_s = 2.0 * n * sizeof(float) / t;
+  }
+  m.launch_overhead_s = median_s([] {
+    cuda_detail::empty_kernel<<<1, 1, 0, cuda_detail::stream()>>>();
+    MOESIM_CUDA_LAUNCH_CHECK(empty_kernel);
+  });
+
+  // Expert 0 of a one-expert layer on n rows: the layer's own GEMM calls and SwiGLU kernel.
+  const ExpertWeights w = make_expert_weights(1, cfg.hidden, cfg.ffn, 11);
+  std::unique_ptr<cuda_detail::LayerCore> core =
+      cuda_detail::make_layer(w, nullptr, cfg.dtype, CudaGemmPath::per_expert);
+  const int64_t most = *std::max_element(cfg.expert_rows.begin(), cfg.expert_rows.end());
+  const size_t esz = core->storage_bytes();
+  const DeviceBuffer<float> x_f = to_device(synthetic_hidden(most, cfg.hidden, 12));
+  DeviceBuffer<unsigned char> x(most * cfg.hidden * esz), h13(most * 2 * cfg.ffn * esz), h(most * cfg.ffn * esz),
+      out(most * cfg.hidden * esz);
+  core->to_storage(x_f.get(), x.get(), most * cfg.hidden);
+  for (int64_t n : cfg.expert_rows) {
+    CudaExpertTiming e;
+    e.rows = n;
+    e.seconds = median_s([&] { core->expert_swiglu(0, x.get(), n, h13.get(), h.get(), out.get()); });
+    e.flops_per_s = 6.0 * n * cfg.hidden * cfg.ffn / e.seconds;
+    e.weight_bytes_per_s = 3.0 * cfg.hidden * cfg.ffn * esz / e.seconds;
+    m.expert.push_back(e);
+  }
+  return m;
+}
+
+// ================================================================================================
 // Benchmarks
 // ================================================================================================
 
@@ -1160,7 +1283,7 @@ int64_t sample_count(double budget, double cost, int64_t most) {
 
 std::string verdict(double err, double bound) {
   std::ostringstream os;
-  os << (err <= bound ? "ok" : "FAIL") << " (nmse " << err << ", bound " << bound << ")";
+  os << (err <= bound ? "ok" : "FAIL") << " (nmse " << err << "; bound " << bound << ")";
   return os.str();
 }
 
@@ -1281,7 +1404,7 @@ std::vector<CudaBenchRow> run_cuda_benchmarks(const CudaBenchConfig& cfg) {
                                                                    : "per-expert GemmEx loop") +
                               " " + to_string(cfg.dtype),
                           t.median_ms, t.min_ms, flops / (t.median_ms * 1e-3) / 1e12, "TFLOP/s",
-                          "one dense GEMM, same FLOPs", dense.median_ms, flops / (dense.median_ms * 1e-3) / 1e12,
+                          "one dense GEMM (same FLOPs)", dense.median_ms, flops / (dense.median_ms * 1e-3) / 1e12,
                           verdict(nmse(got, ref), gemm_nmse_bound(cfg.dtype))});
     }
   }
@@ -1320,7 +1443,7 @@ std::vector<CudaBenchRow> run_cuda_benchmarks(const CudaBenchConfig& cfg) {
     const Timing t = run_layer(rc);
     const Timing b = run_layer(balanced);
     rows_out.push_back({std::string("MoE layer (route + dispatch + SwiGLU + combine) ") + to_string(cfg.dtype),
-                        t.median_ms, t.min_ms, n_tok / (t.median_ms * 1e-3), "tokens/s", "same layer, balanced routing",
+                        t.median_ms, t.min_ms, n_tok / (t.median_ms * 1e-3), "tokens/s", "same layer (balanced routing)",
                         b.median_ms, n_tok / (b.median_ms * 1e-3), verdict(nmse(got, ref), bound)});
   }
   return rows_out;

@@ -116,10 +116,11 @@ class ReusedRows {
 
 using OmpPolicy = std::decay_t<decltype(thrust::omp::par)>;
 
-// Outputs of at least this many floats (32 MiB, beyond the last-level cache) are written with streaming
-// stores: a plain store first reads the destination line (a third more memory traffic for a copy), and
-// the buffer would not stay in cache for the next phase anyway. Smaller ones stay in cache.
-constexpr int64_t kStreamingStoreFloats = int64_t(1) << 23;
+// Outputs of at least this many floats (16 MiB, half the 32 MiB last-level cache of the machine these
+// were tuned on, the other half holding the phase's input rows) are written with streaming stores: a
+// plain store first reads the destination line (a third more memory traffic for a copy), and the buffer
+// would not stay in cache for the next phase anyway. Smaller outputs stay in cache for their reader.
+constexpr int64_t kStreamingStoreFloats = int64_t(1) << 22;
 
 // dst[0, n) = src[0, n); with streaming (non-temporal) stores when `stream` and dst is 16-byte aligned
 // (x86 SSE2; a plain copy elsewhere). Callers end a streamed region with store_fence().

@@ -1,12 +1,9 @@
-// Scaled dot-product attention over a KV cache (Vaswani et al. 2017, eq. 1), multi-head or grouped-query
-// (Ainslie et al. 2023, arXiv:2305.13245: query head h reads KV head h / (heads / kv_heads)), causal:
-// query token t of sequence seq[t] at position pos[t] attends to cached positions 0..pos[t] of its own
-// sequence only, so one packed batch may hold sequences of any lengths (no padding, no cross-sequence
-// attention: the masks a padded batch would need). q: [num_tokens, heads, head_dim] (RoPE applied);
-// k_cache, v_cache: [slots, kv_heads, head_dim] laid out as KvCache; out: [num_tokens, heads, head_dim].
-// One online-softmax pass per (token, head) in float (sum of exponentials in double), fixed position
-// order, one functor call per output row: bytewise deterministic. Backend-neutral (Thrust, policy first); twin:
-// attention_ref.hpp; test: tests/decoder/attention_test.cpp.
+// Causal scaled dot-product attention over a KV cache (Vaswani et al. 2017, eq. 1), MHA or GQA (Ainslie et
+// al. 2023, arXiv:2305.13245: query head h reads KV head h / (heads / kv_heads)); query t of sequence seq[t]
+// at position pos[t] attends to positions 0..pos[t] of its own sequence, so a packed batch mixes any
+// lengths with no padding. q, out: [num_tokens, heads, head_dim]; k_cache, v_cache as KvCache lays them out.
+// One online-softmax pass per (token, head), one functor call per output row: bytewise deterministic.
+// Backend-neutral (Thrust, policy first); twin: attention_ref.hpp; test: tests/decoder/attention_test.cpp.
 #pragma once
 
 #include <math.h>

@@ -1,12 +1,9 @@
-// The decoder workload (`workload.source: decoder`): a stack of MoE decoder layers run for a prompt
-// prefill and `decode_steps` greedy decode steps, so the router sees what a serving system sees.
-// Layer: x += Attn(RMSNorm(x)) (MHA/GQA, RoPE, KV cache); x += MoE(RMSNorm(x)) with router logits
-// RMSNorm(x) W_router + popularity bias, routed by route_omp under the variant's RouterConfig (one
-// RouterState per layer, kept across steps), dispatch, SwiGLU experts and combine (moe_forward_omp),
-// shared experts. Then final RMSNorm, a small-vocabulary logits head and greedy argmax (ties: lower id).
-// Executed at the `execute:` size (executed_decoder_shape); weights from the seed. Every output is
-// bytewise identical at any thread count, apart from the measured times. Built by g++.
-// Covered by tests/decoder/decoder_test.cpp.
+// The decoder workload (`workload.source: decoder`): seeded MoE decoder layers (RMSNorm, attention with a
+// KV cache, RMSNorm, MoE FFN routed by route_omp with one RouterState per layer kept across steps), final
+// norm, small-vocabulary head and greedy argmax, run for a prompt prefill and workload.decode_steps steps
+// at the `execute:` size. In: an Experiment and a RouterConfig; out: one DecoderRecord per (step, layer).
+// Bytewise identical at any thread count apart from measured times. Built by g++ (OpenMP, OpenBLAS).
+// Covered by tests/decoder/decoder_test.cpp; docs/workloads.md describes the design.
 #pragma once
 
 #include <cstdint>
@@ -136,8 +133,8 @@ uint64_t decoder_route_seed(uint64_t seed, int step, int layer);
 
 class Decoder {
  public:
-  // Allocates and fills the weights (not the cache). Throws ConfigError when workload.source's
-  // decoder settings cannot run (e.g. an empty batch).
+  // Allocates and fills the weights (not the cache). A validated Experiment always runs; the
+  // preconditions (batch >= 1, prompt lengths >= 1) throw PreconditionError otherwise.
   explicit Decoder(const Experiment& e);
 
   const Experiment& experiment() const { return e_; }

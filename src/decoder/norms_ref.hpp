@@ -1,5 +1,6 @@
 // Serial reference of rms_norm (norms.hpp): plain loops, double accumulators.
-// x, out: [num_tokens, hidden]; weight: [hidden]. Host only, header only. Covered by tests/decoder/norms_test.cpp.
+// x, out: [num_tokens, hidden]; weight: [hidden]. Host only, header only.
+// Covered by tests/decoder/norms_test.cpp.
 #pragma once
 
 #include <cmath>

@@ -256,7 +256,6 @@ std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& rec
     LayerCost& c = mp.cost;
     const double n = static_cast<double>(use.size());
     std::vector<double> device_tokens;
-    c.batching_efficiency = 0;
     c.rank_imbalance = 0;
     c.balancedness = 0;
     for (const StepRecord* r : use) {

@@ -1,12 +1,9 @@
-// Runs one experiment for one or more router variants: workload -> router -> dispatch -> experts ->
-// combine (executed at the `execute:` size on the CPU backend), balance metrics per batch, and the cost
-// model on the model's real size for each placement. Workloads: synthetic and logits batches (every
-// variant sees the same logits), the decoder (prefill + decode steps through attention with a KV cache;
-// every variant starts from the same weights and prompts, and its own routing shapes the hidden states
-// that follow), a routing trace (re-routed when it has logits, else replayed) and a real load profile
-// (cost model only). Deterministic apart from the measured times.
-// Host only. Covered by tests/decoder/decoder_test.cpp, tests/workload/trace_replay_test.cpp,
-// tests/workload/load_profile_test.cpp and the CLI tests.
+// Runs one experiment for one or more router variants: workload (synthetic, logits, decoder, trace,
+// load_profile) -> router -> dispatch -> experts -> combine at the `execute:` size on the CPU, balance
+// metrics per batch (decoder, trace, profile: per step and layer, with phase totals), and the cost model
+// at the model's real size per placement. Every variant sees the same inputs (same seed); deterministic
+// apart from the measured times. Host only. Covered by tests/decoder/decoder_test.cpp,
+// tests/workload/*_test.cpp and the CLI tests.
 #pragma once
 
 #include <cstdint>

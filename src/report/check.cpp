@@ -37,8 +37,10 @@ std::string printable(const std::string& s) {
 
 [[noreturn]] void fail(const std::string& message) { throw InputError(printable(message)); }
 
-// A JSON value quoted in a message, cut to a readable length.
+// A JSON value quoted in a message, cut to a readable length. Arrays and objects are named, not
+// dumped: dump() recurses once per nesting level and a hostile file nests 100000 deep.
 std::string shown(const nlohmann::json& v) {
+  if (v.is_structured()) return std::string("an ") + v.type_name();
   const std::string s = v.dump();
   return s.size() <= 64 ? s : s.substr(0, 64) + "...";
 }

@@ -363,7 +363,8 @@ std::string phase_section(const RunResult& run, ReportFormat format) {
   const char* unit = decoder ? "per step and layer"
                      : run.experiment.workload.source == WorkloadSource::load_profile ? "per recorded layer"
                                                                                      : "per recorded step and layer";
-  os << "\nimb_*: max/mean " << unit << "; unrouted: tokens with no expert, summed; "
+  os << "\nimb_*: max/mean " << unit << "; unrouted: tokens with no expert, summed; batch_eff: mean over the "
+        "records, of the expert-parallel placement when the experiment uses one; "
      << (decoder ? "attn_us, moe_us: modeled per layer and step at the model's real size; " : "moe_us: modeled per layer; ")
      << "model_tok/s: tokens / modeled time of all " << run.experiment.model.layers << " layers"
      << (decoder ? " (attention data-parallel over the placement's devices); meas_tok/s: executed decoder (" +

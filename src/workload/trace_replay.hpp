@@ -1,14 +1,9 @@
-// Routing traces recorded from a real model (`workload.source: trace`), JSON Lines, one line per token
-// and layer (docs/workloads.md "Trace format"):
-//   {"step": 0, "layer": 3, "token": 17, "experts": [5, 1], "weights": [0.71, 0.29]}
-// required: step (>= 0), layer (>= 0), token (>= 0, unique within its step and layer), experts (distinct
-// ids in [0, num_experts)), weights (one number per expert); optional: logits (num_experts router logits,
-// before softmax), kept (0/1 per expert, default all 1), token_id (vocabulary id, for hash gating),
-// phase ("prefill" or "decode"). Blank lines are skipped. Lines group into batches by (step, layer),
-// ascending; a batch's tokens are renumbered 0..n-1 in ascending recorded order. Every line carries
-// logits or none does. A trace with logits can be re-routed by any strategy; one without is replayed as
-// recorded (recorded_routing). Errors: InputError "FILE:LINE: what was expected, got what".
-// Host only, deterministic. Covered by tests/workload/trace_replay_test.cpp.
+// Routing traces recorded from a real model (`workload.source: trace`): JSON Lines, one line per token and
+// layer, {"step", "layer", "token", "experts", "weights"} plus optional "logits", "kept", "token_id",
+// "phase" (docs/workloads.md "Trace format"). Lines group into batches by (step, layer); a trace with
+// logits is re-routed by any strategy, one without is replayed as recorded (recorded_routing).
+// Errors: InputError "FILE:LINE: expected ..., got ...". Host only, deterministic.
+// Covered by tests/workload/trace_replay_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +37,11 @@ struct Trace {
   std::vector<TraceBatch> batches;   // ascending (step, layer)
 };
 
-// Parses JSON Lines text; `name` prefixes error messages. num_experts bounds the expert ids and sets the
-// logits width.
+// Parses JSON Lines text; `name` prefixes error messages. Keys: step, layer (>= 0); token (>= 0, unique
+// within its step and layer; renumbered 0..n-1 in ascending order); experts (distinct ids in
+// [0, num_experts)); weights (one number per expert); optional logits (num_experts numbers, before
+// softmax), kept (0/1 per expert, default 1), token_id (vocabulary id), phase ("prefill" | "decode").
+// Blank lines are skipped; unknown keys are errors; every line carries logits or none does.
 Trace parse_trace(const std::string& text, const std::string& name, int num_experts);
 Trace read_trace_file(const std::string& path, int num_experts);
 

@@ -102,6 +102,9 @@ const std::vector<BadCase>& bad_cases() {
       {"RunControlCharacterInKey",
        [](const std::string& d) { return "run " + file(d, "x.yaml", "model: {\"a\\nb\": 1}\n") + kSmall; }, 2,
        {"x.yaml:1", "model.a\\x0ab", "unknown key"}},
+      {"RunDeeplyNestedYaml",
+       [](const std::string& d) { return "run " + file(d, "x.yaml", "name: " + std::string(100000, '[')) + kSmall; }, 2,
+       {"x.yaml", "invalid YAML"}},
       {"RunTwoDocuments",
        [](const std::string& d) { return "run " + file(d, "x.yaml", "name: a\n---\nname: b\n") + kSmall; }, 2,
        {"x.yaml:3", "one YAML document"}},
@@ -236,6 +239,13 @@ const std::vector<BadCase>& bad_cases() {
                      "[{\"strategy\": \"token_choice capacity_factor=-1\", \"metrics\": {}}]}");
        },
        2, {"b.json", "router.capacity_factor"}},
+      {"CheckBaselineDeeplyNested",  // a message that dumped the value recursed once per level and overflowed
+       [](const std::string& d) {
+         return "check " + file(d, "c.yaml", "name: c\n") + " --baseline " +
+                file(d, "b.json", "{\"schema_version\": " + std::string(200000, '[') + std::string(200000, ']') +
+                                      ", \"strategies\": []}");
+       },
+       2, {"b.json", "schema_version", "an array"}},
       {"CheckNegativeRtol",
        [](const std::string& d) { return "check " + file(d, "c.yaml", "name: c\n") + " --rtol -1"; }, 2,
        {"--rtol"}},

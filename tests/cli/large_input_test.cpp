@@ -184,7 +184,7 @@ TEST(LargeInput, FarAboveTheLimitIsRefusedBeforeAllocating) {
   }
   fs::remove(path);
 
-  // A real 64 MiB file (65536 x 256) against a 48 MiB limit: refused from its header, never read.
+  // A real 64 MiB file (65536 x 256) against a 64 MiB limit: refused from its header, never read.
   {
     std::ofstream out(dir + "/l.npy", std::ios::binary);
     const std::string header = npy_header(65536, 256);
@@ -192,7 +192,7 @@ TEST(LargeInput, FarAboveTheLimitIsRefusedBeforeAllocating) {
     const std::vector<float> zeros(65536 * 256, 0.0f);
     out.write(reinterpret_cast<const char*>(zeros.data()), static_cast<std::streamsize>(zeros.size() * 4));
   }
-  const Measured small = run_measured("route --logits " + dir + "/l.npy --memory-limit 48MiB", dir);
+  const Measured small = run_measured("route --logits " + dir + "/l.npy --memory-limit 64MiB", dir);
   EXPECT_EQ(small.exit_code, 3) << small.err;
   EXPECT_NE(small.err.find("65536 tokens x 256 experts"), std::string::npos) << small.err;
   EXPECT_LE(small.peak_rss_bytes, bare + slack);

@@ -49,7 +49,9 @@ TEST(Decoder, ExecutedShapeKeepsTheGqaGroup) {
 
 TEST(Decoder, SameOutputAtOneAndTwoThreads) {
   for (const char* gating : {"token_choice", "aux_free_bias", "expert_choice"}) {
-    const Experiment e = tiny_decoder({std::string("router.gating=") + gating, "model.shared_experts=1"});
+    // Large enough that the prefill takes the parallel paths (attention_layer.cpp's kSerialWork).
+    const Experiment e = tiny_decoder({std::string("router.gating=") + gating, "model.shared_experts=1",
+                                       "workload.batch=8", "workload.prompt_len=60..100", "execute.hidden=128"});
     const Decoder decoder(e);
     DecoderRun runs[2];
     for (int threads : {1, 2}) {

@@ -174,6 +174,31 @@ TEST_F(LayerCudaDtypes, HalfPrecisionWithinNmseBound) {
   }
 }
 
+// Timings cannot be asserted, but every figure must be measured (positive, finite) and one per row count.
+TEST_F(LayerCudaDtypes, DeviceMeasurementsAreFilled) {
+  CudaMeasureConfig cfg;
+  cfg.hidden = 64;
+  cfg.ffn = 96;
+  cfg.expert_rows = {1, 7, 64};
+  cfg.copy_bytes = 1 << 20;
+  cfg.repeats = 3;
+  for (Dtype d : {Dtype::fp32, Dtype::bf16}) {
+    cfg.dtype = d;
+    const CudaMeasurements m = measure_cuda_device(cfg);
+    EXPECT_FALSE(m.device.empty());
+    EXPECT_GT(m.copy_bandwidth_bytes_per_s, 0.0);
+    EXPECT_GT(m.launch_overhead_s, 0.0);
+    ASSERT_EQ(m.expert.size(), cfg.expert_rows.size());
+    for (size_t i = 0; i < m.expert.size(); ++i) {
+      EXPECT_EQ(m.expert[i].rows, cfg.expert_rows[i]);
+      EXPECT_GT(m.expert[i].seconds, 0.0);
+      EXPECT_TRUE(std::isfinite(m.expert[i].flops_per_s) && m.expert[i].flops_per_s > 0.0);
+    }
+  }
+  cfg.expert_rows.clear();
+  EXPECT_THROW(measure_cuda_device(cfg), PreconditionError);
+}
+
 TEST_F(LayerCudaDtypes, MismatchedInputsAreRejected) {
   const ExpertWeights w = make_expert_weights(4, 16, 16, 1);
   const ExpertWeights other = make_expert_weights(1, 8, 16, 2);

@@ -10,14 +10,15 @@
 #     (thrust/detail/reference.h, convert_to_value_type), binding a reference to an empty tag object.
 #   LSAN suppressions (written to build-asan/lsan.supp): only the per-thread buffers that libgomp and
 #     OpenBLAS allocate once and keep to exit (not moesim allocations; nothing in src/ is suppressed).
-# Usage: scripts/sanitize.sh [CMAKE_ARGS...]; MOESIM_ASAN_BUILD_DIR overrides build-asan/.
+# Usage: scripts/sanitize.sh [CMAKE_ARGS...]; MOESIM_ASAN_BUILD_DIR overrides build-asan/, MOESIM_JOBS the
+# build parallelism (default: every core).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MOESIM_ASAN_BUILD_DIR:-$root/build-asan}
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=OFF \
   -DMOESIM_SANITIZE=address,undefined "$@" >/dev/null
-cmake --build "$build" -j"$(nproc)"
+cmake --build "$build" -j"${MOESIM_JOBS:-$(nproc)}"
 
 cat >"$build/lsan.supp" <<'EOF'
 leak:libgomp.so

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -78,8 +79,9 @@ double parse_memory_limit(const std::string& text) {
   return v * scale;
 }
 
-RunOptions run_options(const CommonOptions& opts) {
+RunOptions run_options(const CommonOptions& opts, const std::string& progress_label) {
   RunOptions r;
+  r.progress = progress_bar(progress_label);
   r.execute = !opts.no_execute;
   r.verify = opts.verify;
   r.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
@@ -112,6 +114,18 @@ void apply_threads(int threads) {
   omp_set_num_threads(threads);
 #endif
   openblas_set_num_threads(threads);
+}
+
+std::function<void(size_t, size_t)> progress_bar(const std::string& label) {
+  if (!isatty(STDERR_FILENO)) return {};
+  return [label](size_t done, size_t total) {
+    constexpr int kWidth = 30;
+    const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+    const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
+    std::fprintf(stderr, "\r%s [%s] %zu/%zu", label.c_str(), bar.c_str(), done, total);
+    if (done == total) std::fprintf(stderr, "\r%*s\r", static_cast<int>(label.size()) + kWidth + 40, "");
+    std::fflush(stderr);
+  };
 }
 
 void emit(const CommonOptions& opts, const std::string& text) {

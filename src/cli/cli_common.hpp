@@ -3,6 +3,7 @@
 // emitting a report to stdout or atomically to --out. Host only. Covered by tests/cli/cli_test.cpp.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,8 @@ Experiment load_experiment_for(const CommonOptions& opts, size_t file_index = 0)
 // Bytes from a size text: "4GiB", "512MiB", "1e9" (bytes). Throws InputError naming --memory-limit.
 double parse_memory_limit(const std::string& text);
 
-RunOptions run_options(const CommonOptions& opts);
+// The run options of the common flags; a progress bar labelled `progress_label` when stderr is a terminal.
+RunOptions run_options(const CommonOptions& opts, const std::string& progress_label);
 
 // --backend: cpu; cuda (throws ResourceError, exit 3, when no CUDA device is usable or the CUDA backend
 // was not built); auto (cuda when a device is usable, else cpu). Other names throw InputError.
@@ -50,6 +52,10 @@ ExecBackend resolve_backend(const std::string& name);
 
 // Applies --threads to OpenMP and OpenBLAS.
 void apply_threads(int threads);
+
+// A progress bar on stderr ("LABEL [#####.....] done/total"), cleared when done; empty (no output)
+// when stderr is not a terminal, so logs and pipes stay quiet.
+std::function<void(size_t, size_t)> progress_bar(const std::string& label);
 
 // Writes `text` to --out atomically, or to stdout.
 void emit(const CommonOptions& opts, const std::string& text);

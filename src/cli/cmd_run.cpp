@@ -23,7 +23,7 @@ int cmd_run(int argc, char** argv) {
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
   if (run_under_mpi(e)) return cmd_run_ep(opts, e);  // expert parallel under mpirun (src/distributed)
-  const RunResult run = run_experiment(e, own_variant(e), run_options(opts));
+  const RunResult run = run_experiment(e, own_variant(e), run_options(opts, "run"));
   emit(opts, format_run(run, format));
   for (const VariantResult& v : run.variants) {
     if (!v.verify_message.empty() && v.verify_message != "ok") {

@@ -13,21 +13,6 @@
 #include "sweep/sweep.hpp"
 
 namespace moesim::cli {
-namespace {
-
-// Redraws "[#####.....] done/total" on one stderr line.
-void draw_progress(size_t done, size_t total) {
-  constexpr int kWidth = 30;
-  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
-  std::string bar(filled, '#');
-  bar += std::string(kWidth - filled, '.');
-  std::fprintf(stderr, "\rsweep [%s] %zu/%zu", bar.c_str(), done, total);
-  if (done == total) std::fprintf(stderr, "\r%*s\r", kWidth + 40, "");
-  std::fflush(stderr);
-}
-
-}  // namespace
-
 int cmd_sweep(int argc, char** argv) {
   CommonOptions opts;
   bool help = false;
@@ -57,7 +42,7 @@ int cmd_sweep(int argc, char** argv) {
   SweepOptions sweep_opts;
   sweep_opts.measure = measure;
   sweep_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
-  if (isatty(STDERR_FILENO)) sweep_opts.progress = draw_progress;
+  sweep_opts.progress = progress_bar("sweep");
   const SweepResult result = run_sweep(base, axes, sweep_opts);
   emit(opts, format_sweep(result, format));
   return kExitOk;

@@ -16,16 +16,6 @@
 #include "sweep/validate.hpp"
 
 namespace moesim::cli {
-namespace {
-
-void draw_progress(size_t done, size_t total) {
-  std::fprintf(stderr, "\rvalidate %zu/%zu", done, total);
-  if (done == total) std::fprintf(stderr, "\r%30s\r", "");
-  std::fflush(stderr);
-}
-
-}  // namespace
-
 int cmd_validate(int argc, char** argv) {
   CommonOptions opts;
   bool help = false;
@@ -60,7 +50,7 @@ int cmd_validate(int argc, char** argv) {
   RunOptions run_opts;
   run_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
   const ValidateResult r =
-      run_validation(base, ref, values, run_opts, isatty(STDERR_FILENO) ? draw_progress : std::function<void(size_t, size_t)>());
+      run_validation(base, ref, values, run_opts, progress_bar("validate"));
   emit(opts, format_validation(r, format));
   return kExitOk;
 }

@@ -17,6 +17,9 @@
 #include "workload/logits_file.hpp"
 #include "workload/synthetic_logits.hpp"
 #include "workload/trace_replay.hpp"
+#if defined(MOESIM_HAS_CUDA)
+#include "kernels/cuda_backend.hpp"
+#endif
 
 namespace moesim {
 namespace {
@@ -137,10 +140,19 @@ std::string first_routing_mismatch(const Routing& a, const Routing& b) {
   return "";
 }
 
-// Runs the executed layer `repeats` times after a warm-up; returns the median phase times.
+// Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median phase
+// times (CUDA: CUDA-event times, `dtype` the GEMM precision).
 MeasuredTimes time_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
                          const ExpertWeights* shared, const std::vector<float>& x, int repeats,
-                         std::vector<float>& y, Routing* routing_out) {
+                         std::vector<float>& y, Routing* routing_out, ExecBackend backend, Dtype dtype) {
+#if defined(MOESIM_HAS_CUDA)
+  if (backend == ExecBackend::cuda) {
+    const CudaLayerTimes t = time_layer_cuda(router, req, w, shared, dtype, x.data(), y.data(), repeats, routing_out);
+    return {t.router_s, t.dispatch_s, t.experts_s, t.combine_s, t.layer_s};
+  }
+#endif
+  (void)backend;
+  (void)dtype;
   std::vector<double> t_router, t_dispatch, t_experts, t_combine, t_layer;
   for (int rep = -1; rep < repeats; ++rep) {
     RouterState state;  // a fresh state per repeat: timing must not evolve the bias
@@ -366,15 +378,16 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
       // The executed layer replays the last batch with a fresh router state (time_layer).
       const Batch& last = batches.back();
       const RouteRequest req = request_for(e, last, static_cast<int>(batches.size() - 1));
-      vr.measured = time_layer(v.router, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr);
+      vr.measured = time_layer(v.router, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
       vr.executed = true;
       RouterConfig balanced = v.router;
       balanced.gating = Gating::balanced;
       vr.measured_balanced_layer_s =
-          time_layer(balanced, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr).layer_s;
+          time_layer(balanced, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype).layer_s;
       if (opts.verify) vr.verify_message = verify_layer(v.router, req, weights, shared_ptr, x, e.execute.hidden);
     }
     result.variants.push_back(std::move(vr));
+    if (opts.progress) opts.progress(result.variants.size(), variants.size());
   }
 }
 
@@ -446,15 +459,16 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
       req.sequence_length = in.sequence_length;
       req.seed = in.seed;
       std::vector<float> y(in.x.size(), 0.0f);
-      vr.measured = time_layer(v.router, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr);
+      vr.measured = time_layer(v.router, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
       RouterConfig balanced = v.router;
       balanced.gating = Gating::balanced;
       vr.measured_balanced_layer_s =
-          time_layer(balanced, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr).layer_s;
+          time_layer(balanced, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype).layer_s;
       vr.executed = true;
       if (opts.verify) vr.verify_message = verify_layer(v.router, req, lw.experts, shared_ptr, in.x, shape.hidden);
     }
     result.variants.push_back(std::move(vr));
+    if (opts.progress) opts.progress(result.variants.size(), variants.size());
   }
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,7 @@ struct RunOptions {
   bool verify = false;        // run the serial references beside the fast path and compare
   double memory_limit_bytes = 0;  // 0: no limit
   ExecBackend backend = ExecBackend::cpu;  // --backend (CUDA backend, issue 7)
+  std::function<void(size_t done, size_t total)> progress;  // after each variant; may be empty
 };
 
 struct RunResult {

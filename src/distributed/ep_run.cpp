@@ -19,7 +19,7 @@
 #include "kernels/moe_layer.hpp"
 #include "pipeline/run_experiment.hpp"
 #include "router/route.hpp"
-#include "workload/logits_file.hpp"
+#include "workload/logits_batches.hpp"
 #include "workload/synthetic_logits.hpp"
 
 namespace moesim {
@@ -99,43 +99,6 @@ double max_over_mean(const std::vector<double>& v) {
     sum += x;
   }
   return mx > 0 ? mx / (sum / static_cast<double>(v.size())) : 1.0;
-}
-
-// One step's batch, as the single-process pipeline builds it (run_experiment.cpp, make_batches): the
-// CTest mpi.ep_run_matches_single_process compares the loads of both.
-struct StepBatch {
-  std::vector<float> logits;       // [num_tokens, experts] (the whole batch; a rank routes its share)
-  std::vector<int64_t> token_ids;  // [num_tokens]
-};
-
-std::vector<StepBatch> make_step_batches(const Experiment& e, int64_t& num_tokens) {
-  std::vector<StepBatch> out;
-  const int E = e.model.experts;
-  if (e.workload.source == WorkloadSource::synthetic) {
-    num_tokens = e.workload.batch;
-    const std::vector<float> bias = expert_popularity_bias(E, e.workload.skew, e.workload.seed);
-    for (int b = 0; b < e.workload.batches; ++b) {
-      StepBatch s;
-      s.logits = synthetic_logits(num_tokens, E, 0.0, e.workload.seed + 1000003ull * (b + 1));
-      for (int64_t t = 0; t < num_tokens; ++t)
-        for (int x = 0; x < E; ++x) s.logits[t * E + x] += bias[x];
-      s.token_ids = synthetic_token_ids(num_tokens, e.model.vocab, e.workload.seed + b);
-      out.push_back(std::move(s));
-    }
-    return out;
-  }
-  const std::string path = resolve_workload_path(e);
-  LogitsMatrix m = read_logits_file(path);
-  if (m.num_experts != E) {
-    throw InputError(path + ": expected " + std::to_string(E) + " columns (model.experts), got " +
-                     std::to_string(m.num_experts));
-  }
-  num_tokens = m.num_tokens;
-  StepBatch s;
-  s.logits = std::move(m.values);
-  s.token_ids = synthetic_token_ids(num_tokens, e.model.vocab, e.workload.seed);
-  out.push_back(std::move(s));
-  return out;
 }
 
 std::string placement_rule(const PlacementConfig& p) {
@@ -229,7 +192,7 @@ EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
   });
 
   PlacementConfig pc = e.placement;
-  std::vector<StepBatch> batches;
+  std::vector<LogitsBatch> batches;
   ExpertWeights weights, shared;
   ep_agree(kPrefix, [&] {
     if (e.placement.kind != PlacementKind::expert_parallel) {
@@ -273,7 +236,9 @@ EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
          << opts.memory_limit_bytes / (1 << 20) << " MiB (--memory-limit); lower workload.batch or execute.hidden/ffn";
       throw ResourceError(os.str());
     }
-    batches = make_step_batches(e, res.num_tokens);
+    // The same batches as the single-process pipeline (CTest mpi.run_matches_single_process).
+    batches = make_logits_batches(e, e.workload.source == WorkloadSource::logits ? resolve_workload_path(e) : "");
+    res.num_tokens = batches.empty() ? 0 : batches.front().num_tokens;
     weights = make_expert_weights(e.model.experts, e.execute.hidden, e.execute.ffn, e.workload.seed);
     if (e.model.shared_experts > 0)
       shared = make_expert_weights(e.model.shared_experts, e.execute.hidden, e.execute.ffn, e.workload.seed + 17);

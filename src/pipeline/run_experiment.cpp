@@ -14,6 +14,7 @@
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
 #include "workload/load_profile.hpp"
+#include "workload/logits_batches.hpp"
 #include "workload/logits_file.hpp"
 #include "workload/synthetic_logits.hpp"
 #include "workload/trace_replay.hpp"
@@ -37,50 +38,7 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// One routed batch of the workload: logits and token ids.
-struct Batch {
-  int64_t num_tokens = 0;
-  std::vector<float> logits;       // [num_tokens, experts]
-  std::vector<int64_t> token_ids;  // [num_tokens]
-};
-
-std::vector<Batch> make_batches(const Experiment& e) {
-  std::vector<Batch> batches;
-  const int E = e.model.experts;
-  switch (e.workload.source) {
-    case WorkloadSource::synthetic:
-      for (int b = 0; b < e.workload.batches; ++b) {
-        Batch batch;
-        batch.num_tokens = e.workload.batch;
-        // Batch b draws fresh noise on the same expert popularity (the bias keeps its seed).
-        const std::vector<float> bias = expert_popularity_bias(E, e.workload.skew, e.workload.seed);
-        batch.logits = synthetic_logits(batch.num_tokens, E, 0.0, e.workload.seed + 1000003ull * (b + 1));
-        for (int64_t t = 0; t < batch.num_tokens; ++t)
-          for (int x = 0; x < E; ++x) batch.logits[t * E + x] += bias[x];
-        batch.token_ids = synthetic_token_ids(batch.num_tokens, e.model.vocab, e.workload.seed + b);
-        batches.push_back(std::move(batch));
-      }
-      break;
-    case WorkloadSource::logits: {
-      const std::string path = resolve_workload_path(e);
-      LogitsMatrix m = read_logits_file(path);
-      if (m.num_experts != E) {
-        throw InputError(path + ": expected " + std::to_string(E) +
-                         " columns (model.experts), got " + std::to_string(m.num_experts));
-      }
-      Batch batch;
-      batch.num_tokens = m.num_tokens;
-      batch.logits = std::move(m.values);
-      batch.token_ids = synthetic_token_ids(batch.num_tokens, e.model.vocab, e.workload.seed);
-      batches.push_back(std::move(batch));
-      break;
-    }
-    default:
-      throw InputError(e.source_file + ": workload.source: '" + to_string(e.workload.source) +
-                       "' is not a batch workload; expected synthetic or logits");
-  }
-  return batches;
-}
+using Batch = LogitsBatch;
 
 RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index) {
   RouteRequest req;
@@ -346,7 +304,8 @@ AttentionShape model_attention_shape(const Experiment& e) {
 // ---- synthetic and logits batches ---------------------------------------------------------------
 void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
                  RunResult& result) {
-  const std::vector<Batch> batches = make_batches(e);
+  const std::vector<Batch> batches =
+      make_logits_batches(e, e.workload.source == WorkloadSource::logits ? resolve_workload_path(e) : "");
   result.num_tokens = batches.empty() ? 0 : batches.front().num_tokens;
   const bool execute = opts.execute && e.execute.enabled;
 

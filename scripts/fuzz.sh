@@ -6,6 +6,7 @@
 # and makes the script exit 1: copy it to tests/fuzz/regressions/<target>/ (replayed by ctest, suite
 # FuzzRegression) once fixed. Needs clang, libclang-rt-dev and libomp-dev (scripts/setup.sh installs them).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   e.g. scripts/fuzz.sh 600 npy csv
+# MOESIM_FUZZ_ARGS adds libFuzzer flags, e.g. "-fork=1 -ignore_crashes=1" to keep going after a finding.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
@@ -50,9 +51,11 @@ for t in "${targets[@]}"; do
   args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1
         -artifact_prefix="$build/artifacts/${t}-")
   [ -f "$root/tests/fuzz/$t.dict" ] && args+=(-dict="$root/tests/fuzz/$t.dict")
+  # shellcheck disable=SC2206
+  [ -n "${MOESIM_FUZZ_ARGS:-}" ] && args+=(${MOESIM_FUZZ_ARGS})
   rc=0
   "$exe" "${args[@]}" "$work" "$seeds" >"$log" 2>&1 || rc=$?
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)
   units=$(ls "$work" | wc -l)
   if [ $rc -eq 0 ]; then
     echo "fuzz: $t: ${execs:-0} executions in ${seconds}s, $units new corpus inputs, no finding"

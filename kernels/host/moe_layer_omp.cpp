@@ -116,11 +116,15 @@ class ReusedRows {
 
 using OmpPolicy = std::decay_t<decltype(thrust::omp::par)>;
 
-// Outputs of at least this many floats (16 MiB, half the 32 MiB last-level cache of the machine these
-// were tuned on, the other half holding the phase's input rows) are written with streaming stores: a
-// plain store first reads the destination line (a third more memory traffic for a copy), and the buffer
-// would not stay in cache for the next phase anyway. Smaller outputs stay in cache for their reader.
-constexpr int64_t kStreamingStoreFloats = int64_t(1) << 22;
+// Outputs of at least this many floats are written with streaming stores: a plain store first reads the
+// destination line (a third more memory traffic for a copy), and a buffer this large would not stay in
+// cache for its reader anyway. The gathered rows stream from 16 MiB (half the 32 MiB last-level cache of
+// the machine these were tuned on; the GEMMs read them in panels), the combined output from 32 MiB, as
+// its reader (the next layer) may still find a smaller one in cache. Measured (tests/bench, A/B):
+// gather at (4096, 1024, k 2), 32 MiB out, 2.0x faster streamed; combine at the same shape, 16 MiB
+// out, 1.4x slower streamed; combine at (16384, 1024, k 8), 64 MiB out, 2.1x faster streamed.
+constexpr int64_t kStreamGatherFloats = int64_t(1) << 22;
+constexpr int64_t kStreamCombineFloats = int64_t(1) << 23;
 
 // dst[0, n) = src[0, n); with streaming (non-temporal) stores when `stream` and dst is 16-byte aligned
 // (x86 SSE2; a plain copy elsewhere). Callers end a streamed region with store_fence().
@@ -149,11 +153,12 @@ inline void store_fence() {
 
 // The OpenMP overloads of the gather and combine templates (kernels/gather.hpp, kernels/combine.hpp):
 // exact policy type, so overload resolution prefers them to the generic Thrust templates. Same results
-// to the bit; they differ only in how rows reach memory (streaming stores for large outputs, combine
-// accumulating a 64-float chunk in registers before storing it), one parallel region each.
+// to the bit; they differ only in how rows reach memory: large outputs are written with streaming
+// stores, combine then accumulating 64 floats at a time in a local chunk (summed in the same order) so
+// that each output line is stored once; smaller combines run the generic functor. One parallel region.
 void gather_rows(const OmpPolicy&, const float* x, int64_t hidden, const int32_t* token,
                  const int32_t* row_assignment, int64_t rows, float* out) {
-  const bool stream = rows * hidden >= kStreamingStoreFloats;
+  const bool stream = rows * hidden >= kStreamGatherFloats;
   static const float kZeros[64] = {};
 #pragma omp parallel
   {
@@ -174,7 +179,14 @@ void gather_rows(const OmpPolicy&, const float* x, int64_t hidden, const int32_t
 void combine_rows(const OmpPolicy&, const float* expert_out, const float* shared_out, const float* weight,
                   const uint8_t* kept, const int32_t* token_assign, const int64_t* token_offsets,
                   const int32_t* assignment_row, int64_t num_tokens, int64_t hidden, float* y) {
-  const bool stream = num_tokens * hidden >= kStreamingStoreFloats;
+  if (num_tokens * hidden < kStreamCombineFloats) {
+    // Output small enough to stay in cache: the generic template's per-token functor, unchanged.
+    thrust::for_each(thrust::omp::par, thrust::counting_iterator<int64_t>(0),
+                     thrust::counting_iterator<int64_t>(num_tokens),
+                     detail::CombineTokenOp{expert_out, shared_out, weight, kept, token_assign, token_offsets,
+                                            assignment_row, hidden, y});
+    return;
+  }
   constexpr int64_t kChunk = 64;
 #pragma omp parallel
   {
@@ -197,10 +209,10 @@ void combine_rows(const OmpPolicy&, const float* expert_out, const float* shared
           const float* s = shared_out + t * hidden + c0;
           for (int64_t c = 0; c < len; ++c) acc[c] += s[c];
         }
-        store_floats(yt + c0, acc, len, stream);
+        store_floats(yt + c0, acc, len, true);
       }
     }
-    if (stream) store_fence();
+    store_fence();
   }
 }
 
@@ -257,7 +269,10 @@ void combine_omp(const Routing& r, const DispatchPlan& plan, const float* expert
   build_token_index(index_policy, r.token.data(), n, r.num_tokens, keys.data(), token_assign.data(),
                     token_offsets.data());
   invert_row_assignment(index_policy, plan.row_assignment.data(), plan.rows, n, assignment_row.data());
-  if ((plan.num_kept + r.num_tokens) * hidden >= kParallelCopyFloats) {
+  if ((plan.num_kept + r.num_tokens) * hidden >= kParallelCopyFloats && r.num_tokens * hidden < kStreamCombineFloats) {
+    combine_rows<std::decay_t<decltype(thrust::omp::par)>>(thrust::omp::par, expert_out, shared_out, r.weight.data(), r.kept.data(), token_assign.data(),
+                 token_offsets.data(), assignment_row.data(), r.num_tokens, hidden, y);
+  } else if ((plan.num_kept + r.num_tokens) * hidden >= kParallelCopyFloats) {
     combine_rows(thrust::omp::par, expert_out, shared_out, r.weight.data(), r.kept.data(), token_assign.data(),
                  token_offsets.data(), assignment_row.data(), r.num_tokens, hidden, y);
   } else {

@@ -5,6 +5,7 @@
 // value that came from an override. Deterministic, host only. Covered by tests/config/load_config_test.cpp.
 #include "config/load_config.hpp"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -169,6 +170,60 @@ std::string describe(const YAML::Node& n) {
     case YAML::NodeType::Null: return "null";
     default: return "nothing";
   }
+}
+
+// yaml-cpp's event parser run once over a stream, noting where each document and its root node start.
+// It replaces YAML::LoadAll, which in yaml-cpp 0.7 (Debian 12) never returns on a stream whose next
+// token starts no node, e.g. a lone ",": every call yields another empty document at the same place,
+// allocating until memory runs out (jbeder/yaml-cpp#1040, fixed upstream by #1319). Here a document
+// that starts where the previous one started is reported as invalid YAML.
+class DocumentScan : public YAML::EventHandler {
+ public:
+  struct Document {
+    YAML::Mark start, root;
+    bool has_root = false;
+  };
+  std::vector<Document> documents;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { documents.push_back({mark, mark, false}); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (!documents.empty() && !documents.back().has_root) {
+      documents.back().root = mark;
+      documents.back().has_root = true;
+    }
+  }
+};
+
+// The documents of `text`. Throws YAML::ParserException for a syntax error, and for the stuck stream above.
+std::vector<DocumentScan::Document> scan_documents(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentScan scan;
+  while (parser.HandleNextDocument(scan)) {
+    const auto& d = scan.documents;
+    if (d.size() >= 2 && d[d.size() - 1].start.pos == d[d.size() - 2].start.pos) {
+      const YAML::Mark& at = d.back().start;
+      const std::string token = at.pos >= 0 && static_cast<size_t>(at.pos) < text.size() ? text.substr(at.pos, 1) : "";
+      throw YAML::ParserException(at, "unexpected '" + token + "' where a value or a key was expected");
+    }
+  }
+  return scan.documents;
 }
 
 [[noreturn]] void fail(const std::string& where, const std::string& path, const std::string& what) {
@@ -617,8 +672,13 @@ void Loader::apply_set(YAML::Node& root, const std::string& key_eq_value) {
     if (p.empty()) throw ConfigError(prefix + ": expected KEY.PATH=VALUE, got key '" + key + "'");
   }
   const YAML::Node value = [&] {
+    const std::string text = key_eq_value.substr(eq + 1);
     try {
-      return YAML::Load(key_eq_value.substr(eq + 1));
+      const auto documents = scan_documents(text);
+      if (documents.size() > 1) {
+        throw ConfigError(prefix + ": expected one YAML value, got " + std::to_string(documents.size()) + " documents");
+      }
+      return documents.empty() ? YAML::Node() : YAML::Load(text);
     } catch (const YAML::ParserException& ex) {
       throw ConfigError(prefix + ": invalid YAML: " + ex.msg);
     }
@@ -926,17 +986,17 @@ Experiment load_experiment_text(const std::string& yaml_text, const std::string&
                                 const std::vector<std::string>& overrides) {
   Loader loader(source_name);
   try {
-    std::vector<YAML::Node> docs;
+    YAML::Node root;
     try {
-      docs = YAML::LoadAll(yaml_text);
+      const auto documents = scan_documents(yaml_text);
+      if (documents.size() > 1) {
+        throw ConfigError(source_name + ":" + std::to_string(documents[1].root.line + 1) +
+                          ": expected one YAML document, got " + std::to_string(documents.size()));
+      }
+      if (!documents.empty()) root = YAML::Load(yaml_text);
     } catch (const YAML::ParserException& ex) {
       throw ConfigError(source_name + ":" + std::to_string(ex.mark.line + 1) + ": invalid YAML: " + ex.msg);
     }
-    if (docs.size() > 1) {
-      throw ConfigError(source_name + ":" + std::to_string(docs[1].Mark().line + 1) +
-                        ": expected one YAML document, got " + std::to_string(docs.size()));
-    }
-    YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
     if (!root.IsMap()) {
       const std::string got = (!root.IsDefined() || root.IsNull()) ? "an empty document" : describe(root);
       const std::string line = root.Mark().line >= 0 ? ":" + std::to_string(root.Mark().line + 1) : "";

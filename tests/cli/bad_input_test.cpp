@@ -105,6 +105,11 @@ const std::vector<BadCase>& bad_cases() {
       {"RunDeeplyNestedYaml",
        [](const std::string& d) { return "run " + file(d, "x.yaml", "name: " + std::string(100000, '[')) + kSmall; }, 2,
        {"x.yaml", "invalid YAML"}},
+      {"RunLoneComma",  // yaml-cpp 0.7's LoadAll looped forever on it, allocating
+       [](const std::string& d) { return "run " + file(d, "x.yaml", "# a comment\n , x\n") + kSmall; }, 2,
+       {"x.yaml:2", "invalid YAML", "unexpected ','"}},
+      {"RunSetLoneComma", [](const std::string&) { return "run" + kSmall + " --set model.name=,"; }, 2,
+       {"--set model.name=,", "invalid YAML"}},
       {"RunTwoDocuments",
        [](const std::string& d) { return "run " + file(d, "x.yaml", "name: a\n---\nname: b\n") + kSmall; }, 2,
        {"x.yaml:3", "one YAML document"}},

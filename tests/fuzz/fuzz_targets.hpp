@@ -4,6 +4,8 @@
 // through the same function. The contract checked on every input: the reader returns a valid result or
 // throws a moesim::ConfigError/InputError whose message is one line naming the input (or the --set that
 // caused it). Anything else (another exception, a broken invariant, a crash, a sanitizer report) aborts.
+// A finding in a reader not yet fixed waits in tests/fuzz/open/<target>/ (not replayed); once fixed it
+// moves to regressions/.
 #pragma once
 
 #include <unistd.h>

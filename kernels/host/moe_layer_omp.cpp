@@ -121,8 +121,8 @@ using OmpPolicy = std::decay_t<decltype(thrust::omp::par)>;
 // cache for its reader anyway. The gathered rows stream from 16 MiB (half the 32 MiB last-level cache of
 // the machine these were tuned on; the GEMMs read them in panels), the combined output from 32 MiB, as
 // its reader (the next layer) may still find a smaller one in cache. Measured (tests/bench, A/B):
-// gather at (4096, 1024, k 2), 32 MiB out, 2.0x faster streamed; combine at the same shape, 16 MiB
-// out, 1.4x slower streamed; combine at (16384, 1024, k 8), 64 MiB out, 2.1x faster streamed.
+// gather at (4096, 1024, k 2), 32 MiB out, 1.3-2.0x faster streamed; combine at (16384, 1024, k 8),
+// 64 MiB out, 1.7-2.1x faster; combine with 16 MiB out showed no gain.
 constexpr int64_t kStreamGatherFloats = int64_t(1) << 22;
 constexpr int64_t kStreamCombineFloats = int64_t(1) << 23;
 
@@ -176,15 +176,13 @@ void gather_rows(const OmpPolicy&, const float* x, int64_t hidden, const int32_t
   }
 }
 
-void combine_rows(const OmpPolicy&, const float* expert_out, const float* shared_out, const float* weight,
+void combine_rows(const OmpPolicy& policy, const float* expert_out, const float* shared_out, const float* weight,
                   const uint8_t* kept, const int32_t* token_assign, const int64_t* token_offsets,
                   const int32_t* assignment_row, int64_t num_tokens, int64_t hidden, float* y) {
   if (num_tokens * hidden < kStreamCombineFloats) {
-    // Output small enough to stay in cache: the generic template's per-token functor, unchanged.
-    thrust::for_each(thrust::omp::par, thrust::counting_iterator<int64_t>(0),
-                     thrust::counting_iterator<int64_t>(num_tokens),
-                     detail::CombineTokenOp{expert_out, shared_out, weight, kept, token_assign, token_offsets,
-                                            assignment_row, hidden, y});
+    // Output small enough to stay in cache: the generic template (explicit argument: not this overload).
+    combine_rows<OmpPolicy>(policy, expert_out, shared_out, weight, kept, token_assign, token_offsets,
+                            assignment_row, num_tokens, hidden, y);
     return;
   }
   constexpr int64_t kChunk = 64;
@@ -269,10 +267,7 @@ void combine_omp(const Routing& r, const DispatchPlan& plan, const float* expert
   build_token_index(index_policy, r.token.data(), n, r.num_tokens, keys.data(), token_assign.data(),
                     token_offsets.data());
   invert_row_assignment(index_policy, plan.row_assignment.data(), plan.rows, n, assignment_row.data());
-  if ((plan.num_kept + r.num_tokens) * hidden >= kParallelCopyFloats && r.num_tokens * hidden < kStreamCombineFloats) {
-    combine_rows<std::decay_t<decltype(thrust::omp::par)>>(thrust::omp::par, expert_out, shared_out, r.weight.data(), r.kept.data(), token_assign.data(),
-                 token_offsets.data(), assignment_row.data(), r.num_tokens, hidden, y);
-  } else if ((plan.num_kept + r.num_tokens) * hidden >= kParallelCopyFloats) {
+  if ((plan.num_kept + r.num_tokens) * hidden >= kParallelCopyFloats) {
     combine_rows(thrust::omp::par, expert_out, shared_out, r.weight.data(), r.kept.data(), token_assign.data(),
                  token_offsets.data(), assignment_row.data(), r.num_tokens, hidden, y);
   } else {

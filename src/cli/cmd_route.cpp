@@ -1,9 +1,8 @@
-// `moesim route --logits FILE [--gating G] [--top-k K] [--capacity-factor CF] [--renormalize]`:
-// routes a user's own logits (.npy or .csv) with any strategy and prints the balance metrics.
-// The router settings are the built-in experiment's router with capacity_factor 0 (dropless),
-// then these options, then --set; model.experts comes from the file's column count.
-// Before allocating, the bytes the command needs are estimated (estimate_route_bytes), printed with the
-// result, and checked against --memory-limit (exit 3): a .npy's shape is read from its header first.
+// `moesim route --logits FILE [--gating G] [--top-k K] [--capacity-factor CF] [--renormalize]`: routes a
+// user's own logits (.npy or .csv) with any strategy and prints the balance metrics. The router is the
+// built-in experiment's with capacity_factor 0 (dropless), then these options, then --set; model.experts
+// is the file's column count. Before allocating, the bytes needed are estimated (estimate_route_bytes; a
+// .npy's shape comes from its header), printed, and checked against --memory-limit (exit 3).
 // Covered by tests/cli/cli_test.cpp, bad_input_test.cpp and large_input_test.cpp (peak RSS vs estimate).
 #include <algorithm>
 #include <cstdio>

@@ -3,11 +3,29 @@
 // Host only. Covered by tests/cli (exit codes) and every test that expects a throw.
 #pragma once
 
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 namespace moesim {
+
+// An error message is one line whatever it quotes: a control character from a file name, a key or a
+// cell (a newline or carriage return inside a quoted YAML key, say) is written as \xNN.
+inline std::string one_line(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
 
 // Exit codes of the moesim binary.
 constexpr int kExitOk = 0;
@@ -16,7 +34,7 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitResource = 3;
 
 struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message) : std::runtime_error(one_line(message)) {}
   virtual int exit_code() const { return kExitBadInput; }
 };
 

@@ -140,22 +140,6 @@ bool is_text_scalar(const YAML::Node& n) {
   return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str";
 }
 
-// A message stays one line: control characters (a newline inside a quoted key or value) become \xNN.
-std::string printable(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out;
-}
-
 // A value quoted in a message, cut to a readable length.
 std::string shown(const std::string& s) {
   constexpr size_t kShownChars = 120;
@@ -1008,20 +992,20 @@ Experiment load_experiment_text(const std::string& yaml_text, const std::string&
     e.source_file = source_name;
     return e;
   } catch (const ConfigError& ex) {
-    throw ConfigError(printable(ex.what()));
+    throw ConfigError(ex.what());
   } catch (const YAML::Exception& ex) {
-    throw ConfigError(printable(source_name + ": invalid YAML: " + ex.what()));
+    throw ConfigError(source_name + ": invalid YAML: " + ex.what());
   }
 }
 
 Experiment load_experiment_file(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw ConfigError(printable(path) + ": expected an experiment file, got a folder");
+  if (std::filesystem::is_directory(path, ec)) throw ConfigError(path + ": expected an experiment file, got a folder");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(printable(path) + ": cannot open the experiment file");
+  if (!in) throw ConfigError(path + ": cannot open the experiment file");
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) throw ConfigError(printable(path) + ": cannot read the experiment file");
+  if (in.bad()) throw ConfigError(path + ": cannot read the experiment file");
   return load_experiment_text(text.str(), path, overrides);
 }
 

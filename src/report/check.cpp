@@ -20,22 +20,7 @@ std::string num(double v) {
   return os.str();
 }
 
-// A message stays one line: control characters from a label or a file name become \xNN.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out;
-}
-
-[[noreturn]] void fail(const std::string& message) { throw InputError(printable(message)); }
+[[noreturn]] void fail(const std::string& message) { throw InputError(message); }
 
 // A JSON value quoted in a message, cut to a readable length. Arrays and objects are named, not
 // dumped: dump() recurses once per nesting level and a hostile file nests 100000 deep.

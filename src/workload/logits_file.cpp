@@ -28,29 +28,13 @@ constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
 constexpr size_t kMaxNpyHeaderBytes = size_t{1} << 20;
 constexpr size_t kShownChars = 64;
 
-// A message stays one line: control characters (a newline in a key or cell) are written as \xNN.
-std::string printable(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out;
-}
-
 // A value quoted in a message, cut to a readable length.
 std::string shown(const std::string& s) {
   return s.size() <= kShownChars ? s : s.substr(0, kShownChars) + "...";
 }
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
-  throw InputError(printable(name + ": " + what));
+  throw InputError(name + ": " + what);
 }
 
 std::string extension(const std::string& path) {

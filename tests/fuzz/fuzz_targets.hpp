@@ -1,11 +1,8 @@
-// The fuzzed entry points of moesim's readers, one function per target, shared by the libFuzzer
-// executables (tests/fuzz/<target>_fuzz.cpp) and the replay in tests/cli/bad_input_test.cpp (suite
-// FuzzRegression), which runs every file of tests/fuzz/corpus/<target>/ and tests/fuzz/regressions/<target>/
-// through the same function. The contract checked on every input: the reader returns a valid result or
-// throws a moesim::ConfigError/InputError whose message is one line naming the input (or the --set that
-// caused it). Anything else (another exception, a broken invariant, a crash, a sanitizer report) aborts.
-// A finding in a reader not yet fixed waits in tests/fuzz/open/<target>/ (not replayed); once fixed it
-// moves to regressions/.
+// The fuzzed entry points of moesim's readers, one function per target, shared by the libFuzzer executables
+// (tests/fuzz/<target>_fuzz.cpp) and the FuzzRegression replay (tests/cli/bad_input_test.cpp) of every file in
+// tests/fuzz/corpus/<target>/ and regressions/<target>/ (open/<target>/ holds findings not yet fixed, not replayed).
+// Contract per input: a valid result, or a ConfigError/InputError whose message is one line naming the input
+// (or its --set). Anything else (another exception, a broken invariant, a crash, a sanitizer report) aborts.
 #pragma once
 
 #include <unistd.h>

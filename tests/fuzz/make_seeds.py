@@ -15,7 +15,6 @@ import glob
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
 import sys
@@ -157,15 +156,14 @@ def baseline_seeds(moesim):
 
 
 def main():
-    for target in ("config", "npy", "csv", "trace", "load_profile"):
-        shutil.rmtree(os.path.join(CORPUS, target), ignore_errors=True)
+    # Named seeds are (re)written in place; inputs that fuzzing added (named by their SHA-1, merged with
+    # `<target>_fuzz -merge=1 tests/fuzz/corpus/<target> build-fuzz/corpus/<target>`) are kept.
     config_seeds()
     npy_seeds()
     csv_seeds()
     trace_seeds()
     load_profile_seeds()
     if len(sys.argv) > 1:
-        shutil.rmtree(os.path.join(CORPUS, "baseline"), ignore_errors=True)
         baseline_seeds(sys.argv[1])
 
 

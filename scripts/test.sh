@@ -5,4 +5,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh" "$@"
 cd "${MOESIM_BUILD_DIR:-$root/build}"
+# One OpenMP pool at a time on a shared machine: idle workers sleep instead of spinning.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 ctest --output-on-failure -j1

@@ -37,7 +37,9 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
         ("verify", po::bool_switch(&opts.verify), "run the serial references beside the fast path and compare")
         ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline")
         ("backend", po::value(&opts.backend)->default_value("auto"),
-         "executed layer on: auto (cuda when a device is present) | cpu | cuda");
+         "executed layer on: auto (cuda when a device is present) | cpu | cuda")
+        ("repeats", po::value(&opts.repeats)->default_value(0),
+         "timed repeats of the executed layer after one warm-up, medians reported (0: execute.repeats)");
   }
 }
 
@@ -55,8 +57,14 @@ void parse_command_line(int argc, char** argv, const po::options_description& de
 }
 
 Experiment load_experiment_for(const CommonOptions& opts, size_t file_index) {
-  if (opts.files.size() > file_index) return load_experiment_file(opts.files[file_index], opts.overrides);
-  return default_experiment(opts.overrides);
+  if (opts.repeats < 0) {
+    throw InputError("command line: --repeats: expected an integer >= 1 (0: the experiment's execute.repeats), got " +
+                     std::to_string(opts.repeats));
+  }
+  std::vector<std::string> overrides = opts.overrides;
+  if (opts.repeats > 0) overrides.push_back("execute.repeats=" + std::to_string(opts.repeats));
+  if (opts.files.size() > file_index) return load_experiment_file(opts.files[file_index], overrides);
+  return default_experiment(overrides);
 }
 
 double parse_memory_limit(const std::string& text) {

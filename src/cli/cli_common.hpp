@@ -26,7 +26,8 @@ struct CommonOptions {
   bool verify = false;
   bool no_execute = false;
   int threads = 0;                      // --threads N (0 = OpenMP default)
-  std::string backend = "auto";         // --backend auto|cpu|cuda (CUDA backend, issue 7)
+  std::string backend = "auto";         // --backend auto|cpu|cuda
+  int repeats = 0;                      // --repeats R: execute.repeats (0 = the experiment's own)
 };
 
 // Adds the common options to `desc`, storing into `opts`.
@@ -37,7 +38,8 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
 void parse_command_line(int argc, char** argv, const po::options_description& desc, const char* positional,
                         int max_positional);
 
-// The experiment from the first positional file, or the built-in default, with --set applied.
+// The experiment from the first positional file, or the built-in default, with --set applied, then
+// --repeats (as execute.repeats). Throws InputError for --repeats < 0.
 Experiment load_experiment_for(const CommonOptions& opts, size_t file_index = 0);
 
 // Bytes from a size text: "4GiB", "512MiB", "1e9" (bytes). Throws InputError naming --memory-limit.

@@ -115,12 +115,14 @@ PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, cons
   std::vector<GroupedCost> groups(num_devices, GroupedCost(rm));
   PlacedCost out;
   out.device_tokens.assign(num_devices, 0);
+  int64_t compute_bound = 0;
   for (size_t i = 0; i < p.expert.size(); ++i) {
     const int64_t rows = rule.rows(p.load[i], p.replicas[p.expert[i]]);
     groups[p.device[i]].add(rows);
-    out.compute_bound += rm.compute_bound(rows) ? 1 : 0;
+    compute_bound += rm.compute_bound(rows) ? 1 : 0;
     out.device_tokens[p.device[i]] += p.load[i];
   }
+  out.compute_bound = static_cast<double>(compute_bound);
   // Shared experts run on each device's local tokens (N / D, the first N mod D devices one more).
   for (int d = 0; d < num_devices; ++d) {
     const int64_t local = in.num_tokens / num_devices + (d < in.num_tokens % num_devices ? 1 : 0);
@@ -237,25 +239,29 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
   const int64_t assignments = in.num_tokens * in.top_k;
   const BalancedLoads balanced(assignments, num_experts, in.capacity);
   // Capacity layout without a capacity: the buffer holds max(load) rows per expert.
-  int64_t max_load = 0, max_balanced = 0;
-  for (int e = 0; e < num_experts; ++e) {
-    max_load = std::max(max_load, in.load[e]);
-    max_balanced = std::max(max_balanced, balanced(e));
+  int64_t max_load = 0;
+  if (in.layout == Layout::capacity && in.capacity == 0) {
+    for (int e = 0; e < num_experts; ++e) max_load = std::max(max_load, in.load[e]);
   }
+  const int64_t max_balanced = balanced(0);  // expert 0 is never below another
   const LayoutRule rule_actual{in.layout, in.block_size, in.capacity > 0 ? in.capacity : max_load};
   const LayoutRule rule_balanced{in.layout, in.block_size, in.capacity > 0 ? in.capacity : max_balanced};
 
   LayerCost out;
   if (in.placement.kind == PlacementKind::single) {
     GroupedCost actual(rm), even(rm);
-    int64_t tokens = 0;
+    int64_t tokens = 0, compute_bound = 0;  // locals: no loop-carried store through `out`
+    const int64_t* load = in.load.data();
     for (int e = 0; e < num_experts; ++e) {
-      const int64_t rows = rule_actual.rows(in.load[e], 1);
+      const int64_t rows = rule_actual.rows(load[e], 1);
       actual.add(rows);
-      out.compute_bound_experts += rm.compute_bound(rows) ? 1 : 0;
-      tokens += in.load[e];
-      even.add(rule_balanced.rows(balanced(e), 1));
+      compute_bound += rm.compute_bound(rows) ? 1 : 0;
+      tokens += load[e];
     }
+    out.compute_bound_experts = static_cast<double>(compute_bound);
+    // Balanced loads take two values: base + 1 for the first `rem` experts, base for the rest.
+    even.add(rule_balanced.rows(balanced(0), 1), balanced.rem);
+    even.add(rule_balanced.rows(balanced(num_experts - 1), 1), num_experts - balanced.rem);
     for (int s = 0; s < in.shared_experts; ++s) {
       actual.add(in.num_tokens);
       even.add(in.num_tokens);

@@ -5,6 +5,8 @@
 #include "cost/roofline.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "common/error.hpp"
 
@@ -47,19 +49,27 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   const double tile_flops = 2.0 * tile_m * tile_n * sm_count;
   wave_s_up = tile_flops * static_cast<double>(hidden) / peak_flops_per_s;
   wave_s_down = tile_flops * static_cast<double>(ffn) / peak_flops_per_s;
-}
-
-bool ExpertRoofline::compute_bound(int64_t n) const {
-  if (n <= 0) return false;
-  const double rows = static_cast<double>(n);
-  return rows * flops_per_row / peak_flops_per_s > (weight_bytes + rows * act_bytes_per_row) / bandwidth_bytes_per_s;
-}
-
-void GroupedCost::add(int64_t rows) {
-  if (rows <= 0) return;
-  rows_ += rows;
-  experts_ += 1;
-  row_tiles_ += ceil_div(rows, m_->tile_m);
+  tile_m_shift = -1;
+  for (int s = 0; s < 31; ++s) {
+    if ((1 << s) == tile_m) tile_m_shift = s;
+  }
+  // The knee: n (2P / F - A / BW) > W / BW, solved in doubles, then settled on the exact predicate (it is
+  // monotone in n) so the comparison in compute_bound() agrees with it at every n.
+  const auto bound = [&](int64_t n) {
+    const double rows = static_cast<double>(n);
+    return rows * flops_per_row / peak_flops_per_s > (weight_bytes + rows * act_bytes_per_row) / bandwidth_bytes_per_s;
+  };
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  const double slope = flops_per_row / peak_flops_per_s - act_bytes_per_row / bandwidth_bytes_per_s;
+  const double knee = slope > 0 ? weight_bytes / bandwidth_bytes_per_s / slope : HUGE_VAL;
+  if (!(knee < 4e18)) {
+    compute_bound_from = kNever;
+  } else {
+    int64_t n = std::max<int64_t>(1, static_cast<int64_t>(knee));
+    while (n > 1 && bound(n - 1)) --n;
+    while (!bound(n)) ++n;
+    compute_bound_from = n;
+  }
 }
 
 CostBreakdown GroupedCost::time() const {

@@ -43,9 +43,16 @@ struct ExpertRoofline {
   int tile_m, tile_n, sm_count;
   int64_t col_tiles_up, col_tiles_down;  // ceil(2 ffn / tile_n), ceil(hidden / tile_n)
   double wave_s_up, wave_s_down;         // one full wave of tiles: 2 tile_m tile_n K sm_count / F
+  int tile_m_shift;                      // log2(tile_m) when tile_m is a power of two, else -1
+  int64_t compute_bound_from;            // the smallest n that is compute bound (INT64_MAX: none)
 
-  // True when the ideal compute term exceeds the memory term for n rows (past the knee).
-  bool compute_bound(int64_t n) const;
+  // True when the ideal compute term exceeds the memory term for n rows (past the knee): n rows do
+  // n 2P / F > (W + A(n)) / BW. One comparison against the knee worked out once in the constructor.
+  bool compute_bound(int64_t n) const { return n > 0 && n >= compute_bound_from; }
+  // ceil(n / tile_m) for n >= 0.
+  int64_t row_tiles(int64_t n) const {
+    return tile_m_shift >= 0 ? (n + tile_m - 1) >> tile_m_shift : (n + tile_m - 1) / tile_m;
+  }
 };
 
 // Accumulates the experts of one grouped kernel pair (up, then down) on one device:
@@ -57,7 +64,13 @@ struct ExpertRoofline {
 class GroupedCost {
  public:
   explicit GroupedCost(const ExpertRoofline& model) : m_(&model) {}
-  void add(int64_t rows);
+  void add(int64_t rows) { add(rows, 1); }
+  void add(int64_t rows, int64_t experts) {  // `experts` experts of `rows` rows each
+    if (rows <= 0 || experts <= 0) return;
+    rows_ += rows * experts;
+    experts_ += experts;
+    row_tiles_ += m_->row_tiles(rows) * experts;
+  }
   int64_t rows() const { return rows_; }
   int64_t experts() const { return experts_; }
   CostBreakdown time() const;

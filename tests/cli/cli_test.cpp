@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -42,6 +41,17 @@ TEST(Cli, RunJsonHasSchemaAndMetrics) {
   for (const char* key : {"router_s", "dispatch_s", "experts_s", "combine_s", "layer_s"})
     EXPECT_GT(s["measured"][key].get<double>(), 0.0) << key;
   EXPECT_GT(s["modeled"]["single"]["time_s"].get<double>(), 0.0);
+}
+
+TEST(Cli, RepeatsFlagSetsExecuteRepeats) {
+  const auto r = run_cli("run --format json --repeats 2" + std::string(
+      " --set workload.batch=64 --set execute.hidden=16 --set execute.ffn=32 --set execute.repeats=5"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["execute"]["repeats"], 2);  // the flag wins over --set
+  const auto bad = run_cli("run --repeats -1" + kSmall);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--repeats: expected an integer >= 1"), std::string::npos) << bad.err;
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
 }
 
 TEST(Cli, SameSeedSameJsonAtOneAndTwoThreads) {

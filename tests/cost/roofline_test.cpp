@@ -125,6 +125,49 @@ TEST(Roofline, GroupedKernelPoolsTilesAndSkipsIdleExperts) {
   EXPECT_EQ(GroupedCost(m).time().quantized_s, 0.0);
 }
 
+TEST(Roofline, KneeAndTileCountsAgreeWithTheDirectFormulas) {
+  // compute_bound() compares against a knee worked out once; check it against the roofline inequality
+  // itself at every n around the knee, on tile sizes that are and are not powers of two.
+  const auto profile = [](const std::string& bandwidth_gbs, const std::string& tile_m) {
+    return parse_hardware_profile("name: toy\npeak_tflops: {fp16: 10, fp32: 0.5}\nmemory_bandwidth_gbs: " +
+                                      bandwidth_gbs + "\nsm_count: 4\ntile_m: " + tile_m + "\ntile_n: 16\n",
+                                  "toy.yaml");
+  };
+  for (const char* tile_m : {"16", "24", "1"}) {
+    for (Dtype d : {Dtype::fp16, Dtype::fp32}) {
+      const ExpertRoofline m(profile("1000", tile_m), 64, 128, d);
+      ASSERT_LT(m.compute_bound_from, 3000);
+      for (int64_t n = 0; n < 3000; ++n) {
+        const double rows = static_cast<double>(n);
+        const bool direct = n > 0 && rows * m.flops_per_row / m.peak_flops_per_s >
+                                         (m.weight_bytes + rows * m.act_bytes_per_row) / m.bandwidth_bytes_per_s;
+        ASSERT_EQ(m.compute_bound(n), direct) << "n " << n << " tile_m " << tile_m;
+        ASSERT_EQ(m.row_tiles(n), (n + m.tile_m - 1) / m.tile_m) << "n " << n << " tile_m " << tile_m;
+      }
+    }
+  }
+  // No knee: at 100 GB/s a row's activations (768 B, 7.7 ns) outlast its FLOPs (49152 at 10 TFLOP/s,
+  // 4.9 ns), so no batch is compute bound.
+  const ExpertRoofline slow(profile("100", "16"), 64, 128, Dtype::fp16);
+  EXPECT_FALSE(slow.compute_bound(1));
+  EXPECT_FALSE(slow.compute_bound(int64_t{1} << 40));
+}
+
+TEST(Roofline, GroupedCostAddsExpertsInBulk) {
+  const ExpertRoofline m(toy(), 64, 128, Dtype::fp16);
+  GroupedCost one_by_one(m), bulk(m);
+  for (int e = 0; e < 7; ++e) one_by_one.add(23);
+  one_by_one.add(5);
+  bulk.add(23, 7);
+  bulk.add(5, 1);
+  bulk.add(9, 0);  // no experts
+  bulk.add(0, 3);  // idle experts
+  EXPECT_EQ(bulk.experts(), one_by_one.experts());
+  EXPECT_EQ(bulk.rows(), one_by_one.rows());
+  EXPECT_EQ(bulk.time().quantized_s, one_by_one.time().quantized_s);
+  EXPECT_EQ(bulk.time().ideal_s, one_by_one.time().ideal_s);
+}
+
 TEST(Roofline, MissingDtypeIsAConfigError) {
   EXPECT_THROW(ExpertRoofline(toy(), 64, 128, Dtype::bf16), ConfigError);
   EXPECT_THROW(ExpertRoofline(toy(), 0, 128, Dtype::fp16), PreconditionError);

@@ -164,5 +164,36 @@ TEST(Route, RejectsBrokenPreconditions) {
   }
 }
 
+// The non-finite scan runs in parallel chunks over large inputs; the message must name the first bad
+// logit at any thread count, wherever it sits (chunk edges, the last element), and -0, subnormals and
+// FLT_MAX are finite.
+TEST(Route, NamesTheFirstNonFiniteLogitOfALargeInput) {
+  const int64_t n = 1100, e = 256;  // 281600 logits: above the parallel threshold, 69 chunks of 4096
+  std::vector<float> logits = random_logits(n, e, 3);
+  logits[7] = -0.0f;
+  logits[8] = std::numeric_limits<float>::denorm_min();
+  logits[9] = std::numeric_limits<float>::max();
+  logits[10] = -std::numeric_limits<float>::max();
+  RouterConfig cfg;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    EXPECT_NO_THROW(route_omp(cfg, make_request(logits, n, e, 2), nullptr));
+    for (int64_t at : {int64_t{0}, int64_t{4095}, int64_t{4096}, int64_t{150000}, n * e - 1}) {
+      std::vector<float> bad = logits;
+      bad[at] = at % 2 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+      bad[n * e - 1 - (at == n * e - 1 ? 0 : 1)] = std::numeric_limits<float>::infinity();  // a later one too
+      try {
+        route_omp(cfg, make_request(bad, n, e, 2), nullptr);
+        ADD_FAILURE() << "no error for a non-finite logit at " << at;
+      } catch (const PreconditionError& err) {
+        const std::string want = "logit " + std::to_string(at / e) + "," + std::to_string(at % e) + " is not finite";
+        EXPECT_NE(std::string(err.what()).find(want), std::string::npos) << err.what();
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace moesim

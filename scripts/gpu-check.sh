@@ -3,7 +3,8 @@
 # into build-gpu, runs the GPU tests (ctest -L gpu: every CUDA result against the CPU path), then the GPU
 # benchmarks (permutation GB/s vs a device-to-device copy, grouped GEMM TFLOP/s vs one dense cuBLAS GEMM
 # of the same FLOPs, the whole MoE layer vs the same layer under balanced routing and, when python3 can
-# import torch with CUDA, vs a PyTorch eager MoE block of the same shape) and prints a table.
+# import torch with CUDA, vs a PyTorch eager MoE block of the same shape), a quick `moesim calibrate
+# --backend cuda` against the datasheet profile MOESIM_GPU_BASE (default h200), and prints a table.
 # Needs a CUDA device; exits 3 without one. Sized to finish in under 5 minutes on one modern GPU.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -102,6 +103,11 @@ PY
 else
   echo "(python3 with CUDA torch not found: PyTorch comparison skipped)"
 fi
+
+echo "== calibration: moesim calibrate --backend cuda --base ${MOESIM_GPU_BASE:-h200} --quick =="
+"$build/moesim" calibrate --backend cuda --base "${MOESIM_GPU_BASE:-h200}" --quick --out "$build/gpu-measured.yaml" ||
+  status=1
+grep -E '^#|^(efficiency_|launch_overhead)' "$build/gpu-measured.yaml" 2>/dev/null | head -20 || true
 
 echo
 echo "== results (median of timed runs; x = baseline ms / moesim ms, > 1 means moesim is faster) =="

@@ -6,9 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
+#include "common/embedded.hpp"
 #include "common/error.hpp"
+#include "cost/hardware_profile.hpp"
 #include "config/load_config.hpp"
 #include "report/atomic_write.hpp"
 
@@ -65,6 +70,25 @@ Experiment load_experiment_for(const CommonOptions& opts, size_t file_index) {
   if (opts.repeats > 0) overrides.push_back("execute.repeats=" + std::to_string(opts.repeats));
   if (opts.files.size() > file_index) return load_experiment_file(opts.files[file_index], overrides);
   return default_experiment(overrides);
+}
+
+std::string base_profile_text(const std::string& base) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(base, ec)) {
+    std::ifstream in(base);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (!in.good() && !in.eof()) throw InputError("--base: cannot read '" + base + "'");
+    parse_hardware_profile(ss.str(), base);  // a bad base fails here, naming the file and key
+    return ss.str();
+  }
+  const auto& files = embedded_files();
+  const auto it = files.find("configs/hardware/" + base + ".yaml");
+  if (it == files.end()) {
+    throw InputError("--base: expected a hardware profile file or a built-in profile name (moesim hardware), got '" +
+                     base + "'");
+  }
+  return it->second;
 }
 
 double parse_memory_limit(const std::string& text) {

@@ -42,6 +42,10 @@ void parse_command_line(int argc, char** argv, const po::options_description& de
 // --repeats (as execute.repeats). Throws InputError for --repeats < 0.
 Experiment load_experiment_for(const CommonOptions& opts, size_t file_index = 0);
 
+// The YAML text of a hardware profile named by --base: a file (validated, errors name it and the key),
+// else a built-in profile name (moesim hardware); otherwise InputError naming --base.
+std::string base_profile_text(const std::string& base);
+
 // Bytes from a size text: "4GiB", "512MiB", "1e9" (bytes). Throws InputError naming --memory-limit.
 double parse_memory_limit(const std::string& text);
 

@@ -2,7 +2,11 @@
 // [--threads N]`:
 // measures this machine (src/cost/calibrate.hpp) and writes a hardware profile, atomically with --out
 // (the summary then goes to stdout), else the profile to stdout and the summary to stderr.
-// Covered by tests/cost/calibrate_test.cpp (through the binary).
+// `moesim calibrate --backend cuda --base h200 [--dtype bf16]`: times one SwiGLU expert over a range of
+// rows on the GPU (measure_cuda_device, kernels/cuda_backend.hpp), the copy bandwidth and the launch
+// overhead, and writes the datasheet profile --base with its efficiencies fitted (fit_device). Without a
+// usable device (or a moesim built without CUDA) it exits 3 before measuring anything.
+// Covered by tests/cost/calibrate_test.cpp (through the binary; the fit on synthetic timings).
 #include <filesystem>
 #include <iostream>
 
@@ -12,17 +16,67 @@
 #include "cost/hardware_profile.hpp"
 #include "report/atomic_write.hpp"
 
+#if defined(MOESIM_HAS_CUDA)
+#include "kernels/cuda_backend.hpp"
+#endif
+
 namespace moesim::cli {
+namespace {
+
+Dtype parse_dtype_option(const std::string& text) {
+  for (Dtype d : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::int8}) {
+    if (text == to_string(d)) return d;
+  }
+  throw InputError("--dtype: expected fp32, tf32, bf16 or fp16, got '" + text + "'");
+}
+
+// The GPU's measurements; throws ResourceError (exit 3) without a usable device or CUDA backend.
+DeviceMeasurements measure_device(Dtype dtype, bool quick) {
+  if (resolve_backend("cuda") != ExecBackend::cuda) throw ResourceError("--backend cuda: no usable CUDA device");
+#if defined(MOESIM_HAS_CUDA)
+  if (!cuda_supports_dtype(dtype)) {
+    throw InputError("--dtype: expected fp32, tf32, bf16 or fp16 for the CUDA experts, got '" + to_string(dtype) + "'");
+  }
+  CudaMeasureConfig cfg;
+  cfg.dtype = dtype;
+  if (quick) {
+    cfg.hidden = 1024;
+    cfg.ffn = 2048;
+    cfg.expert_rows = {1, 16, 128, 1024, 4096};
+    cfg.copy_bytes = int64_t(1) << 26;
+    cfg.repeats = 3;
+  }
+  const CudaMeasurements got = measure_cuda_device(cfg);
+  DeviceMeasurements m;
+  m.device = got.device;
+  m.dtype = got.dtype;
+  m.hidden = cfg.hidden;
+  m.ffn = cfg.ffn;
+  m.copy_bandwidth_bytes_per_s = got.copy_bandwidth_bytes_per_s;
+  m.launch_overhead_s = got.launch_overhead_s;
+  for (const CudaExpertTiming& e : got.expert) m.expert.push_back({e.rows, e.seconds});
+  return m;
+#else
+  (void)dtype;
+  (void)quick;
+  return {};  // not reached: resolve_backend("cuda") throws in a build without CUDA
+#endif
+}
+
+}  // namespace
 
 int cmd_calibrate(int argc, char** argv) {
   bool help = false;
   bool quick = false;
-  std::string out, name = "cpu-local", note;
+  std::string out, name, note, backend = "cpu", base, dtype_text = "bf16";
   int threads = 0;
   po::options_description desc("moesim calibrate [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "out", po::value(&out), "write the profile to FILE (atomically), e.g. configs/hardware/cpu-local.yaml")(
-      "name", po::value(&name)->default_value("cpu-local"), "the profile's name")(
+      "name", po::value(&name), "the profile's name (default: cpu-local; with cuda: BASE-measured)")(
+      "backend", po::value(&backend)->default_value("cpu"), "what to measure: cpu (this machine) | cuda (the GPU)")(
+      "base", po::value(&base), "with --backend cuda: the GPU's datasheet profile, a file or a built-in name (h200)")(
+      "dtype", po::value(&dtype_text)->default_value("bf16"), "with --backend cuda: expert dtype timed (fp32|tf32|bf16|fp16)")(
       "quick", po::bool_switch(&quick), "small buffers and few shapes: a rough profile in about a second")(
       "note", po::value(&note), "text appended to the profile's source note (how and where it was measured)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)");
@@ -31,6 +85,14 @@ int cmd_calibrate(int argc, char** argv) {
     std::cout << desc << "\n";
     return kExitOk;
   }
+  if (backend != "cpu" && backend != "cuda") throw InputError("--backend: expected cpu or cuda, got '" + backend + "'");
+  const bool gpu = backend == "cuda";
+  if (!gpu && !base.empty()) throw InputError("--base: only with --backend cuda (a CPU profile is measured whole)");
+  if (gpu && base.empty()) {
+    throw InputError("--base: expected the GPU's datasheet profile with --backend cuda, e.g. --base h200 (moesim hardware)");
+  }
+  const std::string base_yaml = gpu ? base_profile_text(base) : "";
+  if (name.empty()) name = gpu ? parse_hardware_profile(base_yaml, base).name + "-measured" : "cpu-local";
   if (name.empty() || name.find_first_of(" \t\n:/") != std::string::npos)
     throw InputError("--name: expected a profile name without spaces, ':' or '/', got '" + name + "'");
   if (!out.empty()) {
@@ -40,11 +102,23 @@ int cmd_calibrate(int argc, char** argv) {
     if (!std::filesystem::is_directory(parent, ec))
       throw InputError("--out: expected a file in an existing folder, got '" + out + "'");
   }
+  if (note.find_first_of("\n\r") != std::string::npos) throw InputError("--note: expected one line of text");
+  if (gpu) {
+    const Dtype dtype = parse_dtype_option(dtype_text);
+    const DeviceMeasurements m = measure_device(dtype, quick);
+    const std::string yaml = device_profile_yaml(m, base_yaml, name, note);
+    if (out.empty()) {
+      std::cout << yaml << std::flush;
+    } else {
+      write_file_atomic(out, yaml);
+      std::cout << "measured " << m.device << "; wrote " << out << "\n";
+    }
+    return kExitOk;
+  }
   apply_threads(threads);
   CalibrationOptions copts;
   copts.quick = quick;
   const CalibrationResult r = calibrate_host(copts);
-  if (note.find_first_of("\n\r") != std::string::npos) throw InputError("--note: expected one line of text");
   const std::string yaml = calibration_profile_yaml(r, name, note);
   // The profile must load as written; a failure here is a bug, reported before anything is replaced.
   parse_hardware_profile(yaml, name + ".yaml");

@@ -18,29 +18,6 @@
 #include "report/atomic_write.hpp"
 
 namespace moesim::cli {
-namespace {
-
-// The base profile's YAML text: a file, else a built-in profile name.
-std::string base_profile_text(const std::string& base) {
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(base, ec)) {
-    std::ifstream in(base);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (!in.good() && !in.eof()) throw InputError("--base: cannot read '" + base + "'");
-    parse_hardware_profile(ss.str(), base);  // a bad base fails here, naming the file and key
-    return ss.str();
-  }
-  const auto& files = embedded_files();
-  const auto it = files.find("configs/hardware/" + base + ".yaml");
-  if (it == files.end()) {
-    throw InputError("--base: expected a hardware profile file or a built-in profile name (moesim hardware), got '" +
-                     base + "'");
-  }
-  return it->second;
-}
-
-}  // namespace
 
 int cmd_calibrate_link(int argc, char** argv) {
   bool help = false, quick = false;

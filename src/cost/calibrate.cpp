@@ -19,7 +19,11 @@
 #include <memory>
 #include <sstream>
 
+#include <yaml-cpp/yaml.h>
+
 #include "common/error.hpp"
+#include "cost/hardware_profile.hpp"
+#include "cost/roofline.hpp"
 
 #if defined(MOESIM_HAS_OPENMP)
 #include <omp.h>
@@ -414,6 +418,147 @@ std::string calibration_summary(const CalibrationResult& r) {
   }
   os << "measured in " << num(r.seconds, 3) << " s\n";
   return os.str();
+}
+
+DeviceFit fit_device(const DeviceMeasurements& m, const HardwareProfile& datasheet) {
+  MOESIM_REQUIRE(m.hidden >= 1 && m.ffn >= 1, "device measurements need the expert shape");
+  HardwareProfile hw = datasheet;
+  hw.launch_overhead_s = m.launch_overhead_s;
+  const ExpertRoofline rm(hw, m.hidden, m.ffn, m.dtype);
+  DeviceFit fit;
+  struct Sample {
+    double memory_s, compute_s, log_measured;
+  };
+  std::vector<Sample> samples;
+  for (const DeviceExpertSample& s : m.expert) {
+    GroupedCost g(rm);
+    g.add(s.rows);
+    const GroupedCost::Terms t = g.terms();
+    DeviceFit::Row row;
+    row.rows = s.rows;
+    row.measured_s = s.seconds;
+    row.memory_s = t.memory_s;
+    row.compute_s = t.compute_s;
+    fit.rows.push_back(row);
+    if (s.rows >= 1 && s.seconds > 0 && std::isfinite(s.seconds)) {
+      samples.push_back({t.memory_s, t.compute_s, std::log(s.seconds)});
+    }
+  }
+  const double launches_s = 2.0 * m.launch_overhead_s, overlap = datasheet.memory_compute_overlap;
+  const auto model_s = [&](const Sample& s, double eff_bw, double eff_flops) {
+    const double mem = s.memory_s / eff_bw, comp = s.compute_s / eff_flops;
+    return std::max(mem, comp) + (1.0 - overlap) * std::min(mem, comp) + launches_s;
+  };
+  const auto loss = [&](double log_bw, double log_flops) {
+    const double eb = std::exp(log_bw), ef = std::exp(log_flops);
+    double sum = 0;
+    for (const Sample& s : samples) {
+      const double d = std::log(model_s(s, eb, ef)) - s.log_measured;
+      sum += d * d;
+    }
+    return sum;
+  };
+  // Least squares in log time over log efficiencies in [0.001, 1]: a 121 x 121 grid, then three rounds
+  // of a 21 x 21 grid around the best point at a tenth of the step. Scanned from the highest efficiencies
+  // down, so where a term binds no sample (the loss is flat along it) the highest value, 1, is kept.
+  const double lo = std::log(0.001);
+  double step = -lo / 120.0, best_bw = 0, best_flops = 0, best = HUGE_VAL;
+  if (!samples.empty()) {
+    for (int i = 120; i >= 0; --i) {
+      for (int j = 120; j >= 0; --j) {
+        const double l = loss(lo + i * step, lo + j * step);
+        if (l < best) best = l, best_bw = lo + i * step, best_flops = lo + j * step;
+      }
+    }
+    for (int round = 0; round < 3; ++round) {
+      const double c_bw = best_bw, c_flops = best_flops;
+      step /= 10.0;
+      for (int i = 10; i >= -10; --i) {
+        for (int j = 10; j >= -10; --j) {
+          const double a = std::clamp(c_bw + i * step, lo, 0.0), b = std::clamp(c_flops + j * step, lo, 0.0);
+          const double l = loss(a, b);
+          if (l < best) best = l, best_bw = a, best_flops = b;
+        }
+      }
+    }
+  }
+  fit.efficiency_bw = samples.empty() ? datasheet.efficiency_bw : std::exp(best_bw);
+  fit.efficiency_flops = samples.empty() ? datasheet.efficiency_flops : std::exp(best_flops);
+  // A term that no sample is bound by is not measured: the datasheet's value stands when the samples
+  // stay bound as they are with it.
+  const auto count_bound = [&](double eb, double ef, bool compute) {
+    int n = 0;
+    for (const Sample& s : samples) n += ((s.compute_s / ef > s.memory_s / eb) == compute) ? 1 : 0;
+    return n;
+  };
+  fit.flops_samples = count_bound(fit.efficiency_bw, fit.efficiency_flops, true);
+  fit.bw_samples = count_bound(fit.efficiency_bw, fit.efficiency_flops, false);
+  if (fit.flops_samples == 0 && count_bound(fit.efficiency_bw, datasheet.efficiency_flops, true) == 0) {
+    fit.efficiency_flops = datasheet.efficiency_flops;
+  }
+  if (fit.bw_samples == 0 && count_bound(datasheet.efficiency_bw, fit.efficiency_flops, false) == 0) {
+    fit.efficiency_bw = datasheet.efficiency_bw;
+  }
+  hw.efficiency_flops = fit.efficiency_flops;
+  hw.efficiency_bw = fit.efficiency_bw;
+  const ExpertRoofline fitted(hw, m.hidden, m.ffn, m.dtype);
+  for (DeviceFit::Row& row : fit.rows) {
+    row.fitted_s = expert_time(fitted, row.rows).calibrated_s;
+    row.compute_bound = row.compute_s / fit.efficiency_flops > row.memory_s / fit.efficiency_bw;
+  }
+  return fit;
+}
+
+std::string device_profile_yaml(const DeviceMeasurements& m, const std::string& base_yaml, const std::string& name,
+                                const std::string& note) {
+  const HardwareProfile datasheet = parse_hardware_profile(base_yaml, "--base");
+  const DeviceFit fit = fit_device(m, datasheet);
+  YAML::Node root = YAML::Load(base_yaml);
+  const std::string date = utc_date();
+  const std::string how = "moesim calibrate --backend cuda, " + date + ", " + m.device + ", " + to_string(m.dtype) +
+                          " experts " + std::to_string(m.hidden) + " x " + std::to_string(m.ffn) +
+                          (note.empty() ? "" : "; " + note);
+  const std::string base_name = datasheet.name;
+  root["name"] = name;
+  root["description"] = m.device + " (measured; datasheet figures from " + base_name + ")";
+  root["source"] = "datasheet profile " + base_name + " with efficiencies and launch overhead measured by " + how;
+  root["launch_overhead_us"] = YAML::Load(num(m.launch_overhead_s * 1e6, 4));
+  root["efficiency_flops"] = YAML::Load(num(fit.efficiency_flops, 4));
+  root["efficiency_bw"] = YAML::Load(num(fit.efficiency_bw, 4));
+  root["calibrated"] = true;
+  if (!root["sources"] || !root["sources"].IsMap()) root["sources"] = YAML::Node(YAML::NodeType::Map);
+  root["sources"]["launch_overhead_us"] = how + ": an empty kernel, launch to completion, median";
+  const std::string fitted = how + ": least-squares fit (log time) of the calibrated column to " +
+                             std::to_string(fit.rows.size()) + " expert timings, ";
+  root["sources"]["efficiency_flops"] =
+      fit.flops_samples > 0 ? fitted + std::to_string(fit.flops_samples) + " of them bound by compute"
+                            : "no expert timing bound by compute: the datasheet profile's value";
+  root["sources"]["efficiency_bw"] =
+      fit.bw_samples > 0 ? fitted + std::to_string(fit.bw_samples) + " of them bound by memory"
+                         : "no expert timing bound by memory: the datasheet profile's value";
+  YAML::Emitter out;
+  out << root;
+  std::ostringstream os;
+  os << "# " << name << ": " << m.device << ", measured by `moesim calibrate --backend cuda` on " << date << ".\n"
+     << "# Datasheet figures (peaks, bandwidth, SMs, tiles, links) from " << base_name
+     << "; fitted here: efficiency_flops, efficiency_bw, launch_overhead_us.\n"
+     << "# Device-to-device copy: " << num(m.copy_bandwidth_bytes_per_s / 1e9, 4) << " GB/s read + written ("
+     << num(m.copy_bandwidth_bytes_per_s / datasheet.memory_bandwidth_bytes_per_s, 3) << " of the datasheet "
+     << num(datasheet.memory_bandwidth_bytes_per_s / 1e9, 4) << " GB/s).\n"
+     << "# One " << to_string(m.dtype) << " SwiGLU expert, hidden " << m.hidden << ", ffn " << m.ffn
+     << " (times in us; model terms at the datasheet peak and bandwidth):\n"
+     << "#     rows   measured     memory    compute  calibrated  bound\n";
+  for (const DeviceFit::Row& r : fit.rows) {
+    char line[160];
+    std::snprintf(line, sizeof line, "#  %7lld  %9.2f  %9.2f  %9.2f  %10.2f  %s\n", static_cast<long long>(r.rows),
+                  r.measured_s * 1e6, r.memory_s * 1e6, r.compute_s * 1e6, r.fitted_s * 1e6,
+                  r.compute_bound ? "compute" : "memory");
+    os << line;
+  }
+  os << out.c_str() << "\n";
+  const std::string text = os.str();
+  parse_hardware_profile(text, name + ".yaml");  // loads as written, or this is a bug reported before writing
+  return text;
 }
 
 }  // namespace moesim

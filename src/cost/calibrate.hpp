@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "config/experiment.hpp"
+
 namespace moesim {
 
 struct CalibrationOptions {
@@ -65,5 +67,46 @@ std::string calibration_profile_yaml(const CalibrationResult& r, const std::stri
 
 // A short human-readable summary (bandwidths, peak, efficiencies, the GEMM table).
 std::string calibration_summary(const CalibrationResult& r);
+
+// ---- a GPU (`moesim calibrate --backend cuda`) ----------------------------------------------------
+// What measure_cuda_device (kernels/cuda_backend.hpp) measured, as plain numbers, so that the fit below is
+// host code, tested without a device.
+struct DeviceExpertSample {
+  int64_t rows = 0;
+  double seconds = 0;  // one SwiGLU expert on `rows` rows: up GEMM, SwiGLU, down GEMM (CUDA events, median)
+};
+struct DeviceMeasurements {
+  std::string device;                     // e.g. "NVIDIA H200 (sm_90, 140 GiB, CUDA runtime 13.0)"
+  Dtype dtype = Dtype::bf16;              // expert storage of the timings
+  int64_t hidden = 0, ffn = 0;            // expert shape of the timings
+  double copy_bandwidth_bytes_per_s = 0;  // device-to-device copy, bytes read + written
+  double launch_overhead_s = 0;           // an empty kernel, median
+  std::vector<DeviceExpertSample> expert;
+};
+
+// The datasheet profile's efficiencies fitted to the per-expert timings: efficiency_bw and
+// efficiency_flops in [0.001, 1] that minimise the squared log error of the model's calibrated column
+// (combine(memory / efficiency_bw, quantized compute / efficiency_flops, overlap) + 2 launches at the
+// measured overhead, ExpertRoofline at the datasheet's peak and bandwidth) against the measured times.
+// A grid search, so it is deterministic. bw_samples / flops_samples: the samples bound by each term at the
+// fit; a term that binds no sample keeps the datasheet's value when that does not change which binds.
+struct DeviceFit {
+  double efficiency_flops = 1, efficiency_bw = 1;
+  int flops_samples = 0, bw_samples = 0;
+  struct Row {
+    int64_t rows = 0;
+    double measured_s = 0, memory_s = 0, compute_s = 0, fitted_s = 0;  // fitted_s: the calibrated column
+    bool compute_bound = false;
+  };
+  std::vector<Row> rows;
+};
+struct HardwareProfile;
+DeviceFit fit_device(const DeviceMeasurements& m, const HardwareProfile& datasheet);
+
+// The datasheet profile's YAML (`base_yaml`, e.g. configs/hardware/h200.yaml) with name, description,
+// launch_overhead_us, efficiency_flops, efficiency_bw and calibrated: true replaced and a source note for
+// each; the per-expert table and the measured copy bandwidth as comments. Loads with parse_hardware_profile.
+std::string device_profile_yaml(const DeviceMeasurements& m, const std::string& base_yaml, const std::string& name,
+                                const std::string& note = "");
 
 }  // namespace moesim

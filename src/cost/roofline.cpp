@@ -72,19 +72,27 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   }
 }
 
+GroupedCost::Terms GroupedCost::terms() const {
+  Terms t;
+  if (rows_ == 0) return t;
+  const ExpertRoofline& m = *m_;
+  t.memory_s = (static_cast<double>(experts_) * m.weight_bytes + static_cast<double>(rows_) * m.act_bytes_per_row) /
+               m.bandwidth_bytes_per_s;
+  // Quantized: tiles of both GEMMs, each GEMM rounded up to whole waves over the SMs.
+  const int64_t waves_up = ceil_div(row_tiles_ * m.col_tiles_up, m.sm_count);
+  const int64_t waves_down = ceil_div(row_tiles_ * m.col_tiles_down, m.sm_count);
+  t.compute_s = static_cast<double>(waves_up) * m.wave_s_up + static_cast<double>(waves_down) * m.wave_s_down;
+  return t;
+}
+
 CostBreakdown GroupedCost::time() const {
   CostBreakdown c;
   if (rows_ == 0) return c;
   const ExpertRoofline& m = *m_;
-  const double rows = static_cast<double>(rows_);
-  const double mem_s = (static_cast<double>(experts_) * m.weight_bytes + rows * m.act_bytes_per_row) /
-                       m.bandwidth_bytes_per_s;
+  const Terms t = terms();
+  const double mem_s = t.memory_s, compute_s = t.compute_s;
   // Ideal: DESIGN.md grouped kernel, max(sum (W + A(n)) / BW, sum 2 n P / F), n unpadded.
-  c.ideal_s = std::max(mem_s, rows * m.flops_per_row / m.peak_flops_per_s);
-  // Quantized: tiles of both GEMMs, each GEMM rounded up to whole waves over the SMs.
-  const int64_t waves_up = ceil_div(row_tiles_ * m.col_tiles_up, m.sm_count);
-  const int64_t waves_down = ceil_div(row_tiles_ * m.col_tiles_down, m.sm_count);
-  const double compute_s = static_cast<double>(waves_up) * m.wave_s_up + static_cast<double>(waves_down) * m.wave_s_down;
+  c.ideal_s = std::max(mem_s, static_cast<double>(rows_) * m.flops_per_row / m.peak_flops_per_s);
   const double launches_s = 2.0 * m.launch_s;
   c.quantized_s = std::max(mem_s, compute_s) + launches_s;
   c.calibrated_s = combine(mem_s / m.eff_bw, compute_s / m.eff_flops, m.overlap) + launches_s;

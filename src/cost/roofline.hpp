@@ -74,6 +74,12 @@ class GroupedCost {
   int64_t rows() const { return rows_; }
   int64_t experts() const { return experts_; }
   CostBreakdown time() const;
+  // The two terms time() combines: memory sum (W + A(n)) / BW and the quantized compute (waves of tiles),
+  // before efficiencies and launches.
+  struct Terms {
+    double memory_s = 0, compute_s = 0;
+  };
+  Terms terms() const;
 
  private:
   const ExpertRoofline* m_;

@@ -145,5 +145,88 @@ TEST(Calibrate, ShippedCpuLocalLoads) {
   EXPECT_GT(critical_batch(hw, Dtype::fp32), 0.0);
 }
 
+// ---- a GPU: the fit on timings made from known efficiencies (no device needed) ----------------------
+
+// 1000 SMs of 16 x 16 tiles at 1 PFLOP/s: one wave of tiles takes a few us against 25 us of weights, so
+// small batches are memory bound in the quantized model too, and each sample's time is the roofline
+// term of its regime over the efficiency that made it.
+const char* kToyGpu =
+    "name: toy-gpu\ndescription: a test GPU\npeak_tflops: {bf16: 1000}\nmemory_bandwidth_gbs: 1000\n"
+    "sm_count: 1000\ntile_m: 16\ntile_n: 16\nlaunch_overhead_us: 4\n";
+
+DeviceMeasurements toy_measurements(double eff_flops, double eff_bw, double launch_s, double overlap) {
+  HardwareProfile truth = parse_hardware_profile(kToyGpu, "toy.yaml");
+  truth.efficiency_flops = eff_flops;
+  truth.efficiency_bw = eff_bw;
+  truth.launch_overhead_s = launch_s;
+  truth.memory_compute_overlap = overlap;
+  const ExpertRoofline rm(truth, 1024, 4096, Dtype::bf16);
+  DeviceMeasurements m;
+  m.device = "Toy GPU (sm_00)";
+  m.dtype = Dtype::bf16;
+  m.hidden = 1024;
+  m.ffn = 4096;
+  m.copy_bandwidth_bytes_per_s = 1.8e12;
+  m.launch_overhead_s = launch_s;
+  // Far below and far above the knee (compute_bound_from), where one term dwarfs the other.
+  const int64_t knee = rm.compute_bound_from;
+  for (int64_t n : {int64_t{1}, int64_t{2}, knee / 64, knee / 16, knee * 32, knee * 64, knee * 128}) {
+    m.expert.push_back({n, expert_time(rm, n).calibrated_s});
+  }
+  return m;
+}
+
+TEST(Calibrate, DeviceFitRecoversTheEfficienciesThatMadeTheTimings) {
+  const HardwareProfile datasheet = parse_hardware_profile(kToyGpu, "toy.yaml");
+  // The knee of this shape at the datasheet figures: 2P / F per row against W / BW (A(n) small).
+  const ExpertRoofline rm(datasheet, 1024, 4096, Dtype::bf16);
+  const double w = 3.0 * 1024 * 4096 * 2, flops_row = 2.0 * 3 * 1024 * 4096, act_row = 2.0 * (1024 + 4096) * 2;
+  EXPECT_NEAR(static_cast<double>(rm.compute_bound_from), w / 1e12 / (flops_row / 1000e12 - act_row / 1e12), 1.0);
+  const DeviceFit fit = fit_device(toy_measurements(0.55, 0.8, 6e-6, 1.0), datasheet);
+  EXPECT_EQ(fit.bw_samples, 4);
+  EXPECT_EQ(fit.flops_samples, 3);
+  EXPECT_NEAR(fit.efficiency_bw, 0.8, 0.01);
+  EXPECT_NEAR(fit.efficiency_flops, 0.55, 0.01);
+  for (const DeviceFit::Row& r : fit.rows) EXPECT_NEAR(r.fitted_s, r.measured_s, 0.02 * r.measured_s) << r.rows;
+}
+
+TEST(Calibrate, DeviceProfileKeepsTheDatasheetAndLoads) {
+  const std::string yaml = device_profile_yaml(toy_measurements(0.5, 0.9, 5e-6, 1.0), kToyGpu, "toy-measured", "rack 3");
+  const HardwareProfile hw = parse_hardware_profile(yaml, "out.yaml");
+  EXPECT_EQ(hw.name, "toy-measured");
+  EXPECT_TRUE(hw.calibrated);
+  EXPECT_NEAR(hw.efficiency_flops, 0.5, 0.01);
+  EXPECT_NEAR(hw.efficiency_bw, 0.9, 0.01);
+  EXPECT_NEAR(hw.launch_overhead_s, 5e-6, 1e-9);
+  EXPECT_DOUBLE_EQ(*hw.peak_bf16_flops_per_s, 1000e12);  // the datasheet's figures stay
+  EXPECT_DOUBLE_EQ(hw.memory_bandwidth_bytes_per_s, 1e12);
+  EXPECT_EQ(hw.sm_count, 1000);
+  EXPECT_NE(hw.sources.at("efficiency_flops").find("rack 3"), std::string::npos);
+  EXPECT_NE(yaml.find("# Device-to-device copy: 1800 GB/s"), std::string::npos) << yaml;
+  // Only the two smallest batches: two efficiencies from two points that both terms could explain; the fit
+  // still reproduces them.
+  DeviceMeasurements small = toy_measurements(0.5, 0.9, 5e-6, 1.0);
+  small.expert.resize(2);
+  const DeviceFit few = fit_device(small, parse_hardware_profile(kToyGpu, "toy.yaml"));
+  for (const DeviceFit::Row& r : few.rows) EXPECT_NEAR(r.fitted_s, r.measured_s, 0.01 * r.measured_s) << r.rows;
+  // No timing at all: the datasheet's efficiencies, said so.
+  small.expert.clear();
+  const HardwareProfile none = parse_hardware_profile(device_profile_yaml(small, kToyGpu, "t", ""), "s.yaml");
+  EXPECT_EQ(none.efficiency_flops, 1.0);
+  EXPECT_EQ(none.efficiency_bw, 1.0);
+  EXPECT_NE(none.sources.at("efficiency_flops").find("no expert timing bound by compute"), std::string::npos);
+}
+
+TEST(Calibrate, CudaBackendWithoutADeviceIsExitThree) {
+  const auto r = testing::run_cli("calibrate --backend cuda --base h200 --quick");
+  if (r.exit_code == 0) GTEST_SKIP() << "a CUDA device is present: tests/gpu measures it";
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("--backend cuda"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::run_cli("calibrate --backend cuda").exit_code, 2);            // no --base
+  EXPECT_EQ(testing::run_cli("calibrate --backend cuda --base nope").exit_code, 2);  // unknown base
+  EXPECT_EQ(testing::run_cli("calibrate --backend tpu").exit_code, 2);
+  EXPECT_EQ(testing::run_cli("calibrate --base h200").exit_code, 2);                // base without cuda
+}
+
 }  // namespace
 }  // namespace moesim

@@ -136,6 +136,34 @@ TEST(DispatchCombine, MatchesReference) {
   }
 }
 
+// The paths only large inputs take (kernels/host/moe_layer_omp.cpp): gather and combine on the OpenMP
+// threads (>= 2^21 floats), gathered rows written with streaming stores (>= 2^22 floats) and the combine
+// accumulating 64 floats of a token at a time into a streamed output (>= 2^23 floats), on a hidden size
+// with a tail after the last full vector, with drops, at 1 and 2 threads.
+TEST(DispatchCombine, LargeInputsTakeTheParallelAndStreamingPaths) {
+  const uint64_t seed = 5600;
+  const int64_t hidden = 1003;
+  const Routing r = test::random_token_choice(seed, 8400, 16, 2, 0.1);  // 8.4 M output floats, ~15 M gathered
+  const DispatchPlan plan = plan_dispatch_omp(r, Layout::dropless, 1);
+  ASSERT_GE(plan.rows * hidden, int64_t{1} << 22);
+  ASSERT_GE(r.num_tokens * hidden, int64_t{1} << 23);
+  const std::vector<float> x = test::random_floats(seed + 1, r.num_tokens * hidden, -2.0f, 2.0f);
+  std::vector<float> gathered_ref(plan.rows * hidden, 5.0f);
+  gather_rows_ref(x.data(), hidden, r, plan, gathered_ref.data());
+  const std::vector<float> shared_out = test::random_floats(seed + 2, r.num_tokens * hidden, -1.0f, 1.0f);
+  std::vector<float> combined_ref(r.num_tokens * hidden, -42.0f);
+  combine_ref(r, plan, gathered_ref.data(), shared_out.data(), hidden, combined_ref.data());
+  for (int threads : {1, 2}) {
+    test::ScopedOmpThreads scoped(threads);
+    std::vector<float> gathered(plan.rows * hidden, -7.0f);
+    gather_rows_omp(x.data(), hidden, r, plan, gathered.data());
+    EXPECT_TRUE(test::same_bytes(gathered, gathered_ref)) << "threads " << threads;
+    std::vector<float> combined(r.num_tokens * hidden, 42.0f);
+    combine_omp(r, plan, gathered.data(), shared_out.data(), hidden, combined.data());
+    EXPECT_TRUE(test::all_near(combined, combined_ref, 1e-5, 1e-5)) << "threads " << threads;
+  }
+}
+
 TEST(DispatchCombine, UnroutedTokensGetZerosOrSharedOnly) {
   Routing r = test::random_token_choice(5500, 6, 4, 2, 0.0);
   r.kept[2] = r.kept[3] = 0;  // token 1 loses both assignments

@@ -77,6 +77,39 @@ TEST(MoeLayer, SameBytesAtOneAndTwoThreads) {
   }
 }
 
+// One expert with most of the rows. At 2 threads the schedule (plan_schedule, kernels/host/gemm_openblas.cpp)
+// works out by hand as: costs 600, 5 x 40; greedy makespan 600 > 1.1 x 800 / 2, so expert 0 runs alone on
+// the threaded BLAS; then 120 > 1.1 x 200 / 2 moves one 40-row expert too; the other four run across
+// threads. The layer must match the reference there and at 1 thread (everything across, serially).
+TEST(MoeLayer, DominantExpertOnTheThreadedBlasMatchesReference) {
+  const uint64_t seed = 7300;
+  const int64_t n = 600, hidden = 64, ffn = 96;
+  Routing r;
+  r.num_tokens = n;
+  r.num_experts = 6;
+  r.top_k = 2;
+  for (int64_t t = 0; t < n; ++t) {
+    // Slot 0: expert 0 (600 rows); slot 1: experts 1-5, kept for a third of the tokens (40 rows each).
+    for (int s = 0; s < 2; ++s) {
+      r.token.push_back(static_cast<int32_t>(t));
+      r.expert.push_back(s == 0 ? 0 : static_cast<int32_t>(1 + t % 5));
+      r.weight.push_back(s == 0 ? 0.75f : 0.25f);
+      r.kept.push_back(s == 0 || t % 3 == 0 ? 1 : 0);
+    }
+  }
+  const ExpertWeights w = make_expert_weights(6, hidden, ffn, seed);
+  const std::vector<float> x = test::random_floats(seed + 1, n * hidden, -1.0f, 1.0f);
+  std::vector<float> ref(n * hidden);
+  moe_forward_ref(w, nullptr, x.data(), r, ref.data());
+  const DispatchPlan plan = plan_dispatch_omp(r, Layout::dropless, 1);
+  for (int threads : {1, 2}) {
+    test::ScopedOmpThreads scoped(threads);
+    std::vector<float> y(n * hidden, 9.0f);
+    moe_forward_omp(w, nullptr, x.data(), r, plan, y.data(), nullptr);
+    EXPECT_TRUE(test::all_near(y, ref, kAbsTol, kRelTol)) << "threads " << threads;
+  }
+}
+
 TEST(MoeLayer, WeightsAreSeededAndScaled) {
   const ExpertWeights a = make_expert_weights(4, 64, 128, 99);
   ExpertWeights b;

@@ -97,6 +97,23 @@ TEST(Route, LargerBatchMatchesReferenceForEveryStrategy) {
   }
 }
 
+// At N x E >= 2^20 logits route_omp runs the gating on the OpenMP threads (kernels/host/routing_omp.cpp)
+// and, at E >= 2 top_k, the lane-maximum candidate filter of select_topk_row on 256-wide rows.
+TEST(Route, ParallelPathAtLargeSizeMatchesReferenceForEveryStrategy) {
+  const uint64_t seed = 123;
+  const int64_t n = 4097;  // 4097 x 256 = 2^20 + 256 logits
+  const std::vector<float> logits = test::skewed_logits(n, 256, seed, 16, 1.2);
+  for (Gating g : all_gatings()) {
+    RouterConfig cfg = config_for(g);
+    if (g == Gating::group_limited || g == Gating::aux_free_bias) cfg.groups = 8, cfg.topk_groups = 4;
+    RouterState s_omp, s_ref;
+    const RouteRequest req = make_request(logits, n, 256, 8, seed);
+    const Routing got = route_omp(cfg, req, &s_omp);
+    const Routing want = route_ref(cfg, req, &s_ref);
+    EXPECT_TRUE(test::same_routing(got, want)) << to_string(g);
+  }
+}
+
 TEST(Route, ReportsTheCapacityOfItsScope) {
   const std::vector<float> logits = random_logits(100, 8, 3);
   RouterConfig cfg;

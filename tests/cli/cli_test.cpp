@@ -65,7 +65,9 @@ TEST(Cli, SameSeedSameJsonAtOneAndTwoThreads) {
 TEST(Cli, VerifyAgreesWithReferences) {
   const auto r = run_cli("compare --gating all --verify --format json" + kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const auto& s : nlohmann::json::parse(r.out)["strategies"]) EXPECT_EQ(s["verify"], "ok") << s["strategy"];
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // a named object: the loop reads into it
+  ASSERT_EQ(j["strategies"].size(), 9u);
+  for (const auto& s : j["strategies"]) EXPECT_EQ(s["verify"], "ok") << s["strategy"];
 }
 
 TEST(Cli, CompareAllHasOneRowPerStrategy) {

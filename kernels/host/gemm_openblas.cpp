@@ -20,6 +20,7 @@
 #endif
 
 #include "kernels/grouped_gemm.hpp"
+#include "kernels/host/reused_buffer.hpp"
 
 namespace moesim {
 
@@ -111,44 +112,7 @@ void run_schedule(const Schedule& s, int threads, Run run) {
   for (int i = 0; i < num_across; ++i) run(s.across[i], thread_id(), false);
 }
 
-// A grow-only float buffer reused across calls. Large fresh allocations are mapped anew by malloc and
-// cost a page fault per 4 KiB page on first touch, about 10 us each on a virtual machine (1.4 s per
-// 512 MiB measured here): more than the GEMMs of a small layer. One caller holds it at a time; a
-// concurrent caller gets a buffer of its own. It stays allocated (at the largest size asked) until exit.
-class ReusedBuffer {
- public:
-  ReusedBuffer(size_t n) : lock_(mutex(), std::try_to_lock) {
-    if (lock_.owns_lock()) {
-      if (held_size() < n) {
-        held().reset();
-        held().reset(new float[n]);
-        held_size() = n;
-      }
-      ptr_ = held().get();
-    } else {
-      own_.reset(new float[n]);
-      ptr_ = own_.get();
-    }
-  }
-  float* get() const { return ptr_; }
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static std::unique_ptr<float[]>& held() {
-    static std::unique_ptr<float[]> p;
-    return p;
-  }
-  static size_t& held_size() {
-    static size_t n = 0;
-    return n;
-  }
-  std::unique_lock<std::mutex> lock_;
-  std::unique_ptr<float[]> own_;
-  float* ptr_ = nullptr;
-};
+struct GemmScratchTag;  // ReusedBuffer<GemmScratchTag>: the per-thread GEMM scratch slots
 
 // exp(x) for x in [-87, 0]: 2^n exp(r) with n = round(x / ln 2) in [-126, 0] and |r| <= ln 2 / 2
 // (Cody-Waite reduction), exp(r) by the degree-6 polynomial of Cephes' expf; relative error below 2e-7
@@ -259,8 +223,8 @@ void grouped_swiglu_omp(const ExpertWeights& w, const float* xg, const int64_t* 
   for (int e : schedule.threaded) slot_rows = std::max(slot_rows, rows_of[e]);
   for (int e : schedule.across) slot_rows = std::max(slot_rows, rows_of[e]);
   const int slots = schedule.across.size() > 1 ? threads : 1;
-  std::unique_ptr<ReusedBuffer> reused;
-  if (scratch == nullptr) reused = std::make_unique<ReusedBuffer>(static_cast<size_t>(slots * 2 * slot_rows * ffn));
+  std::unique_ptr<ReusedBuffer<GemmScratchTag>> reused;
+  if (scratch == nullptr) reused = std::make_unique<ReusedBuffer<GemmScratchTag>>(static_cast<size_t>(slots * 2 * slot_rows * ffn));
   run_schedule(schedule, threads, [&](int e, int slot, bool inner_parallel) {
     const int64_t r0 = offsets[e];
     const int64_t m = offsets[e + 1] - r0;

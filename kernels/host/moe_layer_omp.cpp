@@ -23,6 +23,7 @@
 #include "kernels/combine.hpp"
 #include "kernels/gather.hpp"
 #include "kernels/grouped_gemm.hpp"
+#include "kernels/host/reused_buffer.hpp"
 #include "kernels/moe_layer.hpp"
 
 namespace moesim {
@@ -77,42 +78,7 @@ void require_plan_matches(const Routing& r, const DispatchPlan& plan) {
 // OpenMP fork/join can cost a scheduler tick (about 4 ms) when the machine's cores are busy.
 constexpr int64_t kParallelCopyFloats = int64_t(1) << 21;
 
-// The expert-major buffer of moe_forward_omp, reused across calls (grow-only). A fresh large buffer is
-// mapped anew by malloc and costs a page fault per 4 KiB page on first touch, about 10 us each on a
-// virtual machine (1.4 s per 512 MiB measured here), as much as the GEMMs of a mid-size layer. One caller
-// holds it at a time; a concurrent caller gets a buffer of its own. It stays allocated until exit.
-class ReusedRows {
- public:
-  explicit ReusedRows(size_t n) : lock_(mutex(), std::try_to_lock) {
-    std::unique_ptr<float[]>& held = lock_.owns_lock() ? held_buffer() : own_;
-    size_t& size = lock_.owns_lock() ? held_size() : own_size_;
-    if (size < n) {
-      held.reset();
-      held.reset(new float[n]);
-      size = n;
-    }
-    ptr_ = held.get();
-  }
-  float* get() const { return ptr_; }
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static std::unique_ptr<float[]>& held_buffer() {
-    static std::unique_ptr<float[]> p;
-    return p;
-  }
-  static size_t& held_size() {
-    static size_t n = 0;
-    return n;
-  }
-  std::unique_lock<std::mutex> lock_;
-  std::unique_ptr<float[]> own_;
-  size_t own_size_ = 0;
-  float* ptr_ = nullptr;
-};
+struct ExpertRowsTag;  // ReusedBuffer<ExpertRowsTag>: the expert-major rows of moe_forward_omp
 
 using OmpPolicy = std::decay_t<decltype(thrust::omp::par)>;
 
@@ -294,7 +260,7 @@ void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const 
   // One [rows, hidden] buffer holds the gathered rows and then, in place, the expert outputs: each
   // expert's down projection overwrites its own rows after its two up projections have read them
   // (gemm_openblas.cpp). The GEMM scratch is allocated (and reused) inside grouped_swiglu_omp.
-  const ReusedRows rows_buffer(static_cast<size_t>(plan.rows * hidden));
+  const ReusedBuffer<ExpertRowsTag> rows_buffer(static_cast<size_t>(plan.rows * hidden));
   float* xg = rows_buffer.get();
   std::vector<float> shared_out(has_shared ? static_cast<size_t>(r.num_tokens * hidden) : 0);
 

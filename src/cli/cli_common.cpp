@@ -91,6 +91,17 @@ std::string base_profile_text(const std::string& base) {
   return it->second;
 }
 
+int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat format, const char* command) {
+  emit(opts, format_run(run, format));
+  for (const VariantResult& v : run.variants) {
+    if (!v.verify_message.empty() && v.verify_message != "ok") {
+      std::cerr << "moesim " << command << ": --verify: " << v.variant.label << ": " << v.verify_message << "\n";
+      return kExitCheckFailed;
+    }
+  }
+  return kExitOk;
+}
+
 double parse_memory_limit(const std::string& text) {
   if (text.empty()) {
     const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));

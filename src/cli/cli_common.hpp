@@ -49,6 +49,10 @@ std::string base_profile_text(const std::string& base);
 // Bytes from a size text: "4GiB", "512MiB", "1e9" (bytes). Throws InputError naming --memory-limit.
 double parse_memory_limit(const std::string& text);
 
+// Writes the report of `run` (stdout or --out, atomically), then returns kExitCheckFailed, naming the first
+// strategy whose --verify disagreed on stderr ("moesim COMMAND: --verify: ..."), or kExitOk.
+int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat format, const char* command);
+
 // The run options of the common flags; a progress bar labelled `progress_label` when stderr is a terminal.
 RunOptions run_options(const CommonOptions& opts, const std::string& progress_label);
 

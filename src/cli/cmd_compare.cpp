@@ -98,14 +98,7 @@ int cmd_compare(int argc, char** argv) {
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
   const RunResult run = run_experiment(e, compare_variants(e, gating, varies), run_options(opts, "compare"));
-  emit(opts, format_run(run, format));
-  for (const VariantResult& v : run.variants) {
-    if (!v.verify_message.empty() && v.verify_message != "ok") {
-      std::cerr << "moesim compare: --verify: " << v.variant.label << ": " << v.verify_message << "\n";
-      return kExitCheckFailed;
-    }
-  }
-  return kExitOk;
+  return emit_run(opts, run, format, "compare");
 }
 
 }  // namespace moesim::cli

@@ -24,14 +24,7 @@ int cmd_run(int argc, char** argv) {
   const Experiment e = load_experiment_for(opts);
   if (run_under_mpi(e)) return cmd_run_ep(opts, e);  // expert parallel under mpirun (src/distributed)
   const RunResult run = run_experiment(e, own_variant(e), run_options(opts, "run"));
-  emit(opts, format_run(run, format));
-  for (const VariantResult& v : run.variants) {
-    if (!v.verify_message.empty() && v.verify_message != "ok") {
-      std::cerr << "moesim run: --verify: " << v.variant.label << ": " << v.verify_message << "\n";
-      return kExitCheckFailed;
-    }
-  }
-  return kExitOk;
+  return emit_run(opts, run, format, "run");
 }
 
 }  // namespace moesim::cli

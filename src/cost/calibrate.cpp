@@ -22,6 +22,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.hpp"
+#include "common/median.hpp"
 #include "cost/hardware_profile.hpp"
 #include "cost/roofline.hpp"
 
@@ -35,13 +36,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int max_threads() {
 #if defined(MOESIM_HAS_OPENMP)

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "report/text_format.hpp"
 #include "cost/hardware_profile.hpp"
 
 namespace moesim {
@@ -99,16 +100,6 @@ std::vector<Column> columns(const RunResult& run) {
                   }});
   cols.push_back({"rank", [ranks](size_t i) { return std::to_string(ranks[i]); }});
   return cols;
-}
-
-std::string csv_escape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -534,7 +525,7 @@ std::string format_run(const RunResult& run, ReportFormat format) {
     for (size_t c = 0; c < cols.size(); ++c) os << (c ? "," : "") << cols[c].header;
     os << "\n";
     for (const auto& row : cells) {
-      for (size_t c = 0; c < row.size(); ++c) os << (c ? "," : "") << csv_escape(row[c]);
+      for (size_t c = 0; c < row.size(); ++c) os << (c ? "," : "") << text::csv_cell(row[c]);
       os << "\n";
     }
     return os.str();

@@ -12,12 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "report/text_format.hpp"
 #include "config/load_config.hpp"
 #include "cost/hardware_profile.hpp"
 #include "pipeline/run_experiment.hpp"
 
 namespace moesim {
 namespace {
+
+using text::csv_cell;
+using text::fixed;
+using text::real;
 
 CostBreakdown scaled(const CostBreakdown& c, double f) {
   return {c.ideal_s * f, c.quantized_s * f, c.calibrated_s * f};
@@ -52,29 +57,6 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
     row.measured_balanced_layer_s = v.measured_balanced_layer_s;
   }
   return row;
-}
-
-std::string fixed(double v, int precision) {
-  if (!std::isfinite(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
-
-std::string real(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
 }
 
 bool any_measured(const SweepResult& s) {

@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/median.hpp"
+#include "report/text_format.hpp"
 #include "config/load_config.hpp"
 #include "cost/placement.hpp"
 #include "cost/roofline.hpp"
@@ -21,24 +23,8 @@
 namespace moesim {
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string fixed(double v, int precision) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
-
-std::string real(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
+using text::fixed;
+using text::real;
 
 // Rows the routed experts' GEMMs compute for `load` under the layout (DispatchPlan's rule).
 int64_t layout_rows(const std::vector<int64_t>& load, Layout layout, int block_size, int64_t capacity) {

@@ -1,0 +1,17 @@
+// The median of a sample (the mean of the two middle values for an even count; 0 for none), as every
+// timing in moesim reports it. Host only. Covered by tests/common/median_test.cpp.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+namespace moesim {
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace moesim

@@ -132,7 +132,7 @@ RunOptions run_options(const CommonOptions& opts, const std::string& progress_la
   return r;
 }
 
-// ---- --backend (CUDA backend, issue 7) ----
+// ---- --backend ----
 ExecBackend resolve_backend(const std::string& name) {
   if (name == "cpu") return ExecBackend::cpu;
   if (name != "auto" && name != "cuda") {

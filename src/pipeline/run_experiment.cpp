@@ -582,6 +582,12 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
   result.experiment = e;
   result.hardware = load_hardware_profile(e.hardware, e.source_file);
   check_memory(e, opts);
+#if defined(MOESIM_HAS_CUDA)
+  if (opts.backend == ExecBackend::cuda) {
+    result.backend = ExecBackend::cuda;
+    result.device = cuda_device_description();
+  }
+#endif
   switch (e.workload.source) {
     case WorkloadSource::decoder:
       run_decoder(e, variants, opts, result);

@@ -95,7 +95,7 @@ struct RunOptions {
   bool execute = true;        // run the executed pipeline (also needs execute.enabled)
   bool verify = false;        // run the serial references beside the fast path and compare
   double memory_limit_bytes = 0;  // 0: no limit
-  ExecBackend backend = ExecBackend::cpu;  // --backend (CUDA backend, issue 7)
+  ExecBackend backend = ExecBackend::cpu;  // --backend
   std::function<void(size_t done, size_t total)> progress;  // after each variant; may be empty
 };
 
@@ -114,6 +114,8 @@ struct RunResult {
   bool trace_replayed = false;
   std::string workload_path;            // trace / load_profile / logits: the file read
   std::string profile_key;              // load_profile: the profile used
+  ExecBackend backend = ExecBackend::cpu;  // where the executed layer ran
+  std::string device;                      // cuda: the device's description (cuda_device_description)
 };
 
 // Bytes the executed pipeline allocates for this experiment (logits, token ids, hidden states,

@@ -463,7 +463,9 @@ nlohmann::json run_to_json(const RunResult& run) {
   }
   j["hardware"] = {{"name", run.hardware.name}, {"critical_batch", cb},
                    {"critical_batch_model_dtype", critical_batch(run.hardware, e.model.dtype)}};
-  j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats}};
+  j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats},
+                  {"backend", run.backend == ExecBackend::cuda ? "cuda" : "cpu"}};
+  if (run.backend == ExecBackend::cuda) j["execute"]["device"] = run.device;
   const nlohmann::json details = workload_details_json(run);
   for (auto it = details.begin(); it != details.end(); ++it) j["workload"][it.key()] = it.value();
   const std::vector<int> ranks = rank_variants(run);
@@ -536,7 +538,7 @@ std::string format_run(const RunResult& run, ReportFormat format) {
         << ", k=" << e.model.top_k << ", modeled on " << run.hardware.name << " (" << to_string(e.model.dtype)
         << ", hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", critical batch "
         << fmt(critical_batch(run.hardware, e.model.dtype), 0) << "), executed at hidden " << e.execute.hidden
-        << ", ffn " << e.execute.ffn << " on the CPU";
+        << ", ffn " << e.execute.ffn << " on " << (run.backend == ExecBackend::cuda ? run.device : "the CPU");
   const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
   if (stepped) {
     title.str("");

@@ -47,7 +47,9 @@ TEST(Cli, RepeatsFlagSetsExecuteRepeats) {
   const auto r = run_cli("run --format json --repeats 2" + std::string(
       " --set workload.batch=64 --set execute.hidden=16 --set execute.ffn=32 --set execute.repeats=5"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["execute"]["repeats"], 2);  // the flag wins over --set
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["execute"]["repeats"], 2);  // the flag wins over --set
+  EXPECT_EQ(j["execute"]["backend"], "cpu");  // the default --backend auto without a device
   const auto bad = run_cli("run --repeats -1" + kSmall);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--repeats: expected an integer >= 1"), std::string::npos) << bad.err;

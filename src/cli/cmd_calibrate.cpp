@@ -35,7 +35,7 @@ DeviceMeasurements measure_device(Dtype dtype, bool quick) {
   if (resolve_backend("cuda") != ExecBackend::cuda) throw ResourceError("--backend cuda: no usable CUDA device");
 #if defined(MOESIM_HAS_CUDA)
   if (!cuda_supports_dtype(dtype)) {
-    throw InputError("--dtype: expected fp32, tf32, bf16 or fp16 for the CUDA experts, got '" + to_string(dtype) + "'");
+    throw InputError("--dtype: expected fp32, tf32, bf16 or fp16 for the CUDA experts, got '" + std::string(to_string(dtype)) + "'");
   }
   CudaMeasureConfig cfg;
   cfg.dtype = dtype;

@@ -90,12 +90,36 @@ std::vector<int> decoder_prompt_lengths(const WorkloadConfig& w) {
   return lens;
 }
 
+double decoder_prompt_tokens(const WorkloadConfig& w) {
+  MOESIM_REQUIRE(w.batch >= 1 && !w.prompt_len.empty(), "the decoder needs workload.batch >= 1 and a prompt length");
+  const int64_t B = w.batch;
+  double sum = 0;
+  if (w.prompt_len_range) {
+    MOESIM_REQUIRE(w.prompt_len.size() == 2 && w.prompt_len[0] >= 1 && w.prompt_len[0] <= w.prompt_len[1],
+                   "workload.prompt_len range must be LO..HI with 1 <= LO <= HI");
+    const int lo = w.prompt_len[0], hi = w.prompt_len[1];
+    if (B > kExactPromptTokens) return static_cast<double>(B) * (0.5 * lo + 0.5 * hi);
+    const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+    for (int64_t b = 0; b < B; ++b) sum += lo + static_cast<int>(counter_hash(w.seed, kStreamPromptLen, b) % span);
+    return sum;
+  }
+  if (w.prompt_len.size() == 1) {
+    MOESIM_REQUIRE(w.prompt_len[0] >= 1, "prompt lengths must be >= 1, got " << w.prompt_len[0]);
+    return static_cast<double>(B) * w.prompt_len[0];
+  }
+  MOESIM_REQUIRE(static_cast<int64_t>(w.prompt_len.size()) == B,
+                 "workload.prompt_len has " << w.prompt_len.size() << " lengths for " << B << " sequences");
+  for (int l : w.prompt_len) {
+    MOESIM_REQUIRE(l >= 1, "prompt lengths must be >= 1, got " << l);
+    sum += l;
+  }
+  return sum;
+}
+
 double estimate_decoder_bytes(const Experiment& e) {
   const DecoderShape s = executed_decoder_shape(e);
-  const std::vector<int> lens = decoder_prompt_lengths(e.workload);
+  const double prompt_tokens = decoder_prompt_tokens(e.workload);  // allocates nothing, whatever the batch
   const double B = static_cast<double>(e.workload.batch), D = e.workload.decode_steps;
-  double prompt_tokens = 0;
-  for (int l : lens) prompt_tokens += l;
   const double H = static_cast<double>(s.hidden), F = static_cast<double>(s.ffn), E = s.experts, k = s.top_k;
   const double qw = static_cast<double>(s.heads) * s.head_dim, kvw = static_cast<double>(s.kv_heads) * s.head_dim;
   const double V = s.vocab;

@@ -54,6 +54,12 @@ std::vector<int> decoder_prompt_lengths(const WorkloadConfig& w);
 // from the experiment before anything is allocated.
 double estimate_decoder_bytes(const Experiment& e);
 
+// sum(decoder_prompt_lengths(w)) without materialising the lengths, so that the memory estimate of any
+// workload.batch allocates nothing: exact up to kExactPromptTokens sequences (a hash per sequence for a
+// LO..HI range); beyond that, a range counts its mean length per sequence.
+constexpr int64_t kExactPromptTokens = int64_t{1} << 22;
+double decoder_prompt_tokens(const WorkloadConfig& w);
+
 struct DecoderLayerWeights {
   AttentionWeights attention;
   std::vector<float> ffn_norm;         // [hidden]

@@ -161,6 +161,37 @@ TEST(Decoder, ExpertChoiceSeesOnlyTheStepsTokens) {
   }
 }
 
+// The memory estimate sums the prompt lengths without materialising them (a fuzzed workload.batch of
+// 922337615 used to allocate 3.7 GB inside the estimate): the sum equals the lengths' for each form, and a
+// billion sequences cost nothing to estimate.
+TEST(Decoder, PromptTokensWithoutTheLengths) {
+  WorkloadConfig w;
+  w.batch = 37;
+  w.seed = 11;
+  const auto sum_of_lengths = [](const WorkloadConfig& c) {
+    const std::vector<int> lens = decoder_prompt_lengths(c);
+    return std::accumulate(lens.begin(), lens.end(), 0.0);
+  };
+  w.prompt_len = {96};
+  EXPECT_EQ(decoder_prompt_tokens(w), 37.0 * 96);
+  w.prompt_len_range = true;
+  w.prompt_len = {5, 300};
+  EXPECT_EQ(decoder_prompt_tokens(w), sum_of_lengths(w));
+  w.prompt_len_range = false;
+  w.prompt_len.assign(37, 0);
+  for (int i = 0; i < 37; ++i) w.prompt_len[i] = 1 + i * i;
+  EXPECT_EQ(decoder_prompt_tokens(w), sum_of_lengths(w));
+  w.prompt_len[3] = 0;
+  EXPECT_THROW(decoder_prompt_tokens(w), PreconditionError);
+  w.batch = 1000000000;
+  w.prompt_len_range = true;
+  w.prompt_len = {10, 30};
+  EXPECT_EQ(decoder_prompt_tokens(w), 1e9 * 20);  // past kExactPromptTokens: the range's mean
+  w.prompt_len_range = false;
+  w.prompt_len = {7};
+  EXPECT_EQ(decoder_prompt_tokens(w), 7e9);
+}
+
 TEST(Decoder, MemoryLimitIsRefusedBeforeAllocating) {
   const Experiment e = tiny_decoder({"workload.batch=64", "workload.prompt_len=4096", "workload.decode_steps=4096"});
   const double need = estimate_decoder_bytes(e);

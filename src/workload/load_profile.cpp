@@ -42,8 +42,11 @@ std::string key_list(const json& root) {
   return s;
 }
 
+// A layer key is a decimal number as written by Python's str(int): no sign, no leading zero ("07" would
+// name layer 7 a second time beside "7").
 bool parse_layer_name(const std::string& s, int* out) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  if (s.size() > 1 && s[0] == '0') return false;
   *out = std::atoi(s.c_str());
   return true;
 }
@@ -83,7 +86,7 @@ LoadProfile parse_load_profile(const std::string& json_text, const std::string& 
     const std::string where = name + ": " + chosen + "." + it.key();
     int layer = 0;
     if (!parse_layer_name(it.key(), &layer)) {
-      throw InputError(name + ": " + chosen + ": expected layer numbers as keys, got '" + it.key() + "'");
+      throw InputError(name + ": " + chosen + ": expected layer numbers as keys (0, 1, 2, ... without leading zeros), got '" + it.key() + "'");
     }
     const json& counts = it.value();
     if (!counts.is_array() || counts.size() != static_cast<size_t>(num_experts)) {

@@ -128,6 +128,9 @@ TEST(LoadProfile, ReaderErrorsNameFileAndKey) {
   fails_with("{\"a\": {\"0\": [1, 2, 3]}}", "a", 2, "a.0: expected 2 counts");
   fails_with("{\"a\": {\"0\": [1, -2]}}", "a", 2, "a.0[1]: expected a count >= 0");
   fails_with("{\"a\": {\"x\": [1, 2]}}", "a", 2, "expected layer numbers as keys");
+  // "07" would be layer 7 a second time (a fuzz finding: layers then were not ascending).
+  fails_with("{\"a\": {\"7\": [1, 2], \"07\": [3, 4]}}", "a", 2, "without leading zeros), got '07'");
+  fails_with("{\"a\": {\"00\": [1, 2]}}", "a", 2, "got '00'");
   fails_with("[1]", "a", 2, "expected a JSON object");
   fails_with("{", "a", 2, "parse error");
   // Nested keys and the "data" wrapper are both accepted.

@@ -747,6 +747,16 @@ void Loader::read_hardware(const YAML::Node& n, const std::string& at, Experimen
     out << n;
     e.hardware.name.clear();
     e.hardware.inline_yaml = out.c_str();
+    // The table is kept as YAML text (re-emitted by `moesim config`, parsed by the profile reader). yaml-cpp's
+    // emitter can write text its own parser rejects (a fuzzed value of control bytes and '~' runs did): such
+    // a table is refused here, once, with the key named.
+    bool reparses = out.good();
+    try {
+      if (reparses) YAML::Load(e.hardware.inline_yaml);
+    } catch (const YAML::Exception&) {
+      reparses = false;
+    }
+    if (!reparses) fail_expected(at, "hardware", "an inline map of plain keys and values", "one that cannot be written back as YAML");
   } else {
     fail_expected(at, "hardware", what, describe(n));
   }

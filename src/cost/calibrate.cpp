@@ -440,8 +440,7 @@ DeviceFit fit_device(const DeviceMeasurements& m, const HardwareProfile& datashe
   }
   const double launches_s = 2.0 * m.launch_overhead_s, overlap = datasheet.memory_compute_overlap;
   const auto model_s = [&](const Sample& s, double eff_bw, double eff_flops) {
-    const double mem = s.memory_s / eff_bw, comp = s.compute_s / eff_flops;
-    return std::max(mem, comp) + (1.0 - overlap) * std::min(mem, comp) + launches_s;
+    return combine_terms(s.memory_s / eff_bw, s.compute_s / eff_flops, overlap) + launches_s;
   };
   const auto loss = [&](double log_bw, double log_flops) {
     const double eb = std::exp(log_bw), ef = std::exp(log_flops);

@@ -15,12 +15,6 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The calibrated column's combination of its memory and compute terms: the roofline's max when the
-// machine overlaps them fully (overlap 1), their sum when it does not overlap them at all (overlap 0).
-double combine(double mem_s, double compute_s, double overlap) {
-  return std::max(mem_s, compute_s) + (1.0 - overlap) * std::min(mem_s, compute_s);
-}
-
 }  // namespace
 
 ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64_t ffn_, Dtype dtype)
@@ -95,7 +89,7 @@ CostBreakdown GroupedCost::time() const {
   c.ideal_s = std::max(mem_s, static_cast<double>(rows_) * m.flops_per_row / m.peak_flops_per_s);
   const double launches_s = 2.0 * m.launch_s;
   c.quantized_s = std::max(mem_s, compute_s) + launches_s;
-  c.calibrated_s = combine(mem_s / m.eff_bw, compute_s / m.eff_flops, m.overlap) + launches_s;
+  c.calibrated_s = combine_terms(mem_s / m.eff_bw, compute_s / m.eff_flops, m.overlap) + launches_s;
   return c;
 }
 
@@ -129,7 +123,7 @@ CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionSh
   const double launches_s = 3.0 * hw.launch_overhead_s;
   c.ideal_s = std::max(mem_s, compute_s);
   c.quantized_s = c.ideal_s + launches_s;
-  c.calibrated_s = combine(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops, hw.memory_compute_overlap) +
+  c.calibrated_s = combine_terms(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops, hw.memory_compute_overlap) +
                    launches_s;
   return c;
 }

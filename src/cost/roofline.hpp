@@ -4,6 +4,8 @@
 // Pure arithmetic, host only, no allocation. Covered by tests/cost/roofline_test.cpp.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 
 #include "config/experiment.hpp"
@@ -54,6 +56,12 @@ struct ExpertRoofline {
     return tile_m_shift >= 0 ? (n + tile_m - 1) >> tile_m_shift : (n + tile_m - 1) / tile_m;
   }
 };
+
+// The calibrated column's combination of a memory and a compute term: the roofline's max when the machine
+// overlaps them fully (overlap 1), their sum when it does not overlap them at all (overlap 0).
+inline double combine_terms(double mem_s, double compute_s, double overlap) {
+  return std::max(mem_s, compute_s) + (1.0 - overlap) * std::min(mem_s, compute_s);
+}
 
 // Accumulates the experts of one grouped kernel pair (up, then down) on one device:
 //   t = max(sum_active (W + A(n)) / BW, compute) + launches, where compute is

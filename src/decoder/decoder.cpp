@@ -69,50 +69,55 @@ DecoderShape executed_decoder_shape(const Experiment& e) {
   return s;
 }
 
-std::vector<int> decoder_prompt_lengths(const WorkloadConfig& w) {
+namespace {
+
+// The preconditions of workload.prompt_len shared by decoder_prompt_lengths and decoder_prompt_tokens.
+void check_prompt_len(const WorkloadConfig& w) {
   MOESIM_REQUIRE(w.batch >= 1 && !w.prompt_len.empty(), "the decoder needs workload.batch >= 1 and a prompt length");
-  const int64_t B = w.batch;
-  std::vector<int> lens(B);
   if (w.prompt_len_range) {
     MOESIM_REQUIRE(w.prompt_len.size() == 2 && w.prompt_len[0] >= 1 && w.prompt_len[0] <= w.prompt_len[1],
                    "workload.prompt_len range must be LO..HI with 1 <= LO <= HI");
-    const uint64_t span = static_cast<uint64_t>(w.prompt_len[1] - w.prompt_len[0]) + 1;
-    for (int64_t b = 0; b < B; ++b)
-      lens[b] = w.prompt_len[0] + static_cast<int>(counter_hash(w.seed, kStreamPromptLen, b) % span);
-  } else if (w.prompt_len.size() == 1) {
-    std::fill(lens.begin(), lens.end(), w.prompt_len[0]);
-  } else {
-    MOESIM_REQUIRE(static_cast<int64_t>(w.prompt_len.size()) == B,
-                   "workload.prompt_len has " << w.prompt_len.size() << " lengths for " << B << " sequences");
-    lens.assign(w.prompt_len.begin(), w.prompt_len.end());
+  } else if (w.prompt_len.size() != 1) {
+    MOESIM_REQUIRE(static_cast<int64_t>(w.prompt_len.size()) == w.batch,
+                   "workload.prompt_len has " << w.prompt_len.size() << " lengths for " << w.batch << " sequences");
   }
-  for (int l : lens) MOESIM_REQUIRE(l >= 1, "prompt lengths must be >= 1, got " << l);
-  return lens;
+  if (!w.prompt_len_range) {
+    for (int l : w.prompt_len) MOESIM_REQUIRE(l >= 1, "prompt lengths must be >= 1, got " << l);
+  }
+}
+
+// Sequence b's length under a LO..HI range, drawn from the seed.
+int drawn_prompt_len(const WorkloadConfig& w, int64_t b) {
+  const uint64_t span = static_cast<uint64_t>(w.prompt_len[1] - w.prompt_len[0]) + 1;
+  return w.prompt_len[0] + static_cast<int>(counter_hash(w.seed, kStreamPromptLen, b) % span);
+}
+
+}  // namespace
+
+std::vector<int> decoder_prompt_lengths(const WorkloadConfig& w) {
+  check_prompt_len(w);
+  const int64_t B = w.batch;
+  if (w.prompt_len_range) {
+    std::vector<int> lens(B);
+    for (int64_t b = 0; b < B; ++b) lens[b] = drawn_prompt_len(w, b);
+    return lens;
+  }
+  if (w.prompt_len.size() == 1) return std::vector<int>(B, w.prompt_len[0]);
+  return w.prompt_len;
 }
 
 double decoder_prompt_tokens(const WorkloadConfig& w) {
-  MOESIM_REQUIRE(w.batch >= 1 && !w.prompt_len.empty(), "the decoder needs workload.batch >= 1 and a prompt length");
+  check_prompt_len(w);
   const int64_t B = w.batch;
-  double sum = 0;
   if (w.prompt_len_range) {
-    MOESIM_REQUIRE(w.prompt_len.size() == 2 && w.prompt_len[0] >= 1 && w.prompt_len[0] <= w.prompt_len[1],
-                   "workload.prompt_len range must be LO..HI with 1 <= LO <= HI");
-    const int lo = w.prompt_len[0], hi = w.prompt_len[1];
-    if (B > kExactPromptTokens) return static_cast<double>(B) * (0.5 * lo + 0.5 * hi);
-    const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
-    for (int64_t b = 0; b < B; ++b) sum += lo + static_cast<int>(counter_hash(w.seed, kStreamPromptLen, b) % span);
+    if (B > kExactPromptTokens) return static_cast<double>(B) * (0.5 * w.prompt_len[0] + 0.5 * w.prompt_len[1]);
+    double sum = 0;
+    for (int64_t b = 0; b < B; ++b) sum += drawn_prompt_len(w, b);
     return sum;
   }
-  if (w.prompt_len.size() == 1) {
-    MOESIM_REQUIRE(w.prompt_len[0] >= 1, "prompt lengths must be >= 1, got " << w.prompt_len[0]);
-    return static_cast<double>(B) * w.prompt_len[0];
-  }
-  MOESIM_REQUIRE(static_cast<int64_t>(w.prompt_len.size()) == B,
-                 "workload.prompt_len has " << w.prompt_len.size() << " lengths for " << B << " sequences");
-  for (int l : w.prompt_len) {
-    MOESIM_REQUIRE(l >= 1, "prompt lengths must be >= 1, got " << l);
-    sum += l;
-  }
+  if (w.prompt_len.size() == 1) return static_cast<double>(B) * w.prompt_len[0];
+  double sum = 0;
+  for (int l : w.prompt_len) sum += l;
   return sum;
 }
 

@@ -1,39 +1,50 @@
-// Grouped expert GEMMs on the host: one cblas_sgemm per expert over its contiguous rows of the
-// expert-major buffer (float32, row-major). Empty experts are skipped; padding rows are computed (the
-// waste of the block/capacity layouts). Bytewise deterministic at any thread count.
-// Built by g++ (kernels/host/gemm_openblas.cpp, OpenBLAS OpenMP build).
+// Grouped expert GEMMs on the host (float32, row-major): each GEMM cut into tiles of a shape fixed by the
+// problem (gemm_tiles), one single-threaded GEMM call per tile, the tiles shared among the OpenMP
+// threads. Empty experts are skipped; padding rows are computed (the waste of the block/capacity
+// layouts). Bytewise the same at any thread count for one GEMM kernel (HostGemm).
+// Built by g++ (kernels/host/gemm_openblas.cpp: OpenBLAS OpenMP build, or the fixed-order kernel).
 // Covered by tests/experts/grouped_gemm_test.cpp against kernels/moe_ref.hpp.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/moe_layer.hpp"
 
 namespace moesim {
 
-// Experts with fewer rows than this run as a batch of single-threaded GEMMs in parallel across experts.
-constexpr int64_t kSmallExpertRows = 16;
+// Largest tile of one GEMM's [rows, cols] output. A tile re-reads its A rows and its B columns, so the
+// packing overhead is about 1 / (2 x kTileMaxCols) + 1 / (2 x kTileMaxRows) of the arithmetic; a
+// 512 x 256 tile of k = 1024 is 0.27 GFLOP, a few milliseconds on one core.
+constexpr int64_t kTileMaxRows = 512;
+constexpr int64_t kTileMaxCols = 256;
+constexpr int64_t kTileColAlign = 16;  // column blocks are multiples of this (but the last)
 
-// The scheduling decision, one place: a GEMM of fewer than kSmallExpertRows rows is too small to split
-// over threads (OpenBLAS would fork a team for a few microseconds of work), so such experts are run
-// concurrently, one expert per thread; larger experts run one after another, each on the threaded BLAS.
-// Empty experts (rows == 0) are skipped by the caller and never reach this decision.
-inline bool run_expert_across_experts(int64_t rows) { return rows < kSmallExpertRows; }
+// One tile: output rows [row0, row0 + rows), columns [col0, col0 + cols).
+struct GemmTile {
+  int64_t row0, rows, col0, cols;
+};
+
+// The tiles of a [rows, cols] output, row-major order: even splits into ceil(rows / kTileMaxRows) row
+// blocks and ceil(cols / kTileMaxCols) column blocks (widths rounded up to kTileColAlign). A function of
+// (rows, cols) only: this is what makes the bits independent of the thread count. Empty for 0 rows.
+std::vector<GemmTile> gemm_tiles(int64_t rows, int64_t cols);
 
 // Plain grouped GEMM: for each group g, C[off[g]:off[g+1]] = A[off[g]:off[g+1]] * B_g.
 // a: [offsets[G], k]; b: [G, k, n]; c: [offsets[G], n]; offsets: [G+1].
 // Exposed for the exact integer test and benchmarks (no activation).
 void grouped_gemm_omp(const float* a, const float* b, const int64_t* offsets, int num_groups, int64_t k,
-                      int64_t n, float* c);
+                      int64_t n, float* c, HostGemm gemm = HostGemm::openblas);
 
 // Grouped SwiGLU over the expert-major buffer: rows [offsets[e], offsets[e+1]) go through expert e:
 // out = (silu(xg W1_e) * (xg W3_e)) W2_e. xg, out: [offsets[E], w.hidden]; offsets: [E+1]
 // (a plan's padded_offsets). scratch: [2 * offsets[E] * w.ffn] floats, or nullptr to allocate inside.
 void grouped_swiglu_omp(const ExpertWeights& w, const float* xg, const int64_t* offsets, float* out,
-                        float* scratch = nullptr);
+                        float* scratch = nullptr, HostGemm gemm = HostGemm::openblas);
 
 // Shared experts: out[t] = sum over s = 0..S-1 (in that order) of SwiGLU_s(x[t]), every token, weight 1.
 // x, out: [num_tokens, shared.hidden].
-void shared_experts_omp(const ExpertWeights& shared, const float* x, int64_t num_tokens, float* out);
+void shared_experts_omp(const ExpertWeights& shared, const float* x, int64_t num_tokens, float* out,
+                        HostGemm gemm = HostGemm::openblas);
 
 }  // namespace moesim

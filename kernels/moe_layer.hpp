@@ -51,6 +51,11 @@ struct ExpertWeights {
   std::vector<float> w2;  // [num_experts, ffn, hidden]
 };
 
+// The GEMM that runs the host experts' tiles. openblas: the executed layer that is timed (the same bytes
+// at any thread count for one OpenBLAS kernel, which the machine picks). fixed_order: moesim's own kernel
+// (kernels/gemm_fixed_order.hpp), the same bytes on any x86-64 machine; the decoder workload uses it.
+enum class HostGemm { openblas, fixed_order };
+
 // Wall seconds (steady_clock) of the three phases of moe_forward_omp.
 struct MoePhaseTimes {
   double dispatch_s = 0;  // gather into the expert-major buffer (planning is timed by the caller)
@@ -92,9 +97,10 @@ void combine_omp(const Routing& r, const DispatchPlan& plan, const float* expert
 
 // Full layer: gather, routed experts (+ shared experts: S always-on experts with weight 1, added to every
 // token; shared may be null), combine. plan must come from plan_dispatch_* on the same Routing.
-// x, y: [r.num_tokens, w.hidden]. times is filled when non-null.
+// x, y: [r.num_tokens, w.hidden]. times is filled when non-null. gemm runs the routed and shared experts.
 void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const float* x,
-                     const Routing& r, const DispatchPlan& plan, float* y, MoePhaseTimes* times);
+                     const Routing& r, const DispatchPlan& plan, float* y, MoePhaseTimes* times,
+                     HostGemm gemm = HostGemm::openblas);
 
 }  // namespace moesim
 

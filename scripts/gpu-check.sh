@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check in one run: builds moesim with the CUDA backend for sm_90 (override: MOESIM_CUDA_ARCH)
-# into build-gpu, runs the GPU tests (ctest -L gpu: every CUDA result against the CPU path), then the GPU
+# into build-gpu, runs the GPU tests (ctest -L gpu: every CUDA result against the CPU path), prints the CPU and
+# CUDA output digests of small-integer grouped GEMMs (equal when the backends agree bit for bit), then the GPU
 # benchmarks (permutation GB/s vs a device-to-device copy, grouped GEMM TFLOP/s vs one dense cuBLAS GEMM
 # of the same FLOPs, the whole MoE layer vs the same layer under balanced routing and, when python3 can
 # import torch with CUDA, vs a PyTorch eager MoE block of the same shape), a quick `moesim calibrate
@@ -42,6 +43,10 @@ echo "== GPU tests (ctest -L gpu) =="
 status=0
 (cd "$build" && ctest -L gpu -j1 --output-on-failure --timeout 300) | tail -25 || status=1
 echo "tests done at $(elapsed)"
+
+echo "== output digests on small-integer inputs (CPU OpenBLAS against cuBLAS: must be equal) =="
+"$build/tests/moesim_gpu_tests" --gtest_filter='*SmallIntegersEqualOpenblasExactly*' 2>&1 |
+  grep '^moesim-digest:' | sed 's/^moesim-digest: //' || status=1
 
 echo "== benchmarks =="
 csv="$build/gpu-bench.csv"

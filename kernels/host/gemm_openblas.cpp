@@ -1,9 +1,12 @@
-// Grouped expert GEMMs on OpenBLAS (OpenMP build): cblas_sgemm per expert, float32, row-major.
-// Scheduling: experts are spread across the threads (one expert per thread at a time, single-threaded
-// BLAS, largest first) whenever that keeps the threads evenly loaded; an expert too large to balance
-// runs alone on the threaded BLAS. Deterministic at any thread count and schedule: OpenBLAS splits a
-// GEMM over M and N, never over K, so each output element keeps one summation order; elementwise SwiGLU
-// and the shared sum are per element. Host only (g++).
+// Grouped expert GEMMs on the host (float32, row-major), on OpenBLAS (OpenMP build) or on the fixed-order
+// kernel (kernels/gemm_fixed_order.hpp). Partitioning is moesim's own: every GEMM is cut into tiles whose
+// shapes depend on the problem alone (expert rows, hidden, ffn), never on the thread count, and each tile
+// is one single-threaded GEMM call; the threads take tiles, largest first, from one list. OpenBLAS's
+// threaded sgemm is never used: its bits change with the thread count (its Haswell kernels partition
+// edge tiles by thread). So the bytes are the same at any thread count and OpenMP schedule for one BLAS
+// kernel; across OpenBLAS kernels (OPENBLAS_CORETYPE) they may differ in the last bits, and the
+// fixed-order kernel gives the same bits everywhere. SwiGLU is elementwise per tile; the shared sum is
+// per element in expert order. Host only (g++).
 // Covered by tests/experts/grouped_gemm_test.cpp and tests/experts/moe_layer_test.cpp; timed by tests/bench.
 #include <cblas.h>
 
@@ -11,27 +14,35 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <numeric>
 #include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "kernels/gemm_fixed_order.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/host/reused_buffer.hpp"
 
 namespace moesim {
 
-namespace {
-
-// C[m, n] = A[m, k] * B[k, n], row-major, no transposes.
-void sgemm_rows(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(n), 0.0f, c,
-              static_cast<int>(n));
+std::vector<GemmTile> gemm_tiles(int64_t rows, int64_t cols) {
+  std::vector<GemmTile> tiles;
+  if (rows <= 0 || cols <= 0) return tiles;
+  // Even splits: ceil(rows / kTileMaxRows) row blocks of equal size (the last one shorter), column blocks
+  // the same with the width rounded up to kTileColAlign so that BLAS kernels see whole vector widths.
+  const int64_t row_blocks = (rows + kTileMaxRows - 1) / kTileMaxRows;
+  const int64_t row_step = (rows + row_blocks - 1) / row_blocks;
+  const int64_t col_blocks = (cols + kTileMaxCols - 1) / kTileMaxCols;
+  int64_t col_step = (cols + col_blocks - 1) / col_blocks;
+  col_step = std::min(cols, (col_step + kTileColAlign - 1) / kTileColAlign * kTileColAlign);
+  for (int64_t r = 0; r < rows; r += row_step)
+    for (int64_t c = 0; c < cols; c += col_step)
+      tiles.push_back({r, std::min(row_step, rows - r), c, std::min(col_step, cols - c)});
+  return tiles;
 }
+
+namespace {
 
 int available_threads() {
 #ifdef _OPENMP
@@ -41,78 +52,51 @@ int available_threads() {
 #endif
 }
 
-int thread_id() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
+// C[m, n] = A[m, k] B[k, n] on one thread, leading dimensions given. OpenBLAS's OpenMP build runs
+// single-threaded inside an active parallel region (it checks omp_in_parallel()) and when
+// omp_get_max_threads() is 1, which are the only two ways run_tasks calls it.
+void tile_gemm(HostGemm gemm, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+               int64_t m, int64_t k, int64_t n) {
+  if (gemm == HostGemm::fixed_order) {
+    sgemm_fixed_order(a, lda, b, ldb, c, ldc, m, k, n);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
+              static_cast<int>(ldc));
 }
 
-// Spread across threads while the longest thread stays within this factor of a perfect split.
-constexpr double kBalanceSlack = 1.10;
-
-// Cost of a group in the schedule: rows, but at least kSmallExpertRows (a GEMM of few rows still streams
-// its whole weight matrix).
-int64_t group_cost(int64_t rows) { return std::max(rows, kSmallExpertRows); }
-
-// Finishing time of the longest thread when `costs` (descending) are taken greedily by the first free
-// thread: what schedule(dynamic, 1) over the descending list does.
-int64_t greedy_makespan(const std::vector<int64_t>& costs, int threads) {
-  std::vector<int64_t> load(static_cast<size_t>(threads), 0);
-  for (int64_t c : costs) *std::min_element(load.begin(), load.end()) += c;
-  return *std::max_element(load.begin(), load.end());
-}
-
-// Which groups run across threads and which alone on the threaded BLAS.
-// - Groups of fewer than kSmallExpertRows rows (run_expert_across_experts) always run across threads: too
-//   small to split (OpenBLAS would fork a team for a few microseconds of work).
-// - The others run across threads too, largest first, unless the split would leave one thread more than
-//   kBalanceSlack over a perfect split; then the largest is moved to the threaded BLAS, and so on.
-//   Across threads, a batch of experts costs one fork/join instead of four per expert (three GEMMs and the
-//   SwiGLU), and a thread that the OS deschedules only delays its own expert.
-struct Schedule {
-  std::vector<int> across;    // descending cost, ties by lower group
-  std::vector<int> threaded;  // descending rows
+// One tile of one group's GEMM.
+struct Task {
+  int group;
+  GemmTile tile;
+  int64_t cost;  // rows x cols x k: the order tasks are dealt in
 };
 
-Schedule plan_schedule(const std::vector<int64_t>& rows, int threads) {
-  Schedule s;
-  for (int g = 0; g < static_cast<int>(rows.size()); ++g) {
-    if (rows[g] > 0) s.across.push_back(g);
-  }
-  auto heavier = [&](int a, int b) {
-    return group_cost(rows[a]) != group_cost(rows[b]) ? group_cost(rows[a]) > group_cost(rows[b]) : a < b;
-  };
-  std::sort(s.across.begin(), s.across.end(), heavier);
-  if (threads <= 1) return s;
-  while (!s.across.empty() && !run_expert_across_experts(rows[s.across.front()])) {
-    std::vector<int64_t> costs;
-    for (int g : s.across) costs.push_back(group_cost(rows[g]));
-    const int64_t total = std::accumulate(costs.begin(), costs.end(), int64_t(0));
-    if (static_cast<double>(greedy_makespan(costs, threads)) <= kBalanceSlack * static_cast<double>(total) / threads) {
-      break;
-    }
-    s.threaded.push_back(s.across.front());
-    s.across.erase(s.across.begin());
-  }
-  return s;
+// Sorts tasks by descending cost (ties: group, then position), so the threads end together.
+void order_tasks(std::vector<Task>& tasks) {
+  std::sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) {
+    if (x.cost != y.cost) return x.cost > y.cost;
+    if (x.group != y.group) return x.group < y.group;
+    return x.tile.row0 != y.tile.row0 ? x.tile.row0 < y.tile.row0 : x.tile.col0 < y.tile.col0;
+  });
 }
 
-// Runs run(g, slot, inner_parallel) for every group with rows[g] > 0 under plan_schedule: the threaded
-// groups one after another (inner_parallel = true, slot 0), then the others in one OpenMP loop over
-// `threads` threads (slot = the thread's number, < threads; OpenBLAS's OpenMP build runs single-threaded inside a parallel region, it
-// checks omp_in_parallel(), so no openblas_set_num_threads call is needed, which would also reset the
-// OpenMP thread count).
+// Runs run(task) for every task across the OpenMP threads. With more than one thread the loop always
+// opens a full team, even for one task: a team of one is not an active region, and there OpenBLAS
+// would thread the call (and change its bits). Which thread runs a task changes no output.
 template <class Run>
-void run_schedule(const Schedule& s, int threads, Run run) {
-  for (int g : s.threaded) run(g, 0, true);
-  const int num_across = static_cast<int>(s.across.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_across > 1 && threads > 1)
-  for (int i = 0; i < num_across; ++i) run(s.across[i], thread_id(), false);
+void run_tasks(const std::vector<Task>& tasks, Run run) {
+  const int64_t n = static_cast<int64_t>(tasks.size());
+  if (n == 0) return;
+  const int threads = available_threads();
+  if (threads <= 1) {
+    for (const Task& t : tasks) run(t);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t i = 0; i < n; ++i) run(tasks[i]);
 }
-
-struct GemmScratchTag;  // ReusedBuffer<GemmScratchTag>: the per-thread GEMM scratch slots
 
 // exp(x) for x in [-87, 0]: 2^n exp(r) with n = round(x / ln 2) in [-126, 0] and |r| <= ln 2 / 2
 // (Cody-Waite reduction), exp(r) by the degree-6 polynomial of Cephes' expf; relative error below 2e-7
@@ -164,22 +148,51 @@ inline float silu(float v) {
   return v * s;
 }
 
-// One SwiGLU expert over m rows: g = x W1, u = x W3, h = silu(g) * u (into g), out = h W2.
-// x: [m, hidden]; w1, w3: [hidden, ffn]; w2: [ffn, hidden]; g, u: [m, ffn] scratch; out: [m, hidden].
-void swiglu_rows(const float* x, int64_t m, const float* w1, const float* w3, const float* w2, int64_t hidden,
-                 int64_t ffn, float* g, float* u, float* out, bool inner_parallel) {
-  sgemm_rows(x, w1, g, m, hidden, ffn);
-  sgemm_rows(x, w3, u, m, hidden, ffn);
-  const int64_t n = m * ffn;
-#pragma omp parallel for schedule(static) if (inner_parallel && n >= 4096)
-  for (int64_t i = 0; i < n; ++i) g[i] = silu(g[i]) * u[i];
-  sgemm_rows(g, w2, out, m, ffn, hidden);
-}
+// One SwiGLU group: rows of x through one expert's weights, into out; g and u are its [rows, ffn]
+// scratch halves. x, out: [rows, hidden] (out may alias x: every up projection of the call reads x before
+// any down projection writes out).
+struct SwigluGroup {
+  const float* x;
+  const float* w1;  // [hidden, ffn]
+  const float* w3;  // [hidden, ffn]
+  const float* w2;  // [ffn, hidden]
+  float* g;
+  float* u;
+  float* out;
+  int64_t rows;
+};
 
-std::vector<int64_t> group_rows(const int64_t* offsets, int num_groups) {
-  std::vector<int64_t> rows(num_groups);
-  for (int g = 0; g < num_groups; ++g) rows[g] = offsets[g + 1] - offsets[g];
-  return rows;
+// Phase 1, tiles of [rows, ffn]: g = x W1, u = x W3, g = silu(g) * u. Phase 2, tiles of [rows, hidden]:
+// out = g W2. Each output element is computed by one tile of a shape fixed by (rows, hidden, ffn).
+void swiglu_groups(const std::vector<SwigluGroup>& groups, int64_t hidden, int64_t ffn, HostGemm gemm) {
+  std::vector<Task> up, down;
+  for (int gi = 0; gi < static_cast<int>(groups.size()); ++gi) {
+    const int64_t rows = groups[gi].rows;
+    for (const GemmTile& t : gemm_tiles(rows, ffn)) up.push_back({gi, t, t.rows * t.cols * hidden});
+    for (const GemmTile& t : gemm_tiles(rows, hidden)) down.push_back({gi, t, t.rows * t.cols * ffn});
+  }
+  order_tasks(up);
+  order_tasks(down);
+  run_tasks(up, [&](const Task& task) {
+    const SwigluGroup& s = groups[task.group];
+    const GemmTile& t = task.tile;
+    const float* x = s.x + t.row0 * hidden;
+    float* g = s.g + t.row0 * ffn + t.col0;
+    float* u = s.u + t.row0 * ffn + t.col0;
+    tile_gemm(gemm, x, hidden, s.w1 + t.col0, ffn, g, ffn, t.rows, hidden, t.cols);
+    tile_gemm(gemm, x, hidden, s.w3 + t.col0, ffn, u, ffn, t.rows, hidden, t.cols);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      float* gr = g + r * ffn;
+      const float* ur = u + r * ffn;
+      for (int64_t c = 0; c < t.cols; ++c) gr[c] = silu(gr[c]) * ur[c];
+    }
+  });
+  run_tasks(down, [&](const Task& task) {
+    const SwigluGroup& s = groups[task.group];
+    const GemmTile& t = task.tile;
+    tile_gemm(gemm, s.g + t.row0 * ffn, ffn, s.w2 + t.col0, hidden, s.out + t.row0 * hidden + t.col0, hidden, t.rows,
+              ffn, t.cols);
+  });
 }
 
 void require_offsets(const int64_t* offsets, int num_groups) {
@@ -191,51 +204,54 @@ void require_offsets(const int64_t* offsets, int num_groups) {
   }
 }
 
+struct GemmScratchTag;  // ReusedBuffer<GemmScratchTag>: the grouped SwiGLU's g and u halves
+
 }  // namespace
 
 void grouped_gemm_omp(const float* a, const float* b, const int64_t* offsets, int num_groups, int64_t k,
-                      int64_t n, float* c) {
+                      int64_t n, float* c, HostGemm gemm) {
   require_offsets(offsets, num_groups);
   MOESIM_REQUIRE(k >= 1 && n >= 1, "grouped GEMM needs k, n >= 1, got k=" << k << " n=" << n);
-  const int threads = available_threads();
-  run_schedule(plan_schedule(group_rows(offsets, num_groups), threads), threads, [&](int g, int, bool) {
-    sgemm_rows(a + offsets[g] * k, b + static_cast<int64_t>(g) * k * n, c + offsets[g] * n,
-               offsets[g + 1] - offsets[g], k, n);
+  std::vector<Task> tasks;
+  for (int g = 0; g < num_groups; ++g)
+    for (const GemmTile& t : gemm_tiles(offsets[g + 1] - offsets[g], n)) tasks.push_back({g, t, t.rows * t.cols * k});
+  order_tasks(tasks);
+  run_tasks(tasks, [&](const Task& task) {
+    const GemmTile& t = task.tile;
+    const int64_t row = offsets[task.group] + t.row0;
+    tile_gemm(gemm, a + row * k, k, b + static_cast<int64_t>(task.group) * k * n + t.col0, n, c + row * n + t.col0, n,
+              t.rows, k, t.cols);
   });
 }
 
-// out may be xg itself (moe_forward_omp does that): expert e's rows are read by its two up projections
-// and only then overwritten by its down projection, and no other expert touches them.
+// out may be xg itself (moe_forward_omp does that): swiglu_groups finishes every up projection before
+// the first down projection writes.
 void grouped_swiglu_omp(const ExpertWeights& w, const float* xg, const int64_t* offsets, float* out,
-                        float* scratch) {
+                        float* scratch, HostGemm gemm) {
   require_valid_weights(w);
   require_offsets(offsets, w.num_experts);
   const int64_t rows = offsets[w.num_experts];
   if (rows == 0) return;
   const int64_t hidden = w.hidden;
   const int64_t ffn = w.ffn;
-  const std::vector<int64_t> rows_of = group_rows(offsets, w.num_experts);
-  const int threads = available_threads();
-  const Schedule schedule = plan_schedule(rows_of, threads);
-  // Scratch rows of expert e: at row offsets[e] of the caller's [rows, ffn] halves, or, without one, in a
-  // reused per-thread slot sized for the largest expert a thread runs.
-  int64_t slot_rows = 0;
-  for (int e : schedule.threaded) slot_rows = std::max(slot_rows, rows_of[e]);
-  for (int e : schedule.across) slot_rows = std::max(slot_rows, rows_of[e]);
-  const int slots = schedule.across.size() > 1 ? threads : 1;
   std::unique_ptr<ReusedBuffer<GemmScratchTag>> reused;
-  if (scratch == nullptr) reused = std::make_unique<ReusedBuffer<GemmScratchTag>>(static_cast<size_t>(slots * 2 * slot_rows * ffn));
-  run_schedule(schedule, threads, [&](int e, int slot, bool inner_parallel) {
-    const int64_t r0 = offsets[e];
-    const int64_t m = offsets[e + 1] - r0;
-    float* g = reused ? reused->get() + slot * 2 * slot_rows * ffn : scratch + r0 * ffn;
-    float* u = reused ? g + slot_rows * ffn : scratch + rows * ffn + r0 * ffn;
-    swiglu_rows(xg + r0 * hidden, m, w.w1.data() + e * hidden * ffn, w.w3.data() + e * hidden * ffn,
-                w.w2.data() + e * ffn * hidden, hidden, ffn, g, u, out + r0 * hidden, inner_parallel);
-  });
+  if (scratch == nullptr) {
+    reused = std::make_unique<ReusedBuffer<GemmScratchTag>>(static_cast<size_t>(2 * rows * ffn));
+    scratch = reused->get();
+  }
+  std::vector<SwigluGroup> groups;
+  for (int e = 0; e < w.num_experts; ++e) {
+    const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+    if (m == 0) continue;
+    groups.push_back({xg + r0 * hidden, w.w1.data() + e * hidden * ffn, w.w3.data() + e * hidden * ffn,
+                      w.w2.data() + e * ffn * hidden, scratch + r0 * ffn, scratch + rows * ffn + r0 * ffn,
+                      out + r0 * hidden, m});
+  }
+  swiglu_groups(groups, hidden, ffn, gemm);
 }
 
-void shared_experts_omp(const ExpertWeights& shared, const float* x, int64_t num_tokens, float* out) {
+void shared_experts_omp(const ExpertWeights& shared, const float* x, int64_t num_tokens, float* out,
+                        HostGemm gemm) {
   require_valid_weights(shared);
   MOESIM_REQUIRE(num_tokens >= 0, "num_tokens must be >= 0, got " << num_tokens);
   const int64_t hidden = shared.hidden;
@@ -251,14 +267,14 @@ void shared_experts_omp(const ExpertWeights& shared, const float* x, int64_t num
   // Every shared expert sees all tokens; outputs land in separate buffers and are summed in expert order.
   std::vector<float> per_expert(static_cast<size_t>(num_shared) * n);
   std::vector<float> scratch(static_cast<size_t>(num_shared) * 2 * num_tokens * ffn);
-  std::vector<int64_t> rows(num_shared, num_tokens);
-  const int threads = available_threads();
-  run_schedule(plan_schedule(rows, threads), threads, [&](int s, int, bool inner_parallel) {
+  std::vector<SwigluGroup> groups;
+  for (int s = 0; s < num_shared; ++s) {
     float* g = scratch.data() + static_cast<int64_t>(s) * 2 * num_tokens * ffn;
-    swiglu_rows(x, num_tokens, shared.w1.data() + s * hidden * ffn, shared.w3.data() + s * hidden * ffn,
-                shared.w2.data() + s * ffn * hidden, hidden, ffn, g, g + num_tokens * ffn,
-                per_expert.data() + s * n, inner_parallel);
-  });
+    groups.push_back({x, shared.w1.data() + s * hidden * ffn, shared.w3.data() + s * hidden * ffn,
+                      shared.w2.data() + s * ffn * hidden, g, g + num_tokens * ffn, per_expert.data() + s * n,
+                      num_tokens});
+  }
+  swiglu_groups(groups, hidden, ffn, gemm);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float acc = per_expert[i];

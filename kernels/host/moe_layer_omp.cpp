@@ -243,7 +243,7 @@ void combine_omp(const Routing& r, const DispatchPlan& plan, const float* expert
 }
 
 void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const float* x, const Routing& r,
-                     const DispatchPlan& plan, float* y, MoePhaseTimes* times) {
+                     const DispatchPlan& plan, float* y, MoePhaseTimes* times, HostGemm gemm) {
   require_valid_weights(w);
   MOESIM_REQUIRE(w.num_experts == r.num_experts,
                  "expert weights have " << w.num_experts << " experts, routing " << r.num_experts);
@@ -269,8 +269,8 @@ void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const 
   const double dispatch_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  grouped_swiglu_omp(w, xg, plan.padded_offsets.data(), xg, nullptr);
-  if (has_shared) shared_experts_omp(*shared, x, r.num_tokens, shared_out.data());
+  grouped_swiglu_omp(w, xg, plan.padded_offsets.data(), xg, nullptr, gemm);
+  if (has_shared) shared_experts_omp(*shared, x, r.num_tokens, shared_out.data(), gemm);
   const double experts_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();

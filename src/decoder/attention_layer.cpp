@@ -1,8 +1,7 @@
-// Host attention sublayer (see attention_layer.hpp): OpenBLAS projections, Thrust/OpenMP RMSNorm, RoPE,
+// Host attention sublayer (see attention_layer.hpp): projections on the fixed-order GEMM
+// (kernels/gemm_fixed_order.hpp, the same bits on any machine), Thrust/OpenMP RMSNorm, RoPE,
 // KV-cache append and cached attention. Built by g++. Covered by tests/decoder/attention_test.cpp.
 #include "decoder/attention_layer.hpp"
-
-#include <cblas.h>
 
 #include <cmath>
 
@@ -13,6 +12,7 @@
 #include "decoder/attention.hpp"
 #include "decoder/norms.hpp"
 #include "decoder/rope.hpp"
+#include "kernels/gemm_fixed_order.hpp"
 
 namespace moesim {
 
@@ -33,13 +33,6 @@ void with_policy(int64_t work, Run run) {
 }
 
 }  // namespace
-
-void sgemm_row_major(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
-  if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(n), 0.0f, c,
-              static_cast<int>(n));
-}
 
 void fill_seeded_normal(std::vector<float>& out, uint64_t seed, uint64_t stream, double scale) {
   const int64_t n = static_cast<int64_t>(out.size());
@@ -91,9 +84,9 @@ void attention_layer_omp(const AttentionWeights& w, KvCache& cache, int layer, c
   int64_t attended = 0;
   for (int64_t t = 0; t < num_tokens; ++t) attended += static_cast<int64_t>(pos[t]) + 1;
   with_policy(num_tokens * H, [&](const auto& policy) { rms_norm(policy, x, w.norm.data(), num_tokens, H, s.xn.data()); });
-  sgemm_row_major(s.xn.data(), w.wq.data(), s.q.data(), num_tokens, H, qw);
-  sgemm_row_major(s.xn.data(), w.wk.data(), s.k.data(), num_tokens, H, kvw);
-  sgemm_row_major(s.xn.data(), w.wv.data(), s.v.data(), num_tokens, H, kvw);
+  sgemm_fixed_order_omp(s.xn.data(), w.wq.data(), s.q.data(), num_tokens, H, qw);
+  sgemm_fixed_order_omp(s.xn.data(), w.wk.data(), s.k.data(), num_tokens, H, kvw);
+  sgemm_fixed_order_omp(s.xn.data(), w.wv.data(), s.v.data(), num_tokens, H, kvw);
   with_policy(num_tokens * (qw + 2 * kvw), [&](const auto& policy) {
     apply_rope(policy, s.q.data(), pos, num_tokens, w.heads, w.head_dim);
     apply_rope(policy, s.k.data(), pos, num_tokens, w.kv_heads, w.head_dim);
@@ -104,7 +97,7 @@ void attention_layer_omp(const AttentionWeights& w, KvCache& cache, int layer, c
     cached_attention(policy, s.q.data(), cache.k(layer), cache.v(layer), cache.seq_offset(), seq, pos, num_tokens,
                      w.heads, w.kv_heads, w.head_dim, s.attn.data());
   });
-  sgemm_row_major(s.attn.data(), w.wo.data(), out, num_tokens, qw, H);
+  sgemm_fixed_order_omp(s.attn.data(), w.wo.data(), out, num_tokens, qw, H);
 }
 
 }  // namespace moesim

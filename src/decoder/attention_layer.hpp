@@ -40,9 +40,6 @@ struct AttentionScratch {
 void attention_layer_omp(const AttentionWeights& w, KvCache& cache, int layer, const float* x, const int32_t* seq,
                          const int32_t* pos, int64_t num_tokens, float* out, AttentionScratch& scratch);
 
-// C[m, n] = A[m, k] B[k, n], row-major float32 through OpenBLAS (deterministic at any thread count).
-void sgemm_row_major(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);
-
 // out[i] = scale * N(0, 1), element i from (seed, stream, i) (common/counter_rng.hpp); OpenMP-parallel, same bits
 // at any thread count.
 void fill_seeded_normal(std::vector<float>& out, uint64_t seed, uint64_t stream, double scale);

@@ -1,6 +1,7 @@
 // The decoder step loop (see decoder.hpp): seeded weights, prompt lengths and tokens, prefill and greedy
-// decode through attention with a KV cache and the MoE FFN, one DecoderRecord per layer and step.
-// Built by g++. Covered by tests/decoder/decoder_test.cpp.
+// decode through attention with a KV cache and the MoE FFN, one DecoderRecord per layer and step. Every
+// GEMM (projections, router, experts, head) runs on the fixed-order kernel, so hidden states, logits and
+// routing are the same bits at any thread count, on any BLAS kernel and x86-64 CPU. Built by g++. Covered by tests/decoder/decoder_test.cpp.
 #include "decoder/decoder.hpp"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "common/counter_rng.hpp"
 #include "decoder/kv_cache.hpp"
 #include "decoder/norms.hpp"
+#include "kernels/gemm_fixed_order.hpp"
 #include "workload/synthetic_logits.hpp"
 
 namespace moesim {
@@ -275,7 +277,7 @@ DecoderRun Decoder::run(const RouterConfig& router) const {
       } else {
         rms_norm(policy, x.data(), lw.ffn_norm.data(), N, H, xn.data());
       }
-      sgemm_row_major(xn.data(), lw.router.data(), logits.data(), N, H, E);
+      sgemm_fixed_order_omp(xn.data(), lw.router.data(), logits.data(), N, H, E);
       for (int64_t t = 0; t < N; ++t)
         for (int64_t ex = 0; ex < E; ++ex) logits[t * E + ex] += lw.popularity_bias[ex];
       RouteRequest req;
@@ -295,7 +297,8 @@ DecoderRun Decoder::run(const RouterConfig& router) const {
       const DispatchPlan plan = plan_dispatch_omp(r, router.layout, router.block_size);
       const double plan_s = seconds_since(t2);
       MoePhaseTimes phases;
-      moe_forward_omp(lw.experts, s.shared_experts > 0 ? &lw.shared : nullptr, xn.data(), r, plan, y.data(), &phases);
+      moe_forward_omp(lw.experts, s.shared_experts > 0 ? &lw.shared : nullptr, xn.data(), r, plan, y.data(), &phases,
+                      HostGemm::fixed_order);
       const auto t3 = Clock::now();
       add_into(x.data(), y.data(), N * H);
       rec.measured.dispatch_s = plan_s + phases.dispatch_s;
@@ -326,7 +329,7 @@ DecoderRun Decoder::run(const RouterConfig& router) const {
     for (int64_t b = 0; b < B; ++b) std::copy_n(x.data() + last_row[b] * H, H, head_in.data() + b * H);
     rms_norm(thrust::cpp::par, head_in.data(), w_.final_norm.data(), B, H, head_in.data());
     head_out.resize(B * V);
-    sgemm_row_major(head_in.data(), w_.lm_head.data(), head_out.data(), B, H, V);
+    sgemm_fixed_order_omp(head_in.data(), w_.lm_head.data(), head_out.data(), B, H, V);
     for (int64_t b = 0; b < B; ++b) {
       const float* row = head_out.data() + b * V;
       run.tokens[b].push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));

@@ -2,7 +2,8 @@
 // KV cache, RMSNorm, MoE FFN routed by route_omp with one RouterState per layer kept across steps), final
 // norm, small-vocabulary head and greedy argmax, run for a prompt prefill and workload.decode_steps steps
 // at the `execute:` size. In: an Experiment and a RouterConfig; out: one DecoderRecord per (step, layer).
-// Bytewise identical at any thread count apart from measured times. Built by g++ (OpenMP, OpenBLAS).
+// Bytewise identical at any thread count, OpenBLAS kernel and x86-64 CPU apart from measured times: every
+// GEMM runs on the fixed-order kernel (kernels/gemm_fixed_order.hpp). Built by g++ (OpenMP).
 // Covered by tests/decoder/decoder_test.cpp; docs/workloads.md describes the design.
 #pragma once
 

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "common/digest.hpp"
 #include "common/error.hpp"
 #include "common/median.hpp"
 #include "decoder/kv_cache.hpp"
@@ -332,6 +333,7 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
       const Batch& last = batches.back();
       const RouteRequest req = request_for(e, last, static_cast<int>(batches.size() - 1));
       vr.measured = time_layer(v.router, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
+      vr.output_digest = float_digest(y.data(), y.size());
       vr.executed = true;
       RouterConfig balanced = v.router;
       balanced.gating = Gating::balanced;
@@ -395,6 +397,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
       vr.records.push_back(std::move(rec));
     }
     if (!run.router_states.empty()) vr.final_bias = run.router_states.back().expert_bias;
+    vr.final_hidden_digest = float_digest(run.final_hidden.data(), run.final_hidden.size());
     summarize_phases(e, execute ? run.step_wall_s : std::vector<double>{}, vr);
 
     if (execute) {
@@ -413,6 +416,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
       req.seed = in.seed;
       std::vector<float> y(in.x.size(), 0.0f);
       vr.measured = time_layer(v.router, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
+      vr.output_digest = float_digest(y.data(), y.size());
       RouterConfig balanced = v.router;
       balanced.gating = Gating::balanced;
       vr.measured_balanced_layer_s =

@@ -84,6 +84,11 @@ struct VariantResult {
   MeasuredTimes measured;
   // Measured balanced counterfactual: the same executed layer with `balanced` routing.
   double measured_balanced_layer_s = 0;
+  // common/digest.hpp digests. output_digest: the executed layer's output under this variant's routing
+  // (the same at any thread count for one BLAS kernel; CPU and CUDA equal on exact inputs). decoder:
+  // final_hidden_digest of the decoder's last hidden states, the same on every machine.
+  std::string output_digest;
+  std::string final_hidden_digest;
   std::string verify_message;             // --verify: "ok" or the first mismatch
   const BalanceMetrics& last() const { return per_batch.back(); }
 };

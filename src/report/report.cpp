@@ -466,6 +466,9 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats},
                   {"backend", run.backend == ExecBackend::cuda ? "cuda" : "cpu"}};
   if (run.backend == ExecBackend::cuda) j["execute"]["device"] = run.device;
+  // The first strategy's executed output (a run's only one); every strategy row carries its own.
+  if (!run.variants.empty() && run.variants.front().executed)
+    j["execute"]["output_digest"] = run.variants.front().output_digest;
   const nlohmann::json details = workload_details_json(run);
   for (auto it = details.begin(); it != details.end(); ++it) j["workload"][it.key()] = it.value();
   const std::vector<int> ranks = rank_variants(run);
@@ -505,8 +508,10 @@ nlohmann::json run_to_json(const RunResult& run) {
     if (v.executed) {
       r["measured"] = {{"router_s", v.measured.router_s},   {"dispatch_s", v.measured.dispatch_s},
                        {"experts_s", v.measured.experts_s}, {"combine_s", v.measured.combine_s},
-                       {"layer_s", v.measured.layer_s},     {"balanced_layer_s", v.measured_balanced_layer_s}};
+                       {"layer_s", v.measured.layer_s},     {"balanced_layer_s", v.measured_balanced_layer_s},
+                       {"output_digest", v.output_digest}};
     }
+    if (!v.final_hidden_digest.empty()) r["final_hidden_digest"] = v.final_hidden_digest;
     if (!v.verify_message.empty()) r["verify"] = v.verify_message;
     if (!v.records.empty()) add_steps_json(run, v, r);
     rows.push_back(r);

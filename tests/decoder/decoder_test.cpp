@@ -47,18 +47,19 @@ TEST(Decoder, ExecutedShapeKeepsTheGqaGroup) {
   EXPECT_EQ(s.kv_heads, 8);
 }
 
-TEST(Decoder, SameOutputAtOneAndTwoThreads) {
+TEST(Decoder, SameOutputAtOneTwoAndThreeThreads) {
   for (const char* gating : {"token_choice", "aux_free_bias", "expert_choice"}) {
     // Large enough that the prefill takes the parallel paths (attention_layer.cpp's kSerialWork).
     const Experiment e = tiny_decoder({std::string("router.gating=") + gating, "model.shared_experts=1",
                                        "workload.batch=8", "workload.prompt_len=60..100", "execute.hidden=128"});
     const Decoder decoder(e);
-    DecoderRun runs[2];
-    for (int threads : {1, 2}) {
+    DecoderRun runs[3];
+    for (int threads : {1, 2, 3}) {
       test::ScopedOmpThreads scoped(threads);
       runs[threads - 1] = decoder.run(e.router);
     }
-    const DecoderRun &a = runs[0], &b = runs[1];
+    for (int other : {1, 2}) {
+    const DecoderRun &a = runs[0], &b = runs[other];
     EXPECT_EQ(a.tokens, b.tokens) << gating << ", seed " << e.workload.seed;
     EXPECT_TRUE(same_float_bytes(a.last_logits, b.last_logits)) << gating;
     EXPECT_TRUE(same_float_bytes(a.final_hidden, b.final_hidden)) << gating;
@@ -70,6 +71,7 @@ TEST(Decoder, SameOutputAtOneAndTwoThreads) {
     ASSERT_EQ(a.router_states.size(), b.router_states.size());
     for (size_t l = 0; l < a.router_states.size(); ++l)
       EXPECT_EQ(a.router_states[l].expert_bias, b.router_states[l].expert_bias) << gating;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "kernels/grouped_gemm.hpp"
@@ -13,7 +14,7 @@
 namespace moesim {
 namespace {
 
-// Groups below, at and above kSmallExpertRows, and empty ones, so both schedules run.
+// Groups of one row, a few rows, many rows, and empty ones.
 const std::vector<int64_t> kGroupRows = {0, 1, 15, 16, 17, 0, 100, 3, 40};
 
 std::vector<int64_t> offsets_of(const std::vector<int64_t>& rows) {
@@ -23,7 +24,8 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& rows) {
 }
 
 // Integers in -2..2 with k = 64: every product and partial sum is an integer below 2^24, so float32 is
-// exact in any summation order and OpenBLAS must equal the reference bit for bit (at 1 and 2 threads).
+// exact in any summation order and OpenBLAS and the fixed-order kernel must equal the reference bit for
+// bit (at 1, 2 and 3 threads).
 TEST(GroupedGemm, SmallIntegersMatchReferenceExactly) {
   const uint64_t seed = 6100;
   const int64_t k = 64;
@@ -35,11 +37,14 @@ TEST(GroupedGemm, SmallIntegersMatchReferenceExactly) {
   const std::vector<float> b = test::random_small_ints(seed + 1, groups * k * n, -2, 2);
   std::vector<float> ref(rows * n, 1.0f);
   grouped_gemm_ref(a.data(), b.data(), offsets.data(), groups, k, n, ref.data());
-  for (int threads : {1, 2}) {
-    test::ScopedOmpThreads scoped(threads);
-    std::vector<float> got(rows * n, -1.0f);
-    grouped_gemm_omp(a.data(), b.data(), offsets.data(), groups, k, n, got.data());
-    EXPECT_TRUE(test::same_bytes(got, ref)) << "seed=" << seed << " threads=" << threads;
+  for (HostGemm gemm : {HostGemm::openblas, HostGemm::fixed_order}) {
+    for (int threads : {1, 2, 3}) {
+      test::ScopedOmpThreads scoped(threads);
+      std::vector<float> got(rows * n, -1.0f);
+      grouped_gemm_omp(a.data(), b.data(), offsets.data(), groups, k, n, got.data(), gemm);
+      EXPECT_TRUE(test::same_bytes(got, ref)) << "seed=" << seed << " threads=" << threads
+                                              << " fixed=" << (gemm == HostGemm::fixed_order);
+    }
   }
 }
 
@@ -51,8 +56,6 @@ TEST(GroupedGemm, SwigluMatchesReference) {
   const std::vector<int64_t> offsets = offsets_of(kGroupRows);
   const int64_t rows = offsets.back();
   const std::vector<float> xg = test::random_floats(seed + 1, rows * w.hidden, -1.0f, 1.0f);
-  std::vector<float> got(rows * w.hidden, 7.0f);
-  grouped_swiglu_omp(w, xg.data(), offsets.data(), got.data());
   std::vector<float> ref(rows * w.hidden);
   std::vector<double> out;
   for (int e = 0; e < w.num_experts; ++e) {
@@ -61,7 +64,11 @@ TEST(GroupedGemm, SwigluMatchesReference) {
       for (int64_t c = 0; c < w.hidden; ++c) ref[row * w.hidden + c] = static_cast<float>(out[c]);
     }
   }
-  EXPECT_TRUE(test::all_near(got, ref, 1e-4, 1e-3)) << "seed=" << seed;
+  for (HostGemm gemm : {HostGemm::openblas, HostGemm::fixed_order}) {
+    std::vector<float> got(rows * w.hidden, 7.0f);
+    grouped_swiglu_omp(w, xg.data(), offsets.data(), got.data(), nullptr, gemm);
+    EXPECT_TRUE(test::all_near(got, ref, 1e-4, 1e-3)) << "seed=" << seed << " fixed=" << (gemm == HostGemm::fixed_order);
+  }
 }
 
 // Padding rows are zeros in the gathered buffer; silu(0) * 0 = 0 and 0 * W2 = 0, so they cost compute
@@ -97,11 +104,63 @@ TEST(GroupedGemm, SharedExpertsMatchReference) {
   }
 }
 
-TEST(GroupedGemm, SmallExpertsRunAcrossExperts) {
-  EXPECT_TRUE(run_expert_across_experts(1));
-  EXPECT_TRUE(run_expert_across_experts(kSmallExpertRows - 1));
-  EXPECT_FALSE(run_expert_across_experts(kSmallExpertRows));
-  EXPECT_FALSE(run_expert_across_experts(4096));
+// gemm_tiles(600, 300), worked by hand: ceil(600 / 512) = 2 row blocks of 300; ceil(300 / 256) = 2 column
+// blocks of ceil(300 / 2) = 150, rounded up to 160 (kTileColAlign), the last 140 wide.
+TEST(GroupedGemm, TilesOfAWorkedShape) {
+  const std::vector<GemmTile> t = gemm_tiles(600, 300);
+  ASSERT_EQ(t.size(), 4u);
+  const int64_t want[4][4] = {{0, 300, 0, 160}, {0, 300, 160, 140}, {300, 300, 0, 160}, {300, 300, 160, 140}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(t[i].row0, want[i][0]);
+    EXPECT_EQ(t[i].rows, want[i][1]);
+    EXPECT_EQ(t[i].col0, want[i][2]);
+    EXPECT_EQ(t[i].cols, want[i][3]);
+  }
+  EXPECT_TRUE(gemm_tiles(0, 300).empty());
+  EXPECT_TRUE(gemm_tiles(5, 0).empty());
+}
+
+// Every output element in exactly one tile, no tile over the limits, on awkward shapes.
+TEST(GroupedGemm, TilesCoverTheOutputOnce) {
+  for (int64_t rows : {1, 7, 511, 512, 513, 1025, 4097}) {
+    for (int64_t cols : {1, 15, 16, 17, 255, 256, 257, 1000, 2816}) {
+      std::vector<int> hits(static_cast<size_t>(rows * cols), 0);
+      for (const GemmTile& t : gemm_tiles(rows, cols)) {
+        ASSERT_LE(t.rows, kTileMaxRows);
+        ASSERT_LE(t.cols, kTileMaxCols);
+        ASSERT_GE(t.rows, 1);
+        ASSERT_GE(t.cols, 1);
+        for (int64_t r = t.row0; r < t.row0 + t.rows; ++r)
+          for (int64_t c = t.col0; c < t.col0 + t.cols; ++c) ++hits[r * cols + c];
+      }
+      for (int h : hits) ASSERT_EQ(h, 1) << "rows=" << rows << " cols=" << cols;
+    }
+  }
+}
+
+// The tiles are fixed by the shape, so the grouped SwiGLU gives the same bytes at 1, 2 and 3 threads, on
+// OpenBLAS and on the fixed-order kernel, with experts above one tile (600, 513 rows), ffn over two column
+// tiles, and empty experts; fresh random inputs each run (the seed is printed).
+TEST(GroupedGemm, SwigluSameBytesAtOneTwoAndThreeThreads) {
+  const uint64_t seed = std::random_device{}();
+  const std::vector<int64_t> rows_of = {0, 1, 600, 17, 513, 3, 0, 40};
+  const ExpertWeights w = make_expert_weights(static_cast<int>(rows_of.size()), 72, 300, seed);
+  const std::vector<int64_t> offsets = offsets_of(rows_of);
+  const std::vector<float> xg = test::random_floats(seed + 1, offsets.back() * w.hidden, -1.0f, 1.0f);
+  for (HostGemm gemm : {HostGemm::openblas, HostGemm::fixed_order}) {
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+      test::ScopedOmpThreads scoped(threads);
+      std::vector<float> got(offsets.back() * w.hidden, 7.0f);
+      grouped_swiglu_omp(w, xg.data(), offsets.data(), got.data(), nullptr, gemm);
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_TRUE(test::same_bytes(got, first)) << "seed=" << seed << " threads=" << threads
+                                                   << " gemm=" << (gemm == HostGemm::openblas ? "openblas" : "fixed");
+      }
+    }
+  }
 }
 
 TEST(GroupedGemm, BadShapesAreRejected) {

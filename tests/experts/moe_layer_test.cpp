@@ -59,29 +59,28 @@ TEST(MoeLayer, ForwardMatchesReferenceInEveryLayout) {
 
 // Large enough that OpenBLAS threads the big experts (m * n * k well over its threading threshold) while
 // the small ones run across experts; every phase must give the same bytes at 1 and 2 threads.
-TEST(MoeLayer, SameBytesAtOneAndTwoThreads) {
+TEST(MoeLayer, SameBytesAtOneTwoAndThreeThreads) {
   const uint64_t seed = 7200;
   const Routing r = test::random_token_choice(seed, 300, 9, 2, 0.1, 3.0);
   const ExpertWeights w = make_expert_weights(9, 64, 128, seed);
   const ExpertWeights shared = make_expert_weights(1, 64, 128, seed + 1);
   const std::vector<float> x = test::random_floats(seed + 2, r.num_tokens * 64, -1.0f, 1.0f);
   for (Layout layout : {Layout::dropless, Layout::block, Layout::capacity}) {
-    std::vector<float> y[2];
-    for (int threads : {1, 2}) {
+    std::vector<float> y[3];
+    for (int threads : {1, 2, 3}) {
       test::ScopedOmpThreads scoped(threads);
       const DispatchPlan plan = plan_dispatch_omp(r, layout, 16);
       y[threads - 1].assign(r.num_tokens * 64, 0.0f);
       moe_forward_omp(w, &shared, x.data(), r, plan, y[threads - 1].data(), nullptr);
     }
     EXPECT_TRUE(test::same_bytes(y[0], y[1])) << describe(seed, r) << " layout=" << layout_name(layout);
+    EXPECT_TRUE(test::same_bytes(y[0], y[2])) << describe(seed, r) << " layout=" << layout_name(layout) << " (3 threads)";
   }
 }
 
-// One expert with most of the rows. At 2 threads the schedule (plan_schedule, kernels/host/gemm_openblas.cpp)
-// works out by hand as: costs 600, 5 x 40; greedy makespan 600 > 1.1 x 800 / 2, so expert 0 runs alone on
-// the threaded BLAS; then 120 > 1.1 x 200 / 2 moves one 40-row expert too; the other four run across
-// threads. The layer must match the reference there and at 1 thread (everything across, serially).
-TEST(MoeLayer, DominantExpertOnTheThreadedBlasMatchesReference) {
+// One expert with most of the rows: 600 rows split into two 300-row tiles (gemm_tiles), which the threads
+// share with the five 40-row experts. The layer must match the reference at 1 and 2 threads.
+TEST(MoeLayer, DominantExpertSplitIntoTilesMatchesReference) {
   const uint64_t seed = 7300;
   const int64_t n = 600, hidden = 64, ffn = 96;
   Routing r;

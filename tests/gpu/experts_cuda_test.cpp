@@ -5,11 +5,14 @@
 // Label gpu; each test skips with the reason when no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "gpu/cuda_test_support.hpp"
+#include "common/digest.hpp"
 #include "kernels/cuda_backend.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_ref.hpp"
@@ -101,6 +104,11 @@ TYPED_TEST(ExpertsCuda, SmallIntegersEqualOpenblasExactly) {
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(got[i], want[i]) << "element " << i << " seed " << seed;
   }
+  // The digests users compare (common/digest.hpp: -0 hashed as +0), printed for scripts/gpu-check.sh.
+  const std::string cpu = float_digest(want.data(), want.size()), cuda = float_digest(got.data(), got.size());
+  std::printf("moesim-digest: %s cpu %s cuda %s\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+              cpu.c_str(), cuda.c_str());
+  EXPECT_EQ(cpu, cuda);
 }
 
 TYPED_TEST(ExpertsCuda, RealFloatsWithinDtypeBound) {

@@ -1,0 +1,44 @@
+// The digest of a float tensor, for comparing two runs, two machines or two backends by one string:
+// "fnv1a64:" and 16 hex digits, the 64-bit FNV-1a hash (Fowler, Noll, Vo; the IETF draft
+// draft-eastlake-fnv) of the float32 values' little-endian bytes in index order, with -0 hashed as +0 and
+// every NaN as the quiet NaN 0x7fc00000 (values that compare equal, and any NaN, give one digest).
+// Header only; host. Covered by tests/common/digest_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace moesim {
+
+constexpr uint64_t kFnv1a64Offset = 0xcbf29ce484222325ULL;
+constexpr uint64_t kFnv1a64Prime = 0x100000001b3ULL;
+
+// FNV-1a 64 of n bytes, continuing from h.
+inline uint64_t fnv1a64(const unsigned char* bytes, size_t n, uint64_t h = kFnv1a64Offset) {
+  for (size_t i = 0; i < n; ++i) {
+    h ^= bytes[i];
+    h *= kFnv1a64Prime;
+  }
+  return h;
+}
+
+// The digest of values[0, n).
+inline std::string float_digest(const float* values, size_t n) {
+  uint64_t h = kFnv1a64Offset;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[i], sizeof bits);
+    if (bits == 0x80000000u) bits = 0;                                       // -0 -> +0
+    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) bits = 0x7fc00000u;  // NaN
+    const unsigned char b[4] = {static_cast<unsigned char>(bits), static_cast<unsigned char>(bits >> 8),
+                                static_cast<unsigned char>(bits >> 16), static_cast<unsigned char>(bits >> 24)};
+    h = fnv1a64(b, 4, h);
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("fnv1a64:") + out;
+}
+
+}  // namespace moesim

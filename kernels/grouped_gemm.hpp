@@ -13,11 +13,13 @@
 
 namespace moesim {
 
-// Largest tile of one GEMM's [rows, cols] output. A tile re-reads its A rows and its B columns, so the
-// packing overhead is about 1 / (2 x kTileMaxCols) + 1 / (2 x kTileMaxRows) of the arithmetic; a
-// 512 x 256 tile of k = 1024 is 0.27 GFLOP, a few milliseconds on one core.
-constexpr int64_t kTileMaxRows = 512;
-constexpr int64_t kTileMaxCols = 256;
+// Largest tile of one GEMM's [rows, cols] output. Each tile packs its own A rows (rows x k) and B columns
+// (k x cols), so a tile re-packs A once per column block and B once per row block: packing is memory
+// traffic, about 1 / 20 of the arithmetic's time per 256 columns at k = 1024 (measured: 512 x 256 tiles
+// cost 10-12 % at (4096, 1024, 2816, 8, 2); docs/performance.md). 1024 x 1024 tiles keep it near 2 % and
+// still give an 8-expert layer a dozen tiles or more per phase.
+constexpr int64_t kTileMaxRows = 1024;
+constexpr int64_t kTileMaxCols = 1024;
 constexpr int64_t kTileColAlign = 16;  // column blocks are multiples of this (but the last)
 
 // One tile: output rows [row0, row0 + rows), columns [col0, col0 + cols).

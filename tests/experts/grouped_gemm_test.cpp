@@ -104,12 +104,12 @@ TEST(GroupedGemm, SharedExpertsMatchReference) {
   }
 }
 
-// gemm_tiles(600, 300), worked by hand: ceil(600 / 512) = 2 row blocks of 300; ceil(300 / 256) = 2 column
-// blocks of ceil(300 / 2) = 150, rounded up to 160 (kTileColAlign), the last 140 wide.
+// gemm_tiles(1500, 1100), worked by hand: ceil(1500 / 1024) = 2 row blocks of 750; ceil(1100 / 1024) = 2
+// column blocks of 550, rounded up to 560 (kTileColAlign), the last 540 wide.
 TEST(GroupedGemm, TilesOfAWorkedShape) {
-  const std::vector<GemmTile> t = gemm_tiles(600, 300);
+  const std::vector<GemmTile> t = gemm_tiles(1500, 1100);
   ASSERT_EQ(t.size(), 4u);
-  const int64_t want[4][4] = {{0, 300, 0, 160}, {0, 300, 160, 140}, {300, 300, 0, 160}, {300, 300, 160, 140}};
+  const int64_t want[4][4] = {{0, 750, 0, 560}, {0, 750, 560, 540}, {750, 750, 0, 560}, {750, 750, 560, 540}};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(t[i].row0, want[i][0]);
     EXPECT_EQ(t[i].rows, want[i][1]);
@@ -122,8 +122,8 @@ TEST(GroupedGemm, TilesOfAWorkedShape) {
 
 // Every output element in exactly one tile, no tile over the limits, on awkward shapes.
 TEST(GroupedGemm, TilesCoverTheOutputOnce) {
-  for (int64_t rows : {1, 7, 511, 512, 513, 1025, 4097}) {
-    for (int64_t cols : {1, 15, 16, 17, 255, 256, 257, 1000, 2816}) {
+  for (int64_t rows : {1, 7, 1023, 1024, 1025, 2049, 4097}) {
+    for (int64_t cols : {1, 15, 16, 17, 1023, 1024, 1025, 2816}) {
       std::vector<int> hits(static_cast<size_t>(rows * cols), 0);
       for (const GemmTile& t : gemm_tiles(rows, cols)) {
         ASSERT_LE(t.rows, kTileMaxRows);
@@ -139,12 +139,12 @@ TEST(GroupedGemm, TilesCoverTheOutputOnce) {
 }
 
 // The tiles are fixed by the shape, so the grouped SwiGLU gives the same bytes at 1, 2 and 3 threads, on
-// OpenBLAS and on the fixed-order kernel, with experts above one tile (600, 513 rows), ffn over two column
-// tiles, and empty experts; fresh random inputs each run (the seed is printed).
+// OpenBLAS and on the fixed-order kernel, with experts above one tile (1100, 1025 rows), ffn over two
+// column tiles, and empty experts; fresh random inputs each run (the seed is printed).
 TEST(GroupedGemm, SwigluSameBytesAtOneTwoAndThreeThreads) {
   const uint64_t seed = std::random_device{}();
-  const std::vector<int64_t> rows_of = {0, 1, 600, 17, 513, 3, 0, 40};
-  const ExpertWeights w = make_expert_weights(static_cast<int>(rows_of.size()), 72, 300, seed);
+  const std::vector<int64_t> rows_of = {0, 1, 1100, 17, 1025, 3, 0, 40};
+  const ExpertWeights w = make_expert_weights(static_cast<int>(rows_of.size()), 40, 1030, seed);
   const std::vector<int64_t> offsets = offsets_of(rows_of);
   const std::vector<float> xg = test::random_floats(seed + 1, offsets.back() * w.hidden, -1.0f, 1.0f);
   for (HostGemm gemm : {HostGemm::openblas, HostGemm::fixed_order}) {

@@ -78,9 +78,10 @@ TEST(MoeLayer, SameBytesAtOneTwoAndThreeThreads) {
   }
 }
 
-// One expert with most of the rows: 600 rows split into two 300-row tiles (gemm_tiles), which the threads
-// share with the five 40-row experts. The layer must match the reference at 1 and 2 threads.
-TEST(MoeLayer, DominantExpertSplitIntoTilesMatchesReference) {
+// One expert with most of the rows (600, one tile of gemm_tiles) beside five 40-row experts: the threads
+// take the large tile and the small ones from one list. The layer must match the reference at 1 and 2
+// threads.
+TEST(MoeLayer, DominantExpertBesideSmallOnesMatchesReference) {
   const uint64_t seed = 7300;
   const int64_t n = 600, hidden = 64, ffn = 96;
   Routing r;

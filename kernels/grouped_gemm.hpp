@@ -40,7 +40,8 @@ void grouped_gemm_omp(const float* a, const float* b, const int64_t* offsets, in
 
 // Grouped SwiGLU over the expert-major buffer: rows [offsets[e], offsets[e+1]) go through expert e:
 // out = (silu(xg W1_e) * (xg W3_e)) W2_e. xg, out: [offsets[E], w.hidden]; offsets: [E+1]
-// (a plan's padded_offsets). scratch: [2 * offsets[E] * w.ffn] floats, or nullptr to allocate inside.
+// (a plan's padded_offsets). scratch: [2 * offsets[E] * w.ffn] floats, or nullptr to allocate inside (then
+// the experts run in waves that hold at most 64 MiB of scratch; the bits are the same either way).
 void grouped_swiglu_omp(const ExpertWeights& w, const float* xg, const int64_t* offsets, float* out,
                         float* scratch = nullptr, HostGemm gemm = HostGemm::openblas);
 

@@ -1,17 +1,13 @@
 // The fixed-order GEMM (kernels/gemm_fixed_order.hpp): a register-blocked kernel (6 x 16 outputs in AVX2
-// registers, 4 x 8 in SSE2 ones) whose accumulators run over k in order, one multiply and one add per term (the file is built
-// with -ffp-contract=off, as every moesim file is, so no FMA is formed). One body compiled twice, for
-// AVX2 and for baseline x86-64 (SSE2), the first chosen when the CPU has AVX2; both give the same bits,
-// since vectorisation is across outputs only (tested). Host only (g++). Covered by tests/experts/gemm_fixed_order_test.cpp.
+// registers, 4 x 8 in SSE2 ones) whose accumulators run over k in order, one multiply and one add per
+// term (the file is built with -ffp-contract=off, as every moesim file is, so no FMA is formed). One body
+// compiled twice, for AVX2 and for baseline x86-64 (SSE2), the first chosen when the CPU has AVX2; both
+// give the same bits, since vectorisation is across outputs only (tested). Host only (g++).
+// Covered by tests/experts/gemm_fixed_order_test.cpp.
 #include "kernels/gemm_fixed_order.hpp"
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace moesim {
 

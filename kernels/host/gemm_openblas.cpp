@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #ifdef _OPENMP
@@ -206,6 +205,10 @@ void require_offsets(const int64_t* offsets, int num_groups) {
 
 struct GemmScratchTag;  // ReusedBuffer<GemmScratchTag>: the grouped SwiGLU's g and u halves
 
+// Floats of g and u the grouped SwiGLU holds at once when it allocates its own scratch (64 MiB): without
+// a bound, a (16384 tokens, top-8, ffn 512) layer would hold 2 x 131072 x 512 floats (512 MiB).
+constexpr int64_t kSwigluScratchFloats = int64_t{1} << 24;
+
 }  // namespace
 
 void grouped_gemm_omp(const float* a, const float* b, const int64_t* offsets, int num_groups, int64_t k,
@@ -224,8 +227,8 @@ void grouped_gemm_omp(const float* a, const float* b, const int64_t* offsets, in
   });
 }
 
-// out may be xg itself (moe_forward_omp does that): swiglu_groups finishes every up projection before
-// the first down projection writes.
+// out may be xg itself (moe_forward_omp does that): swiglu_groups finishes every up projection of its
+// experts before the first down projection writes.
 void grouped_swiglu_omp(const ExpertWeights& w, const float* xg, const int64_t* offsets, float* out,
                         float* scratch, HostGemm gemm) {
   require_valid_weights(w);
@@ -234,20 +237,49 @@ void grouped_swiglu_omp(const ExpertWeights& w, const float* xg, const int64_t* 
   if (rows == 0) return;
   const int64_t hidden = w.hidden;
   const int64_t ffn = w.ffn;
-  std::unique_ptr<ReusedBuffer<GemmScratchTag>> reused;
-  if (scratch == nullptr) {
-    reused = std::make_unique<ReusedBuffer<GemmScratchTag>>(static_cast<size_t>(2 * rows * ffn));
-    scratch = reused->get();
-  }
+  auto group_of = [&](int e, float* g, float* u) {
+    const int64_t r0 = offsets[e];
+    return SwigluGroup{xg + r0 * hidden, w.w1.data() + e * hidden * ffn, w.w3.data() + e * hidden * ffn,
+                       w.w2.data() + e * ffn * hidden, g, u, out + r0 * hidden, offsets[e + 1] - r0};
+  };
   std::vector<SwigluGroup> groups;
-  for (int e = 0; e < w.num_experts; ++e) {
-    const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
-    if (m == 0) continue;
-    groups.push_back({xg + r0 * hidden, w.w1.data() + e * hidden * ffn, w.w3.data() + e * hidden * ffn,
-                      w.w2.data() + e * ffn * hidden, scratch + r0 * ffn, scratch + rows * ffn + r0 * ffn,
-                      out + r0 * hidden, m});
+  if (scratch != nullptr) {
+    // The caller's [rows, ffn] halves hold every expert at once: one wave.
+    for (int e = 0; e < w.num_experts; ++e)
+      if (offsets[e + 1] > offsets[e])
+        groups.push_back(group_of(e, scratch + offsets[e] * ffn, scratch + (rows + offsets[e]) * ffn));
+    swiglu_groups(groups, hidden, ffn, gemm);
+    return;
   }
-  swiglu_groups(groups, hidden, ffn, gemm);
+  // Own scratch: experts in waves of consecutive experts whose g and u halves fit kSwigluScratchFloats (a
+  // wave holds at least one expert), one reused buffer sized for the largest wave. A wave's down
+  // projections write only its own experts' rows, which no later wave reads, so out may alias xg.
+  const int64_t wave_rows_max = std::max<int64_t>(1, kSwigluScratchFloats / (2 * ffn));
+  std::vector<int> wave_end;  // one past the last expert of each wave
+  int64_t wave_rows = 0, buffer_rows = 0;
+  for (int e = 0; e < w.num_experts; ++e) {
+    const int64_t m = offsets[e + 1] - offsets[e];
+    if (wave_rows > 0 && wave_rows + m > wave_rows_max) {
+      wave_end.push_back(e);
+      wave_rows = 0;
+    }
+    wave_rows += m;
+    buffer_rows = std::max(buffer_rows, wave_rows);
+  }
+  wave_end.push_back(w.num_experts);
+  const ReusedBuffer<GemmScratchTag> reused(static_cast<size_t>(2 * buffer_rows * ffn));
+  float* g = reused.get();
+  float* u = g + buffer_rows * ffn;
+  int first = 0;
+  for (int end : wave_end) {
+    groups.clear();
+    for (int e = first; e < end; ++e) {
+      const int64_t local = (offsets[e] - offsets[first]) * ffn;
+      if (offsets[e + 1] > offsets[e]) groups.push_back(group_of(e, g + local, u + local));
+    }
+    swiglu_groups(groups, hidden, ffn, gemm);
+    first = end;
+  }
 }
 
 void shared_experts_omp(const ExpertWeights& shared, const float* x, int64_t num_tokens, float* out,

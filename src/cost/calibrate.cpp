@@ -1,8 +1,9 @@
 // Host calibration (see calibrate.hpp). Each figure is measured the way the executed pipeline uses the
 // machine: the copy and the weight stream run on every OpenMP thread (first-touch initialised by the
 // thread that reads it), small-row GEMMs run one per thread as kernels/host/gemm_openblas.cpp runs its
-// tiles, large GEMMs on the threaded BLAS (the aggregate rate the pipeline's tiles reach across threads). The copy convention is STREAM's (McCalpin 1995): bytes
-// read plus bytes written, best of several runs. Host only. Covered by tests/cost/calibrate_test.cpp.
+// tiles, large GEMMs on the threaded BLAS (the aggregate rate the pipeline's tiles reach across
+// threads). The copy convention is STREAM's (McCalpin 1995): bytes read plus bytes written, best of
+// several runs. Host only. Covered by tests/cost/calibrate_test.cpp.
 #include "cost/calibrate.hpp"
 
 #include <cblas.h>

@@ -1,7 +1,8 @@
 // The decoder step loop (see decoder.hpp): seeded weights, prompt lengths and tokens, prefill and greedy
 // decode through attention with a KV cache and the MoE FFN, one DecoderRecord per layer and step. Every
 // GEMM (projections, router, experts, head) runs on the fixed-order kernel, so hidden states, logits and
-// routing are the same bits at any thread count, on any BLAS kernel and x86-64 CPU. Built by g++. Covered by tests/decoder/decoder_test.cpp.
+// routing are the same bits at any thread count, on any BLAS kernel and x86-64 CPU. Built by g++.
+// Covered by tests/decoder/decoder_test.cpp.
 #include "decoder/decoder.hpp"
 
 #include <algorithm>

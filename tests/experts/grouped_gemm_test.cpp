@@ -163,6 +163,24 @@ TEST(GroupedGemm, SwigluSameBytesAtOneTwoAndThreeThreads) {
   }
 }
 
+// Without caller scratch the experts run in waves of at most 2^24 floats of g and u; here ffn = 4096 makes a
+// wave at most 2048 rows, so the five experts (one alone over the bound) run in four waves. The output must
+// equal, byte for byte, the one-wave run on a caller's [2 x rows x ffn] scratch, in place as moe_forward_omp
+// calls it.
+TEST(GroupedGemm, WavesOfOwnScratchEqualOneWave) {
+  const uint64_t seed = std::random_device{}();
+  const std::vector<int64_t> rows_of = {1500, 0, 1200, 3, 2100};
+  const ExpertWeights w = make_expert_weights(static_cast<int>(rows_of.size()), 4, 4096, seed);
+  const std::vector<int64_t> offsets = offsets_of(rows_of);
+  const int64_t rows = offsets.back();
+  const std::vector<float> xg = test::random_floats(seed + 1, rows * w.hidden, -1.0f, 1.0f);
+  std::vector<float> one_wave(rows * w.hidden, 7.0f), waves = xg;
+  std::vector<float> scratch(static_cast<size_t>(2 * rows * w.ffn));
+  grouped_swiglu_omp(w, xg.data(), offsets.data(), one_wave.data(), scratch.data());
+  grouped_swiglu_omp(w, waves.data(), offsets.data(), waves.data());
+  EXPECT_TRUE(test::same_bytes(waves, one_wave)) << "seed=" << seed;
+}
+
 TEST(GroupedGemm, BadShapesAreRejected) {
   ExpertWeights w = make_expert_weights(2, 8, 8, 1);
   const std::vector<int64_t> offsets = {0, 2, 1};

@@ -21,6 +21,7 @@ for s in "${shapes[@]}"; do
     tb=$(layer_s "$b" $n $d $f $e $k)
     ratios+=("$(python3 -c "print(f'{$tb / $ta:.3f}')")")
   done
-  med=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  med=$(printf '%s\n' "${ratios[@]}" | sort -n |
+        awk '{v[NR] = $1} END {printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
   echo "shape (N=$n, d=$d, f=$f, E=$e, k=$k): B/A per pair ${ratios[*]}; median $med"
 done

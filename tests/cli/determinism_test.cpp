@@ -4,7 +4,8 @@
 // --no-execute leaves the measured times out, so the whole report must match. The decoder's report is
 // also the same under every OpenBLAS kernel (OPENBLAS_CORETYPE, set for the child processes), the
 // executed layer's output digest the same at every thread count, and a baseline recorded at one thread
-// passes at two. CTest runs this file under OPENBLAS_CORETYPE=Haswell, SkylakeX and unset.
+// passes at two. CTest runs this file under OPENBLAS_CORETYPE=Haswell, SkylakeX and unset (all but the
+// test that sets the variable itself; tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -14,7 +14,7 @@
 #include <thrust/sort.h>
 #include <thrust/tabulate.h>
 
-#include "common/portability.hpp"
+#include "src/common/portability.hpp"
 #include "kernels/permute.hpp"
 
 namespace moesim {

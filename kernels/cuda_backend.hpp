@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "config/experiment.hpp"
+#include "src/config/experiment.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/gating_common.hpp"
 #include "router/route.hpp"

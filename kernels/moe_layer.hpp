@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/error.hpp"
-#include "config/experiment.hpp"
+#include "src/common/error.hpp"
+#include "src/config/experiment.hpp"
 #include "router/routing.hpp"
 
 namespace moesim {

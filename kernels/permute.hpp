@@ -15,8 +15,8 @@
 #include <thrust/sort.h>
 #include <thrust/tabulate.h>
 
-#include "common/portability.hpp"
-#include "config/experiment.hpp"
+#include "src/common/portability.hpp"
+#include "src/config/experiment.hpp"
 
 namespace moesim {
 

@@ -14,7 +14,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/sort.h>
 
-#include "common/portability.hpp"
+#include "src/common/portability.hpp"
 #include "router/group_limited.hpp"
 
 namespace moesim {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <functional>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "config/experiment.hpp"
+#include "src/config/experiment.hpp"
 #include "router/routing.hpp"
 
 namespace moesim {

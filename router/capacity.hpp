@@ -17,9 +17,9 @@
 #include <thrust/sort.h>
 #include <thrust/transform.h>
 
-#include "common/portability.hpp"
-#include "config/experiment.hpp"
-#include "common/counter_rng.hpp"
+#include "src/common/portability.hpp"
+#include "src/config/experiment.hpp"
+#include "src/common/counter_rng.hpp"
 
 namespace moesim {
 

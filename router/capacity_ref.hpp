@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "common/counter_rng.hpp"
+#include "src/config/experiment.hpp"
+#include "src/common/counter_rng.hpp"
 
 namespace moesim {
 

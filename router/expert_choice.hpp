@@ -13,8 +13,8 @@
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 
-#include "common/portability.hpp"
-#include "config/experiment.hpp"
+#include "src/common/portability.hpp"
+#include "src/config/experiment.hpp"
 #include "router/gating_common.hpp"
 
 namespace moesim {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/portability.hpp"
-#include "config/experiment.hpp"
+#include "src/common/portability.hpp"
+#include "src/config/experiment.hpp"
 
 namespace moesim {
 

@@ -11,8 +11,8 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "common/portability.hpp"
-#include "config/experiment.hpp"
+#include "src/common/portability.hpp"
+#include "src/config/experiment.hpp"
 #include "router/gating_common.hpp"
 
 namespace moesim {

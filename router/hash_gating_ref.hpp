@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/counter_rng.hpp"
+#include "src/common/counter_rng.hpp"
 
 namespace moesim {
 

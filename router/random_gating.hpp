@@ -10,8 +10,8 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "common/portability.hpp"
-#include "common/counter_rng.hpp"
+#include "src/common/portability.hpp"
+#include "src/common/counter_rng.hpp"
 
 namespace moesim {
 namespace router_detail {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/counter_rng.hpp"
+#include "src/common/counter_rng.hpp"
 
 namespace moesim {
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 #include "router/aux_free_bias_ref.hpp"
 #include "router/balanced_gating_ref.hpp"
 #include "router/capacity.hpp"

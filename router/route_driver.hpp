@@ -14,8 +14,8 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "common/portability.hpp"
-#include "config/experiment.hpp"
+#include "src/common/portability.hpp"
+#include "src/config/experiment.hpp"
 #include "router/aux_free_bias.hpp"
 #include "router/balanced_gating.hpp"
 #include "router/capacity.hpp"

@@ -11,7 +11,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform_reduce.h>
 
-#include "common/portability.hpp"
+#include "src/common/portability.hpp"
 #include "router/gating_common.hpp"
 
 namespace moesim {

@@ -9,8 +9,8 @@
 #include <numeric>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "common/counter_rng.hpp"
+#include "src/config/experiment.hpp"
+#include "src/common/counter_rng.hpp"
 #include "router/gating_common.hpp"
 
 namespace moesim {

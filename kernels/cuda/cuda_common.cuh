@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/cuda_check.hpp"
-#include "common/error.hpp"
+#include "src/common/cuda_check.hpp"
+#include "src/common/error.hpp"
 #include "kernels/cuda_backend.hpp"
 
 namespace moesim {

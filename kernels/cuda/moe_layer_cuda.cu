@@ -32,7 +32,7 @@
 #include "kernels/moe_layer.hpp"
 #include "kernels/permute.hpp"
 #include "router/route.hpp"
-#include "workload/synthetic_logits.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
 namespace cuda_detail {

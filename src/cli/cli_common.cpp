@@ -1,5 +1,5 @@
 // Options and helpers shared by the subcommands (see cli_common.hpp).
-#include "cli/cli_common.hpp"
+#include "src/cli/cli_common.hpp"
 
 #include <unistd.h>
 
@@ -11,11 +11,11 @@
 #include <iostream>
 #include <sstream>
 
-#include "common/embedded.hpp"
-#include "common/error.hpp"
-#include "cost/hardware_profile.hpp"
-#include "config/load_config.hpp"
-#include "report/atomic_write.hpp"
+#include "src/common/embedded.hpp"
+#include "src/common/error.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/config/load_config.hpp"
+#include "src/report/atomic_write.hpp"
 
 #if defined(MOESIM_HAS_CUDA)
 #include "kernels/cuda_backend.hpp"

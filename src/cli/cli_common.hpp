@@ -9,9 +9,9 @@
 
 #include <boost/program_options.hpp>
 
-#include "config/experiment.hpp"
-#include "pipeline/run_experiment.hpp"
-#include "report/report.hpp"
+#include "src/config/experiment.hpp"
+#include "src/pipeline/run_experiment.hpp"
+#include "src/report/report.hpp"
 
 namespace moesim::cli {
 

@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "cost/calibrate.hpp"
-#include "cost/hardware_profile.hpp"
-#include "report/atomic_write.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/cost/calibrate.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/report/atomic_write.hpp"
 
 #if defined(MOESIM_HAS_CUDA)
 #include "kernels/cuda_backend.hpp"

@@ -8,14 +8,14 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/cmd_mpi.hpp"
-#include "common/embedded.hpp"
-#include "common/error.hpp"
-#include "cost/calibrate.hpp"
-#include "cost/hardware_profile.hpp"
-#include "distributed/ep_layer.hpp"
-#include "distributed/link_calibration.hpp"
-#include "report/atomic_write.hpp"
+#include "src/cli/cmd_mpi.hpp"
+#include "src/common/embedded.hpp"
+#include "src/common/error.hpp"
+#include "src/cost/calibrate.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/distributed/ep_layer.hpp"
+#include "src/distributed/link_calibration.hpp"
+#include "src/report/atomic_write.hpp"
 
 namespace moesim::cli {
 

@@ -7,10 +7,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "report/atomic_write.hpp"
-#include "report/check.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/report/atomic_write.hpp"
+#include "src/report/check.hpp"
 
 namespace moesim::cli {
 namespace {

@@ -3,9 +3,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "config/load_config.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
 
 namespace moesim::cli {
 namespace {

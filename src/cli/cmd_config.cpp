@@ -1,9 +1,9 @@
 // `moesim config [FILE] [--set ...]`: prints the effective experiment as YAML (it loads back equal).
 #include <iostream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "config/load_config.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
 
 namespace moesim::cli {
 

@@ -5,9 +5,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "cost/hardware_profile.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/cost/hardware_profile.hpp"
 
 namespace moesim::cli {
 namespace {

@@ -3,7 +3,7 @@
 // Host only. Covered by the mpi-labelled CTest entries (tests/mpi/CMakeLists.txt).
 #pragma once
 
-#include "cli/cli_common.hpp"
+#include "src/cli/cli_common.hpp"
 
 namespace moesim::cli {
 

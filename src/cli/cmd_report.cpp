@@ -3,10 +3,10 @@
 #include <fstream>
 #include <iostream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "report/atomic_write.hpp"
-#include "report/report_html.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/report/atomic_write.hpp"
+#include "src/report/report_html.hpp"
 
 namespace moesim::cli {
 

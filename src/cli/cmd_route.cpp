@@ -9,13 +9,13 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "config/load_config.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/expert_choice.hpp"
 #include "router/route.hpp"
-#include "workload/logits_file.hpp"
+#include "src/workload/logits_file.hpp"
 
 namespace moesim::cli {
 namespace {

@@ -1,9 +1,9 @@
 // `moesim run [FILE] [--set ...] [--format ...] [--out FILE]`: one experiment with its own router.
 #include <iostream>
 
-#include "cli/cli_common.hpp"
-#include "cli/cmd_mpi.hpp"
-#include "common/error.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/cli/cmd_mpi.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim::cli {
 

@@ -6,10 +6,10 @@
 #include <new>
 #include <thread>
 
-#include "cli/cmd_mpi.hpp"
-#include "common/error.hpp"
-#include "distributed/ep_layer.hpp"
-#include "distributed/ep_run.hpp"
+#include "src/cli/cmd_mpi.hpp"
+#include "src/common/error.hpp"
+#include "src/distributed/ep_layer.hpp"
+#include "src/distributed/ep_run.hpp"
 
 namespace moesim::cli {
 

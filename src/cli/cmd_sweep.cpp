@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "sweep/run_sweep.hpp"
-#include "sweep/sweep.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/sweep/run_sweep.hpp"
+#include "src/sweep/sweep.hpp"
 
 namespace moesim::cli {
 int cmd_sweep(int argc, char** argv) {

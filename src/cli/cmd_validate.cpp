@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cli/cli_common.hpp"
-#include "common/error.hpp"
-#include "cost/hardware_profile.hpp"
-#include "sweep/sweep.hpp"
-#include "sweep/validate.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/common/error.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/sweep/sweep.hpp"
+#include "src/sweep/validate.hpp"
 
 namespace moesim::cli {
 int cmd_validate(int argc, char** argv) {

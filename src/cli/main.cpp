@@ -6,9 +6,9 @@
 #include <new>
 #include <string>
 
-#include "cli/cli_common.hpp"
-#include "cli/cmd_mpi.hpp"
-#include "common/error.hpp"
+#include "src/cli/cli_common.hpp"
+#include "src/cli/cmd_mpi.hpp"
+#include "src/common/error.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "common/portability.hpp"
+#include "src/common/portability.hpp"
 
 namespace moesim {
 

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace cuda_detail {

@@ -2,7 +2,7 @@
 // Inputs: enum values or YAML spellings; outputs: spellings, byte counts, the `--gating all` order.
 // Pure functions over constant tables. Host only.
 // Covered by tests/config/load_config_test.cpp.
-#include "config/experiment.hpp"
+#include "src/config/experiment.hpp"
 
 namespace moesim {
 

@@ -3,7 +3,7 @@
 // every key of experiment.hpp is read, overridable and written back the same way.
 // Errors: one line, "FILE:LINE: KEY.PATH: expected WHAT, got VALUE", or "--set KEY=VALUE: ..." for a
 // value that came from an override. Deterministic, host only. Covered by tests/config/load_config_test.cpp.
-#include "config/load_config.hpp"
+#include "src/config/load_config.hpp"
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -21,8 +21,8 @@
 #include <sstream>
 #include <utility>
 
-#include "common/embedded.hpp"
-#include "common/error.hpp"
+#include "src/common/embedded.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

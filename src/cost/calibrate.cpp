@@ -4,7 +4,7 @@
 // tiles, large GEMMs on the threaded BLAS (the aggregate rate the pipeline's tiles reach across
 // threads). The copy convention is STREAM's (McCalpin 1995): bytes read plus bytes written, best of
 // several runs. Host only. Covered by tests/cost/calibrate_test.cpp.
-#include "cost/calibrate.hpp"
+#include "src/cost/calibrate.hpp"
 
 #include <cblas.h>
 #include <unistd.h>
@@ -22,10 +22,10 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "common/error.hpp"
-#include "common/median.hpp"
-#include "cost/hardware_profile.hpp"
-#include "cost/roofline.hpp"
+#include "src/common/error.hpp"
+#include "src/common/median.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/roofline.hpp"
 
 #if defined(MOESIM_HAS_OPENMP)
 #include <omp.h>

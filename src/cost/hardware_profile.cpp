@@ -1,7 +1,7 @@
 // Hardware profiles: YAML -> validated HardwareProfile in SI units, name/file/inline resolution, and the
 // weights-only critical batch. Every figure is read from the profile; the defaults in hardware_profile.hpp
 // apply only to keys a profile leaves out. Host only. Covered by tests/cost/hardware_profile_test.cpp.
-#include "cost/hardware_profile.hpp"
+#include "src/cost/hardware_profile.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -12,8 +12,8 @@
 #include <set>
 #include <sstream>
 
-#include "common/embedded.hpp"
-#include "common/error.hpp"
+#include "src/common/embedded.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "config/experiment.hpp"
+#include "src/config/experiment.hpp"
 
 namespace moesim {
 

@@ -2,13 +2,13 @@
 // for actual and balanced loads. The single-device path allocates nothing but the two one-element
 // output vectors, so the model can be evaluated millions of times per second inside sweeps.
 // Deterministic: every tie is broken by the lower index. Host only. Covered by tests/cost/placement_test.cpp.
-#include "cost/placement.hpp"
+#include "src/cost/placement.hpp"
 
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "cost/hardware_profile.hpp"
-#include "cost/roofline.hpp"
+#include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/roofline.hpp"
 
 namespace moesim {
 

@@ -2,13 +2,13 @@
 // Waterman and Patterson, CACM 2009: time = max(bytes / bandwidth, FLOPs / peak)).
 // Tile and wave quantization follow how a tiled GEMM runs: every thread-block tile costs a full tile of
 // MACs, and tiles run sm_count at a time. Host only. Covered by tests/cost/roofline_test.cpp.
-#include "cost/roofline.hpp"
+#include "src/cost/roofline.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

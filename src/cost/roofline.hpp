@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "config/experiment.hpp"
-#include "cost/hardware_profile.hpp"
+#include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
 
 namespace moesim {
 

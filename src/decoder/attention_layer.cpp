@@ -1,17 +1,17 @@
 // Host attention sublayer (see attention_layer.hpp): projections on the fixed-order GEMM
 // (kernels/gemm_fixed_order.hpp, the same bits on any machine), Thrust/OpenMP RMSNorm, RoPE,
 // KV-cache append and cached attention. Built by g++. Covered by tests/decoder/attention_test.cpp.
-#include "decoder/attention_layer.hpp"
+#include "src/decoder/attention_layer.hpp"
 
 #include <cmath>
 
 #include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
 
-#include "common/counter_rng.hpp"
-#include "decoder/attention.hpp"
-#include "decoder/norms.hpp"
-#include "decoder/rope.hpp"
+#include "src/common/counter_rng.hpp"
+#include "src/decoder/attention.hpp"
+#include "src/decoder/norms.hpp"
+#include "src/decoder/rope.hpp"
 #include "kernels/gemm_fixed_order.hpp"
 
 namespace moesim {

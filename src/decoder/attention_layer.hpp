@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "decoder/kv_cache.hpp"
+#include "src/decoder/kv_cache.hpp"
 
 namespace moesim {
 

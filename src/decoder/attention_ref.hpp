@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "decoder/attention_layer.hpp"
-#include "decoder/norms_ref.hpp"
-#include "decoder/rope_ref.hpp"
+#include "src/decoder/attention_layer.hpp"
+#include "src/decoder/norms_ref.hpp"
+#include "src/decoder/rope_ref.hpp"
 
 namespace moesim {
 

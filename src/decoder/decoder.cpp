@@ -3,7 +3,7 @@
 // GEMM (projections, router, experts, head) runs on the fixed-order kernel, so hidden states, logits and
 // routing are the same bits at any thread count, on any BLAS kernel and x86-64 CPU. Built by g++.
 // Covered by tests/decoder/decoder_test.cpp.
-#include "decoder/decoder.hpp"
+#include "src/decoder/decoder.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -12,12 +12,12 @@
 #include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
 
-#include "common/error.hpp"
-#include "common/counter_rng.hpp"
-#include "decoder/kv_cache.hpp"
-#include "decoder/norms.hpp"
+#include "src/common/error.hpp"
+#include "src/common/counter_rng.hpp"
+#include "src/decoder/kv_cache.hpp"
+#include "src/decoder/norms.hpp"
 #include "kernels/gemm_fixed_order.hpp"
-#include "workload/synthetic_logits.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
 namespace {

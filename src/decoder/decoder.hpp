@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "decoder/attention_layer.hpp"
+#include "src/config/experiment.hpp"
+#include "src/decoder/attention_layer.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"

@@ -12,8 +12,8 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "common/error.hpp"
-#include "common/portability.hpp"
+#include "src/common/error.hpp"
+#include "src/common/portability.hpp"
 
 namespace moesim {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "decoder/norms.hpp"
+#include "src/decoder/norms.hpp"
 
 namespace moesim {
 

@@ -13,7 +13,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "common/portability.hpp"
+#include "src/common/portability.hpp"
 
 namespace moesim {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "decoder/rope.hpp"
+#include "src/decoder/rope.hpp"
 
 namespace moesim {
 

@@ -1,7 +1,7 @@
 // The expert-parallel MoE layer over MPI (see ep_layer.hpp): planning functions (always built) and the
 // MPI exchange (MOESIM_HAS_MPI). Host only. Covered by tests/mpi/ep_plan_test.cpp and
 // tests/mpi/ep_layer_mpi.cpp.
-#include "distributed/ep_layer.hpp"
+#include "src/distributed/ep_layer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include <numeric>
 #include <thread>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 #include "kernels/grouped_gemm.hpp"
 
 #if defined(MOESIM_HAS_MPI)

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "cost/placement.hpp"
+#include "src/config/experiment.hpp"
+#include "src/cost/placement.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/routing.hpp"
 

@@ -2,7 +2,7 @@
 // per-step routing, placement epochs (EPLB rebalancing), timed forwards, gathers, the cost model at the
 // executed size, --verify against the single-process layer, and the reports. Host only.
 // Covered by the mpi-labelled CTest entries (tests/mpi/CMakeLists.txt).
-#include "distributed/ep_run.hpp"
+#include "src/distributed/ep_run.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -14,13 +14,13 @@
 #include <sstream>
 #include <thread>
 
-#include "common/error.hpp"
-#include "config/load_config.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
 #include "kernels/moe_layer.hpp"
-#include "pipeline/run_experiment.hpp"
+#include "src/pipeline/run_experiment.hpp"
 #include "router/route.hpp"
-#include "workload/logits_batches.hpp"
-#include "workload/synthetic_logits.hpp"
+#include "src/workload/logits_batches.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
 namespace {

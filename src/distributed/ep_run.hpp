@@ -12,11 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/experiment.hpp"
-#include "cost/hardware_profile.hpp"
-#include "cost/placement.hpp"
-#include "distributed/ep_layer.hpp"
-#include "report/report.hpp"
+#include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/placement.hpp"
+#include "src/distributed/ep_layer.hpp"
+#include "src/report/report.hpp"
 #include "router/balance_metrics.hpp"
 
 namespace moesim {

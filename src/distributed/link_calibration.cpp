@@ -1,6 +1,6 @@
 // Link calibration over MPI (see link_calibration.hpp). Host only. Covered by the CTest
 // mpi.calibrate_link (tests/mpi/CMakeLists.txt).
-#include "distributed/link_calibration.hpp"
+#include "src/distributed/link_calibration.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -11,8 +11,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "common/error.hpp"
-#include "distributed/ep_layer.hpp"
+#include "src/common/error.hpp"
+#include "src/distributed/ep_layer.hpp"
 
 #if defined(MOESIM_HAS_MPI)
 #include <mpi.h>

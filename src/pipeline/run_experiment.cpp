@@ -1,5 +1,5 @@
 // Runs one experiment for a list of router variants (see run_experiment.hpp).
-#include "pipeline/run_experiment.hpp"
+#include "src/pipeline/run_experiment.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,17 +9,17 @@
 #include <numeric>
 #include <sstream>
 
-#include "common/digest.hpp"
-#include "common/error.hpp"
-#include "common/median.hpp"
-#include "decoder/kv_cache.hpp"
+#include "src/common/digest.hpp"
+#include "src/common/error.hpp"
+#include "src/common/median.hpp"
+#include "src/decoder/kv_cache.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
-#include "workload/load_profile.hpp"
-#include "workload/logits_batches.hpp"
-#include "workload/logits_file.hpp"
-#include "workload/synthetic_logits.hpp"
-#include "workload/trace_replay.hpp"
+#include "src/workload/load_profile.hpp"
+#include "src/workload/logits_batches.hpp"
+#include "src/workload/logits_file.hpp"
+#include "src/workload/synthetic_logits.hpp"
+#include "src/workload/trace_replay.hpp"
 #if defined(MOESIM_HAS_CUDA)
 #include "kernels/cuda_backend.hpp"
 #endif

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "cost/hardware_profile.hpp"
-#include "cost/placement.hpp"
-#include "cost/roofline.hpp"
-#include "decoder/decoder.hpp"
+#include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/placement.hpp"
+#include "src/cost/roofline.hpp"
+#include "src/decoder/decoder.hpp"
 #include "router/balance_metrics.hpp"
 
 namespace moesim {

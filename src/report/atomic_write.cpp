@@ -1,5 +1,5 @@
 // Atomic file output (see atomic_write.hpp).
-#include "report/atomic_write.hpp"
+#include "src/report/atomic_write.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 

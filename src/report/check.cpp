@@ -1,14 +1,14 @@
 // Expectation and baseline checks (see check.hpp).
-#include "report/check.hpp"
+#include "src/report/check.hpp"
 
 #include <cmath>
 #include <cstdio>
 #include <set>
 #include <sstream>
 
-#include "common/error.hpp"
-#include "config/load_config.hpp"
-#include "report/report.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/report/report.hpp"
 
 namespace moesim {
 namespace {

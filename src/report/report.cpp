@@ -1,5 +1,5 @@
 // JSON, table, CSV and Markdown reports of a run (see report.hpp).
-#include "report/report.hpp"
+#include "src/report/report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <numeric>
 #include <sstream>
 
-#include "common/error.hpp"
-#include "report/text_format.hpp"
-#include "cost/hardware_profile.hpp"
+#include "src/common/error.hpp"
+#include "src/report/text_format.hpp"
+#include "src/cost/hardware_profile.hpp"
 
 namespace moesim {
 namespace {

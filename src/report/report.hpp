@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pipeline/run_experiment.hpp"
+#include "src/pipeline/run_experiment.hpp"
 
 namespace moesim {
 

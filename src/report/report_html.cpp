@@ -1,13 +1,13 @@
 // Self-contained HTML report with inline SVG charts (see report_html.hpp).
-#include "report/report_html.hpp"
+#include "src/report/report_html.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
-#include "common/error.hpp"
-#include "report/check.hpp"
+#include "src/common/error.hpp"
+#include "src/report/check.hpp"
 
 namespace moesim {
 namespace {

@@ -2,7 +2,7 @@
 // A whole-model time is one MoE layer's modeled time times model.layers: every layer is taken to route
 // like the one simulated (same loads), which is what the batching argument needs (a dense MLP of L equal
 // layers when model.experts == 1). Host only. Covered by tests/sweep/run_sweep_test.cpp.
-#include "sweep/run_sweep.hpp"
+#include "src/sweep/run_sweep.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.hpp"
-#include "report/text_format.hpp"
-#include "config/load_config.hpp"
-#include "cost/hardware_profile.hpp"
-#include "pipeline/run_experiment.hpp"
+#include "src/common/error.hpp"
+#include "src/report/text_format.hpp"
+#include "src/config/load_config.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/pipeline/run_experiment.hpp"
 
 namespace moesim {
 namespace {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "cost/roofline.hpp"
-#include "report/report.hpp"
-#include "sweep/sweep.hpp"
+#include "src/config/experiment.hpp"
+#include "src/cost/roofline.hpp"
+#include "src/report/report.hpp"
+#include "src/sweep/sweep.hpp"
 
 namespace moesim {
 

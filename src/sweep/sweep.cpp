@@ -2,7 +2,7 @@
 // Integer ranges step in exact integer arithmetic; real ranges compute value i as start + i * step (or
 // start * factor^i) rather than accumulating, so that the end is hit without drift.
 // Host only. Covered by tests/sweep/sweep_expand_test.cpp.
-#include "sweep/sweep.hpp"
+#include "src/sweep/sweep.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <limits>
 #include <set>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -1,7 +1,7 @@
 // Predicted vs measured expert time over a batch sweep (see validate.hpp). The model sees exactly what
 // the executed layer computed: the routing's loads, its layout's padding, the shared experts, fp32 at
 // the execute: size, one device. Host only. Covered by tests/sweep/validate_test.cpp.
-#include "sweep/validate.hpp"
+#include "src/sweep/validate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,12 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.hpp"
-#include "common/median.hpp"
-#include "report/text_format.hpp"
-#include "config/load_config.hpp"
-#include "cost/placement.hpp"
-#include "cost/roofline.hpp"
+#include "src/common/error.hpp"
+#include "src/common/median.hpp"
+#include "src/report/text_format.hpp"
+#include "src/config/load_config.hpp"
+#include "src/cost/placement.hpp"
+#include "src/cost/roofline.hpp"
 
 namespace moesim {
 namespace {

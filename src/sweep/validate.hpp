@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "config/experiment.hpp"
-#include "cost/hardware_profile.hpp"
-#include "pipeline/run_experiment.hpp"
-#include "report/report.hpp"
+#include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/pipeline/run_experiment.hpp"
+#include "src/report/report.hpp"
 
 namespace moesim {
 

@@ -1,6 +1,6 @@
 // Reader of per-expert load profiles and the largest-remainder scaling (see load_profile.hpp).
 // Host only. Covered by tests/workload/load_profile_test.cpp.
-#include "workload/load_profile.hpp"
+#include "src/workload/load_profile.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

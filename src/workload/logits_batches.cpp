@@ -1,9 +1,9 @@
 // Batches of router logits for the synthetic and logits workloads (see logits_batches.hpp).
-#include "workload/logits_batches.hpp"
+#include "src/workload/logits_batches.hpp"
 
-#include "common/error.hpp"
-#include "workload/logits_file.hpp"
-#include "workload/synthetic_logits.hpp"
+#include "src/common/error.hpp"
+#include "src/workload/logits_file.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
 

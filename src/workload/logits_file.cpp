@@ -2,7 +2,7 @@
 // dict is read by a small strict parser (keys descr, fortran_order, shape; no regex, whose recursive
 // matcher overflows the stack on long headers), its length is capped, and the data size must match
 // the shape before anything is allocated. Messages are one line: control characters are escaped.
-#include "workload/logits_file.hpp"
+#include "src/workload/logits_file.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -16,7 +16,7 @@
 #include <set>
 #include <sstream>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

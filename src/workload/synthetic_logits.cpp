@@ -1,12 +1,12 @@
 // Synthetic router logits, token ids and hidden states (see synthetic_logits.hpp).
-#include "workload/synthetic_logits.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "common/error.hpp"
-#include "common/counter_rng.hpp"
+#include "src/common/error.hpp"
+#include "src/common/counter_rng.hpp"
 
 namespace moesim {
 namespace {

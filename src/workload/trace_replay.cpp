@@ -1,6 +1,6 @@
 // Reader and writer of routing traces (see trace_replay.hpp): JSON Lines through nlohmann::json, one
 // line at a time so that every error names its line. Host only. Covered by tests/workload/trace_replay_test.cpp.
-#include "workload/trace_replay.hpp"
+#include "src/workload/trace_replay.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim::bench {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 #include "tests/bench/moe_bench.hpp"
 
 namespace {

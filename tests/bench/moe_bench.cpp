@@ -21,8 +21,8 @@
 #include <omp.h>
 #endif
 
-#include "cost/hardware_profile.hpp"
-#include "cost/placement.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/placement.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"

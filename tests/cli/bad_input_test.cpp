@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "fuzz/fuzz_targets.hpp"
-#include "support/run_cli.hpp"
-#include "workload/logits_file.hpp"
+#include "tests/fuzz/fuzz_targets.hpp"
+#include "tests/support/run_cli.hpp"
+#include "src/workload/logits_file.hpp"
 
 namespace moesim {
 namespace {

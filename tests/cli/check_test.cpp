@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/run_cli.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {

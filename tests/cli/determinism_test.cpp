@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/run_cli.hpp"
-#include "workload/logits_file.hpp"
-#include "workload/synthetic_logits.hpp"
+#include "tests/support/run_cli.hpp"
+#include "src/workload/logits_file.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
 namespace {

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/run_cli.hpp"
+#include "tests/support/run_cli.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MOESIM_TEST_ASAN 1

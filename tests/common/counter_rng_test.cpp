@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/counter_rng.hpp"
+#include "src/common/counter_rng.hpp"
 
 namespace moesim {
 namespace {

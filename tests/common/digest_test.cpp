@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/digest.hpp"
+#include "src/common/digest.hpp"
 
 namespace moesim {
 namespace {

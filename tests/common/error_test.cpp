@@ -1,6 +1,6 @@
 // Error messages stay one line whatever they quote (src/common/error.hpp), and each error type maps to
 // its documented exit code.
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // moesim::median (src/common/median.hpp) against values worked by hand.
-#include "common/median.hpp"
+#include "src/common/median.hpp"
 
 #include <gtest/gtest.h>
 

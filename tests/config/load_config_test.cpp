@@ -1,7 +1,7 @@
 // Tests of the config stage (src/config/load_config.cpp): defaults, every shipped config, --set overrides
 // of scalars, lists and maps, the YAML round trip, and a table of bad configs whose one-line ConfigError
 // must name the key path (and the line, for file errors). Host only; no randomness.
-#include "config/load_config.hpp"
+#include "src/config/load_config.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

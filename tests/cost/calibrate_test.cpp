@@ -4,7 +4,7 @@
 // machine writes, atomically, a profile that loads, is marked calibrated, and whose efficiencies are
 // in (0, 1]; the shipped cpu-local profile loads. Measured values are machine-dependent and only
 // range-checked. Host only; the quick mode keeps the run to about a second.
-#include "cost/calibrate.hpp"
+#include "src/cost/calibrate.hpp"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "common/error.hpp"
-#include "cost/hardware_profile.hpp"
-#include "cost/roofline.hpp"
-#include "support/run_cli.hpp"
+#include "src/common/error.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/roofline.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {

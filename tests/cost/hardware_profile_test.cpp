@@ -1,7 +1,7 @@
 // Tests src/cost/hardware_profile: every shipped profile loads with a source note per figure, dense
 // figures and units by hand, the critical batch of the founding argument, name/file/inline/base
 // resolution, and ConfigError messages naming FILE:LINE and hardware.KEY. Host only.
-#include "cost/hardware_profile.hpp"
+#include "src/cost/hardware_profile.hpp"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -13,8 +13,8 @@
 #include <fstream>
 #include <string>
 
-#include "common/embedded.hpp"
-#include "common/error.hpp"
+#include "src/common/embedded.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -1,7 +1,7 @@
 // Tests src/cost/placement: layouts (capacity charges idle experts), the balanced counterfactual and
 // batching_efficiency, expert-parallel all-to-all bytes and times by hand (one node and two), EPLB
 // replication and packing, shared experts, and the errors a profile or placement can raise. Host only.
-#include "cost/placement.hpp"
+#include "src/cost/placement.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <random>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

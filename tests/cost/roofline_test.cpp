@@ -1,13 +1,13 @@
 // Tests src/cost/roofline: per-expert t(n) flat then linear, the knee past the weights-only critical
 // batch, tile and wave quantization steps, launches, efficiencies, grouped experts and attention decode,
 // all against numbers worked by hand on a small profile. Host only.
-#include "cost/roofline.hpp"
+#include "src/cost/roofline.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -10,13 +10,13 @@
 
 #include <thrust/system/omp/execution_policy.h>
 
-#include "decoder/attention.hpp"
-#include "decoder/attention_layer.hpp"
-#include "decoder/attention_ref.hpp"
-#include "decoder/kv_cache.hpp"
-#include "decoder/rope.hpp"
-#include "decoder/rope_ref.hpp"
-#include "support/kernel_support.hpp"
+#include "src/decoder/attention.hpp"
+#include "src/decoder/attention_layer.hpp"
+#include "src/decoder/attention_ref.hpp"
+#include "src/decoder/kv_cache.hpp"
+#include "src/decoder/rope.hpp"
+#include "src/decoder/rope_ref.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

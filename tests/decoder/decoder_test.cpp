@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "config/load_config.hpp"
-#include "decoder/decoder.hpp"
-#include "pipeline/run_experiment.hpp"
-#include "report/report.hpp"
-#include "support/kernel_support.hpp"
-#include "support/run_cli.hpp"
+#include "src/config/load_config.hpp"
+#include "src/decoder/decoder.hpp"
+#include "src/pipeline/run_experiment.hpp"
+#include "src/report/report.hpp"
+#include "tests/support/kernel_support.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <thrust/system/omp/execution_policy.h>
 
-#include "decoder/kv_cache.hpp"
+#include "src/decoder/kv_cache.hpp"
 
 namespace moesim {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <thrust/system/omp/execution_policy.h>
 
-#include "decoder/norms.hpp"
-#include "decoder/norms_ref.hpp"
-#include "support/kernel_support.hpp"
+#include "src/decoder/norms.hpp"
+#include "src/decoder/norms_ref.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "kernels/moe_layer.hpp"
 #include "kernels/permute_ref.hpp"
-#include "support/kernel_support.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "kernels/gemm_fixed_order.hpp"
 #include "kernels/gemm_fixed_order_ref.hpp"
-#include "support/kernel_support.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_ref.hpp"
-#include "support/kernel_support.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fuzz/fuzz_targets.hpp"
+#include "tests/fuzz/fuzz_targets.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   moesim::fuzz::fuzz_config(data, size);

@@ -19,15 +19,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.hpp"
-#include "config/load_config.hpp"
-#include "cost/hardware_profile.hpp"
-#include "pipeline/run_experiment.hpp"
-#include "report/check.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/pipeline/run_experiment.hpp"
+#include "src/report/check.hpp"
 #include "router/balance_metrics.hpp"
-#include "workload/load_profile.hpp"
-#include "workload/logits_file.hpp"
-#include "workload/trace_replay.hpp"
+#include "src/workload/load_profile.hpp"
+#include "src/workload/logits_file.hpp"
+#include "src/workload/trace_replay.hpp"
 
 namespace moesim::fuzz {
 

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "decoder/attention.hpp"
-#include "decoder/attention_ref.hpp"
-#include "gpu/cuda_test_support.hpp"
+#include "src/decoder/attention.hpp"
+#include "src/decoder/attention_ref.hpp"
+#include "tests/gpu/cuda_test_support.hpp"
 #include "kernels/cuda_backend.hpp"
-#include "support/kernel_support.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

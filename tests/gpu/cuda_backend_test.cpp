@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "common/cuda_check.hpp"
-#include "common/error.hpp"
-#include "gpu/cuda_test_support.hpp"
+#include "src/common/cuda_check.hpp"
+#include "src/common/error.hpp"
+#include "tests/gpu/cuda_test_support.hpp"
 #include "kernels/cuda_backend.hpp"
-#include "support/router_support.hpp"
-#include "support/run_cli.hpp"
+#include "tests/support/router_support.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "gpu/cuda_test_support.hpp"
+#include "tests/gpu/cuda_test_support.hpp"
 #include "kernels/cuda_backend.hpp"
 #include "kernels/moe_layer.hpp"
-#include "support/kernel_support.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

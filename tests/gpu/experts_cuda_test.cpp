@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "gpu/cuda_test_support.hpp"
-#include "common/digest.hpp"
+#include "tests/gpu/cuda_test_support.hpp"
+#include "src/common/digest.hpp"
 #include "kernels/cuda_backend.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_ref.hpp"
-#include "support/kernel_support.hpp"
+#include "tests/support/kernel_support.hpp"
 
 namespace moesim {
 namespace {

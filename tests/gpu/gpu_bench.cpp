@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
-#include "config/experiment.hpp"
+#include "src/common/error.hpp"
+#include "src/config/experiment.hpp"
 #include "kernels/cuda_backend.hpp"
 
 namespace po = boost::program_options;

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "gpu/cuda_test_support.hpp"
+#include "tests/gpu/cuda_test_support.hpp"
 #include "kernels/cuda_backend.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
-#include "support/kernel_support.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/kernel_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

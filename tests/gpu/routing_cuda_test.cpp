@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "gpu/cuda_test_support.hpp"
+#include "tests/gpu/cuda_test_support.hpp"
 #include "kernels/cuda_backend.hpp"
 #include "router/route.hpp"
 #include "router/topk_gating_ref.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
-#include "distributed/ep_layer.hpp"
-#include "distributed/ep_run.hpp"
+#include "src/common/error.hpp"
+#include "src/distributed/ep_layer.hpp"
+#include "src/distributed/ep_run.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
-#include "support/router_support.hpp"
-#include "workload/synthetic_logits.hpp"
+#include "tests/support/router_support.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
 namespace {

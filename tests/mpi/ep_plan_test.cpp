@@ -11,11 +11,11 @@
 #include <numeric>
 #include <vector>
 
-#include "distributed/ep_layer.hpp"
+#include "src/distributed/ep_layer.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
-#include "support/kernel_support.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/kernel_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/error.hpp"
-#include "report/atomic_write.hpp"
+#include "src/common/error.hpp"
+#include "src/report/atomic_write.hpp"
 
 namespace moesim {
 namespace {

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "common/error.hpp"
-#include "report/report_html.hpp"
-#include "support/run_cli.hpp"
+#include "src/common/error.hpp"
+#include "src/report/report_html.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {

@@ -11,7 +11,7 @@
 #include <numeric>
 #include <random>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "router/capacity.hpp"
 #include "router/capacity_ref.hpp"
-#include "common/counter_rng.hpp"
+#include "src/common/counter_rng.hpp"
 #include "router/route.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "router/route.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

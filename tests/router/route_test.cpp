@@ -9,9 +9,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 #include "router/route.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

@@ -11,7 +11,7 @@
 #include "router/route.hpp"
 #include "router/sinkhorn.hpp"
 #include "router/sinkhorn_ref.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "common/counter_rng.hpp"
+#include "src/common/counter_rng.hpp"
 #include "router/route.hpp"
-#include "support/router_support.hpp"
+#include "tests/support/router_support.hpp"
 
 namespace moesim {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "config/experiment.hpp"
+#include "src/config/experiment.hpp"
 #include "router/route.hpp"
 #include "router/routing.hpp"
 

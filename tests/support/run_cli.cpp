@@ -1,5 +1,5 @@
 // Runs the moesim binary for the CLI tests (see run_cli.hpp).
-#include "support/run_cli.hpp"
+#include "tests/support/run_cli.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

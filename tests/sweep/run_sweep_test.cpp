@@ -3,7 +3,7 @@
 // 8 layers multiplied in; tied width keys; gating as an axis; CSV/JSON shapes; --measure; bad --vary
 // and bad keys exit 2 before anything runs; no progress bar when stderr is not a terminal.
 // Modeled numbers are deterministic: exact or 1e-12-relative comparisons. Host only.
-#include "sweep/run_sweep.hpp"
+#include "src/sweep/run_sweep.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "common/error.hpp"
-#include "config/load_config.hpp"
-#include "cost/hardware_profile.hpp"
-#include "cost/roofline.hpp"
-#include "support/run_cli.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/roofline.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {

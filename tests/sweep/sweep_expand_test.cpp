@@ -1,11 +1,11 @@
 // Tests src/sweep/sweep: VALUES lists with geometric and arithmetic ranges (integer and real), --vary
 // parsing with tied keys, the cartesian product's order and size, and InputError on every bad form.
 // Pure string work: exact comparisons. Host only.
-#include "sweep/sweep.hpp"
+#include "src/sweep/sweep.hpp"
 
 #include <gtest/gtest.h>
 
-#include "common/error.hpp"
+#include "src/common/error.hpp"
 
 namespace moesim {
 namespace {

@@ -3,7 +3,7 @@
 // measured, the summary is the median (and mean) of the absolute errors, and the error on this machine
 // with the shipped cpu-local profile is computed (its size is reported, not asserted: timings are
 // machine-dependent). Host only; small executed sizes so that the suite stays fast.
-#include "sweep/validate.hpp"
+#include "src/sweep/validate.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "common/error.hpp"
-#include "config/load_config.hpp"
-#include "support/run_cli.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {

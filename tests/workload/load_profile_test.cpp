@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/load_config.hpp"
-#include "pipeline/run_experiment.hpp"
+#include "src/config/load_config.hpp"
+#include "src/pipeline/run_experiment.hpp"
 #include "router/balance_metrics.hpp"
-#include "support/run_cli.hpp"
-#include "workload/load_profile.hpp"
+#include "tests/support/run_cli.hpp"
+#include "src/workload/load_profile.hpp"
 
 namespace moesim {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "common/error.hpp"
-#include "workload/logits_file.hpp"
+#include "src/common/error.hpp"
+#include "src/workload/logits_file.hpp"
 
 namespace moesim {
 namespace {

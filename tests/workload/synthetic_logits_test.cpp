@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "workload/synthetic_logits.hpp"
+#include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
 namespace {

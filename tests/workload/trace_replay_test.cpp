@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "config/load_config.hpp"
-#include "pipeline/run_experiment.hpp"
+#include "src/config/load_config.hpp"
+#include "src/pipeline/run_experiment.hpp"
 #include "router/route.hpp"
-#include "support/run_cli.hpp"
-#include "workload/synthetic_logits.hpp"
-#include "workload/trace_replay.hpp"
+#include "tests/support/run_cli.hpp"
+#include "src/workload/synthetic_logits.hpp"
+#include "src/workload/trace_replay.hpp"
 
 namespace moesim {
 namespace {

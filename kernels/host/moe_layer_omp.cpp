@@ -21,6 +21,7 @@
 #include <thrust/system/omp/execution_policy.h>
 
 #include "kernels/combine.hpp"
+#include "src/common/clock.hpp"
 #include "kernels/gather.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/host/reused_buffer.hpp"
@@ -54,9 +55,6 @@ void fill_normal(std::vector<float>& out, uint64_t seed, uint64_t tensor, double
   }
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void require_plan_matches(const Routing& r, const DispatchPlan& plan) {
   MOESIM_REQUIRE(plan.num_experts == r.num_experts,
@@ -264,16 +262,16 @@ void moe_forward_omp(const ExpertWeights& w, const ExpertWeights* shared, const 
   float* xg = rows_buffer.get();
   std::vector<float> shared_out(has_shared ? static_cast<size_t>(r.num_tokens * hidden) : 0);
 
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   gather_rows_omp(x, hidden, r, plan, xg);
   const double dispatch_s = seconds_since(t0);
 
-  t0 = std::chrono::steady_clock::now();
+  t0 = Clock::now();
   grouped_swiglu_omp(w, xg, plan.padded_offsets.data(), xg, nullptr, gemm);
   if (has_shared) shared_experts_omp(*shared, x, r.num_tokens, shared_out.data(), gemm);
   const double experts_s = seconds_since(t0);
 
-  t0 = std::chrono::steady_clock::now();
+  t0 = Clock::now();
   combine_omp(r, plan, xg, has_shared ? shared_out.data() : nullptr, hidden, y);
   const double combine_s = seconds_since(t0);
 

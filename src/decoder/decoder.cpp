@@ -12,6 +12,7 @@
 #include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
 
+#include "src/common/clock.hpp"
 #include "src/common/error.hpp"
 #include "src/common/counter_rng.hpp"
 #include "src/decoder/kv_cache.hpp"
@@ -22,9 +23,7 @@
 namespace moesim {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Streams of the counter-based generator (common/counter_rng.hpp), one per kind of draw.
 enum Stream : uint64_t {

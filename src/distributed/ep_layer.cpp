@@ -13,6 +13,7 @@
 #include <numeric>
 #include <thread>
 
+#include "src/common/clock.hpp"
 #include "src/common/error.hpp"
 #include "kernels/grouped_gemm.hpp"
 
@@ -233,8 +234,6 @@ bool ep_launched_by_mpirun() {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 #if !defined(MOESIM_HAS_MPI)
 [[noreturn]] void no_mpi() {

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "src/common/clock.hpp"
+#include "src/common/median.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "kernels/moe_layer.hpp"
@@ -25,9 +27,6 @@
 namespace moesim {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 constexpr const char* kPrefix = "moesim run";
 
 uint64_t fnv1a(const std::string& s) {
@@ -36,12 +35,6 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The phase times of several repeats, each field its median; the row counts are the same every repeat.
 EpRankStats median_stats(const std::vector<EpRankStats>& reps) {

@@ -11,6 +11,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "src/common/clock.hpp"
+#include "src/common/median.hpp"
 #include "src/common/error.hpp"
 #include "src/distributed/ep_layer.hpp"
 
@@ -21,13 +23,6 @@
 namespace moesim {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 #if defined(MOESIM_HAS_MPI)
 // The slowest rank's time of each of `repeats` all-to-alls of `bytes_per_pair` to every other rank

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "src/common/clock.hpp"
 #include "src/common/digest.hpp"
 #include "src/common/error.hpp"
 #include "src/common/median.hpp"
@@ -27,11 +28,6 @@
 namespace moesim {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 using Batch = LogitsBatch;
 

@@ -99,33 +99,66 @@ CostBreakdown expert_time(const ExpertRoofline& model, int64_t n) {
   return g.time();
 }
 
-CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionShape& s, int64_t batch,
-                                    int64_t context_tokens) {
+namespace {
+
+// Wqkv and Wo parameters of one attention layer.
+double attention_weight_params(const AttentionShape& s) {
   MOESIM_REQUIRE(s.hidden > 0 && s.heads > 0 && s.kv_heads > 0 && s.head_dim > 0,
                  "attention shape must be positive");
-  MOESIM_REQUIRE(batch >= 0 && context_tokens >= 0, "batch and context_tokens must be >= 0");
-  CostBreakdown c;
-  if (batch == 0) return c;
-  const double bytes = dtype_bytes(s.dtype);
   const double q_width = static_cast<double>(s.heads) * s.head_dim;
   const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
   const double h = static_cast<double>(s.hidden);
-  const double weight_params = h * (q_width + 2.0 * kv_width) + q_width * h;  // Wqkv and Wo
-  const double b = static_cast<double>(batch), ctx = static_cast<double>(context_tokens);
-  // Bytes: weights once, the whole KV cache read, the new K/V rows written, x read and y written.
-  const double traffic = weight_params * bytes + ctx * 2.0 * kv_width * bytes + b * 2.0 * kv_width * bytes +
-                         b * 2.0 * h * bytes;
-  // FLOPs: projections 2 per weight per token; QK^T and PV 2 head_dim each per cached token and head.
-  const double flops = 2.0 * b * weight_params + 4.0 * ctx * q_width;
-  const double f = require_peak_flops_per_s(hw, s.dtype);
-  const double mem_s = traffic / hw.memory_bandwidth_bytes_per_s;
-  const double compute_s = flops / f;
+  return h * (q_width + 2.0 * kv_width) + q_width * h;
+}
+
+// The three columns of an attention layer from its bytes and FLOPs: the roofline's max, plus 3 launches
+// (QKV projection, attention, output projection) in the quantized column, and the calibrated column's
+// efficiencies and memory/compute overlap (combine_terms), as every calibrated time in moesim.
+CostBreakdown attention_columns(const HardwareProfile& hw, Dtype dtype, double traffic_bytes, double flops) {
+  const double mem_s = traffic_bytes / hw.memory_bandwidth_bytes_per_s;
+  const double compute_s = flops / require_peak_flops_per_s(hw, dtype);
   const double launches_s = 3.0 * hw.launch_overhead_s;
+  CostBreakdown c;
   c.ideal_s = std::max(mem_s, compute_s);
   c.quantized_s = c.ideal_s + launches_s;
   c.calibrated_s = combine_terms(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops, hw.memory_compute_overlap) +
                    launches_s;
   return c;
+}
+
+}  // namespace
+
+CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionShape& s, int64_t batch,
+                                    int64_t context_tokens) {
+  const double weight_params = attention_weight_params(s);
+  MOESIM_REQUIRE(batch >= 0 && context_tokens >= 0, "batch and context_tokens must be >= 0");
+  if (batch == 0) return CostBreakdown{};
+  const double bytes = dtype_bytes(s.dtype);
+  const double q_width = static_cast<double>(s.heads) * s.head_dim;
+  const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
+  const double b = static_cast<double>(batch), ctx = static_cast<double>(context_tokens);
+  // Bytes: weights once, the whole KV cache read, the new K/V rows written, x read and y written.
+  const double traffic = weight_params * bytes + ctx * 2.0 * kv_width * bytes + b * 2.0 * kv_width * bytes +
+                         b * 2.0 * s.hidden * bytes;
+  // FLOPs: projections 2 per weight per token; QK^T and PV 2 head_dim each per cached token and head.
+  const double flops = 2.0 * b * weight_params + 4.0 * ctx * q_width;
+  return attention_columns(hw, s.dtype, traffic, flops);
+}
+
+CostBreakdown attention_prefill_time(const HardwareProfile& hw, const AttentionShape& s, int64_t tokens,
+                                     int64_t attended_positions) {
+  const double weight_params = attention_weight_params(s);
+  MOESIM_REQUIRE(tokens >= 0 && attended_positions >= 0, "tokens and attended_positions must be >= 0");
+  if (tokens == 0) return CostBreakdown{};
+  const double bytes = dtype_bytes(s.dtype);
+  const double q_width = static_cast<double>(s.heads) * s.head_dim;
+  const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
+  const double n = static_cast<double>(tokens);
+  // Bytes: weights once; K/V written and read once; x read and y written.
+  const double traffic = weight_params * bytes + 2.0 * n * 2.0 * kv_width * bytes + n * 2.0 * s.hidden * bytes;
+  // FLOPs: projections 2 per weight per token; QK^T and PV 2 head_dim each per attended pair and head.
+  const double flops = 2.0 * n * weight_params + 4.0 * static_cast<double>(attended_positions) * q_width;
+  return attention_columns(hw, s.dtype, traffic, flops);
 }
 
 }  // namespace moesim

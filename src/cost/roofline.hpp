@@ -109,4 +109,11 @@ struct AttentionShape {
 CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionShape& shape, int64_t batch,
                                     int64_t context_tokens);
 
+// One attention layer for a batch of prefill tokens: weights read once, each sequence's K/V written and
+// read once (a tiled kernel keeps a query block's K/V on chip), x read and y written; FLOPs 2 per weight
+// per token plus 4 head_dim per attended (query, key) pair and head, attended_positions = sum over the
+// tokens of the positions each attends to. Columns and launches as attention_decode_time.
+CostBreakdown attention_prefill_time(const HardwareProfile& hw, const AttentionShape& shape, int64_t tokens,
+                                     int64_t attended_positions);
+
 }  // namespace moesim

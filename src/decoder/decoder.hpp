@@ -13,6 +13,7 @@
 
 #include "src/config/experiment.hpp"
 #include "src/decoder/attention_layer.hpp"
+#include "src/decoder/decoder_shape.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
@@ -24,28 +25,6 @@ namespace moesim {
 // centre makes the tokens of one sequence route alike (temporal locality); docs/workloads.md.
 constexpr double kTopicWeight = 0.6;
 constexpr double kTokenWeight = 0.8;
-// The logits head's vocabulary is min(model.vocab, kDecoderVocab): enough for greedy decoding to
-// produce varied tokens, small enough that the head costs nothing next to the layers.
-constexpr int kDecoderVocab = 512;
-// Executed head_dim is at least this (or model.head_dim when that is smaller).
-constexpr int kMinExecutedHeadDim = 16;
-
-// The executed decoder's dimensions.
-struct DecoderShape {
-  int layers = 1;
-  int64_t hidden = 0, ffn = 0;
-  int heads = 0, kv_heads = 0, head_dim = 0;
-  int vocab = 0;
-  int experts = 0, top_k = 0, shared_experts = 0;
-  int topics = 1;
-};
-
-// From the experiment: layers, hidden, ffn from execute:; experts, top_k, shared_experts, topics as
-// configured; head_dim = min(model.head_dim, max(kMinExecutedHeadDim, execute.hidden / model.heads));
-// heads = execute.hidden / head_dim rounded down to a multiple of the GQA group (model.heads /
-// model.kv_heads), at least one group and at most model.heads; kv_heads = heads / group, so the
-// executed attention keeps the model's MHA/GQA grouping; vocab = min(model.vocab, kDecoderVocab).
-DecoderShape executed_decoder_shape(const Experiment& e);
 
 // Prompt length of each of the workload.batch sequences: one length for all, one per sequence, or
 // drawn uniformly from [LO, HI] per sequence from the seed (prompt_len_range).
@@ -80,19 +59,6 @@ struct DecoderWeights {
 };
 
 DecoderWeights make_decoder_weights(const DecoderShape& shape, uint64_t seed, double skew);
-
-enum class DecoderPhase { prefill, decode };
-const char* to_string(DecoderPhase p);
-
-// Wall seconds of one layer for one step (steady_clock, one pass).
-struct DecoderTimes {
-  double attention_s = 0;  // norm, QKV, RoPE, cache append, attention, output projection, residual
-  double router_s = 0;     // norm, router logits GEMM, popularity bias, route_omp
-  double dispatch_s = 0;   // dispatch plan and gather
-  double experts_s = 0;    // routed and shared SwiGLU experts
-  double combine_s = 0;    // weighted un-permute and the residual add
-  double layer_s = 0;      // the whole layer
-};
 
 // One layer of one step. Steps: 0 is the prefill, 1..decode_steps the decode steps.
 struct DecoderRecord {

@@ -13,6 +13,9 @@
 #include "src/common/digest.hpp"
 #include "src/common/error.hpp"
 #include "src/common/median.hpp"
+#include "src/cost/placement.hpp"
+#include "src/cost/roofline.hpp"
+#include "src/decoder/decoder.hpp"
 #include "src/decoder/kv_cache.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
@@ -507,32 +510,6 @@ double file_bytes(const std::string& path) {
 }
 
 }  // namespace
-
-CostBreakdown attention_prefill_time(const HardwareProfile& hw, const AttentionShape& s, int64_t tokens,
-                                     int64_t attended_positions) {
-  MOESIM_REQUIRE(s.hidden > 0 && s.heads > 0 && s.kv_heads > 0 && s.head_dim > 0, "attention shape must be positive");
-  MOESIM_REQUIRE(tokens >= 0 && attended_positions >= 0, "tokens and attended_positions must be >= 0");
-  CostBreakdown c;
-  if (tokens == 0) return c;
-  const double bytes = dtype_bytes(s.dtype);
-  const double q_width = static_cast<double>(s.heads) * s.head_dim;
-  const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
-  const double h = static_cast<double>(s.hidden);
-  const double weight_params = h * (q_width + 2.0 * kv_width) + q_width * h;  // Wqkv and Wo
-  const double n = static_cast<double>(tokens);
-  // Bytes: weights once; K/V written and read once; x read and y written.
-  const double traffic = weight_params * bytes + 2.0 * n * 2.0 * kv_width * bytes + n * 2.0 * h * bytes;
-  // FLOPs: projections 2 per weight per token; QK^T and PV 2 head_dim each per attended pair and head.
-  const double flops = 2.0 * n * weight_params + 4.0 * static_cast<double>(attended_positions) * q_width;
-  const double f = require_peak_flops_per_s(hw, s.dtype);
-  const double mem_s = traffic / hw.memory_bandwidth_bytes_per_s;
-  const double compute_s = flops / f;
-  const double launches_s = 3.0 * hw.launch_overhead_s;
-  c.ideal_s = std::max(mem_s, compute_s);
-  c.quantized_s = c.ideal_s + launches_s;
-  c.calibrated_s = std::max(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops) + launches_s;
-  return c;
-}
 
 std::string resolve_workload_path(const Experiment& e) {
   namespace fs = std::filesystem;

@@ -1,6 +1,6 @@
 // Tests src/cost/roofline: per-expert t(n) flat then linear, the knee past the weights-only critical
-// batch, tile and wave quantization steps, launches, efficiencies, grouped experts and attention decode,
-// all against numbers worked by hand on a small profile. Host only.
+// batch, tile and wave quantization steps, launches, efficiencies, grouped experts and attention (decode
+// and prefill), all against numbers worked by hand on a small profile. Host only.
 #include "src/cost/roofline.hpp"
 
 #include <gtest/gtest.h>
@@ -190,6 +190,35 @@ TEST(Roofline, AttentionDecodeStep) {
   EXPECT_EQ(attention_decode_time(toy(), s, 0, 0).quantized_s, 0.0);
   // Longer contexts cost KV-cache bytes linearly: 1000 more cached tokens = 128000 B more.
   EXPECT_NEAR(attention_decode_time(toy(), s, 2, 1100).ideal_s - c.ideal_s, 1.28e-7, 1e-19);
+}
+
+TEST(Roofline, AttentionPrefill) {
+  // hidden 64, 4 heads, 2 KV heads, head_dim 16, fp16; one sequence of 10 prompt tokens, which attend to
+  // 1 + 2 + ... + 10 = 55 positions in all.
+  // Weights 12288 params = 24576 B; K/V written and read once 2 * 10 * 2 * 32 * 2 = 2560 B; x and y
+  // 10 * 2 * 64 * 2 = 2560 B: 29696 B -> 2.9696e-8 s. FLOPs 2 * 10 * 12288 + 4 * 55 * 64 = 259840
+  // -> 2.5984e-8 s: memory-bound.
+  AttentionShape s;
+  s.hidden = 64;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 16;
+  s.dtype = Dtype::fp16;
+  const CostBreakdown c = attention_prefill_time(toy(), s, 10, 55);
+  EXPECT_NEAR(c.ideal_s, 2.9696e-8, 1e-20);
+  EXPECT_NEAR(c.quantized_s, 2.9696e-8 + 3e-6, 1e-18);
+  EXPECT_EQ(attention_prefill_time(toy(), s, 0, 0).calibrated_s, 0.0);
+  // Calibrated, efficiencies 0.8 (bandwidth) and 0.5 (FLOPs): 3.712e-8 s of memory, 5.1968e-8 s of
+  // compute. Without overlap they add (8.9088e-8); with full overlap the larger counts (5.1968e-8).
+  const std::string eff = "efficiency_bw: 0.8\nefficiency_flops: 0.5\n";
+  EXPECT_NEAR(attention_prefill_time(toy(eff + "memory_compute_overlap: 0\n"), s, 10, 55).calibrated_s,
+              8.9088e-8 + 3e-6, 1e-18);
+  EXPECT_NEAR(attention_prefill_time(toy(eff + "memory_compute_overlap: 1\n"), s, 10, 55).calibrated_s,
+              5.1968e-8 + 3e-6, 1e-18);
+  // The decode step combines its terms by the same rule: batch 2, 100 cached tokens (AttentionDecodeStep)
+  // gives 3.8144e-8 s of memory and 7.4752e-9 s of compute, 4.768e-8 and 1.49504e-8 calibrated.
+  EXPECT_NEAR(attention_decode_time(toy(eff + "memory_compute_overlap: 0\n"), s, 2, 100).calibrated_s,
+              4.768e-8 + 1.49504e-8 + 3e-6, 1e-18);
 }
 
 }  // namespace

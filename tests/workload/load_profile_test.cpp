@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "router/balance_metrics.hpp"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "router/route.hpp"

@@ -1,0 +1,116 @@
+// The results of a run, as the runner fills them and every report reads them: per router variant the
+// routing metrics of each batch, step records and phase totals of step-structured workloads, the
+// modeled cost per placement and the measured times and digests of the executed layer. Plain data,
+// no behaviour, so that reports depend on results and not on the kernels that produced them. Host
+// only. Filled by src/pipeline/run_experiment.cpp; read by src/report (tests/report/report_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/cost/placement.hpp"
+#include "src/cost/roofline.hpp"
+#include "src/decoder/decoder_shape.hpp"
+#include "router/balance_metrics.hpp"
+
+namespace moesim {
+
+// A router configuration to run, with the label that names it in reports.
+struct RouterVariant {
+  std::string label;     // e.g. "token_choice" or "token_choice capacity_factor=2"
+  RouterConfig router;
+};
+
+// Wall-clock medians over `execute.repeats` timed repeats after one warm-up, in seconds.
+struct MeasuredTimes {
+  double router_s = 0, dispatch_s = 0, experts_s = 0, combine_s = 0, layer_s = 0;
+};
+
+struct ModeledPlacement {
+  std::string placement;  // "single" or "expert_parallel"
+  int devices = 1;
+  LayerCost cost;
+};
+
+// One routed batch of a step-structured workload (decoder, trace, load profile): one layer of one step.
+// records[i] describes per_batch[i] (the routing metrics; load = tokens per expert).
+struct StepRecord {
+  std::string phase;               // "prefill" | "decode" (decoder, traces that say), "trace", "profile"
+  int step = 0;                    // decoder: 0 = prefill, 1..decode_steps; trace: as recorded
+  int layer = 0;                   // executed layer (decoder), recorded layer (trace, profile)
+  int64_t num_tokens = 0;          // tokens routed in this batch
+  int64_t context_tokens = 0;      // decoder: tokens in the layer's KV cache after the step (all sequences)
+  double kv_cache_bytes = 0;       // decoder: that layer's KV cache at the model's real size and dtype
+  double kv_cache_bytes_executed = 0;  // decoder: the executed layer's cache in use (float32)
+  bool has_measured = false;       // decoder, executed: measured holds this layer's wall times (one pass)
+  DecoderTimes measured;
+  bool has_attention = false;      // decoder: modeled_attention holds this layer's modeled attention
+  CostBreakdown modeled_attention; // model's real size, per layer (placement-aware, see run_experiment.cpp)
+  std::vector<ModeledPlacement> modeled;  // this batch's MoE layer, per placement
+  double batching_efficiency = 1;  // of the primary placement (expert_parallel when used, else single)
+  double modeled_layer_s = 0;      // modeled attention + MoE layer (primary placement, quantized)
+};
+
+// Totals of one phase of a step-structured run.
+struct PhaseSummary {
+  std::string phase;
+  int steps = 0;                   // distinct steps
+  int64_t tokens = 0;              // tokens processed (summed over steps, counted once per step)
+  int64_t tokens_unrouted = 0;     // summed over steps and layers
+  double measured_s = 0;           // decoder, executed: wall time of the steps (execute.layers layers)
+  double measured_tokens_per_s = 0;
+  double modeled_s = 0;            // the whole model (model.layers layers) at its real size
+  double modeled_tokens_per_s = 0;
+  double modeled_attention_s = 0;  // its attention part
+  double modeled_moe_s = 0;        // its MoE part
+  double kv_cache_bytes = 0;       // decoder: whole model's KV cache (model.layers) at the phase's end
+};
+
+struct VariantResult {
+  RouterVariant variant;
+  std::vector<BalanceMetrics> per_batch;  // one entry per routed batch (decoder: per step and layer), in order
+  std::vector<StepRecord> records;        // decoder, trace, load_profile: one per entry of per_batch
+  std::vector<PhaseSummary> phases;       // decoder: prefill, decode; trace: per recorded phase; profile
+  std::vector<float> final_bias;          // aux_free_bias: the bias after the last batch (last layer)
+  // Cost of the last batch's routing, per placement; for step-structured runs the mean over the decode
+  // records (all records when there is no decode phase), so that variants rank on typical steps.
+  std::vector<ModeledPlacement> modeled;
+  bool executed = false;
+  MeasuredTimes measured;
+  // Measured balanced counterfactual: the same executed layer with `balanced` routing.
+  double measured_balanced_layer_s = 0;
+  // common/digest.hpp digests. output_digest: the executed layer's output under this variant's routing
+  // (the same at any thread count for one BLAS kernel; CPU and CUDA equal on exact inputs). decoder:
+  // final_hidden_digest of the decoder's last hidden states, the same on every machine.
+  std::string output_digest;
+  std::string final_hidden_digest;
+  std::string verify_message;             // --verify: "ok" or the first mismatch
+  const BalanceMetrics& last() const { return per_batch.back(); }
+};
+
+// Where the executed layer runs (--backend, resolved by the CLI: auto -> cuda when a device is usable).
+enum class ExecBackend { cpu, cuda };
+
+struct RunResult {
+  Experiment experiment;
+  HardwareProfile hardware;
+  int64_t num_tokens = 0;     // tokens per routed batch (decoder: per decode step, or the prefill without one)
+  std::vector<VariantResult> variants;
+  // decoder: the executed shape and the per-sequence prompt lengths and topics.
+  bool has_decoder = false;
+  DecoderShape decoder_shape;
+  std::vector<int> prompt_len;
+  std::vector<int> topic;
+  double kv_cache_allocated_bytes = 0;  // executed, preallocated
+  // trace: whether the recorded decisions were replayed (no logits) or re-routed.
+  bool trace_replayed = false;
+  std::string workload_path;            // trace / load_profile / logits: the file read
+  std::string profile_key;              // load_profile: the profile used
+  ExecBackend backend = ExecBackend::cpu;  // where the executed layer ran
+  std::string device;                      // cuda: the device's description (cuda_device_description)
+};
+
+}  // namespace moesim

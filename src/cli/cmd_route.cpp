@@ -12,6 +12,8 @@
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "src/report/route_report.hpp"
+#include "src/report/text_format.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/expert_choice.hpp"
 #include "router/route.hpp"
@@ -58,16 +60,10 @@ double estimate_route_bytes(const RouterConfig& cfg, int64_t n, int E, int k, do
   return kRuntimeBytes + (1 + kAllocatorSlack) * (logits + std::max(reading, 13 * assignments + scratch + N));
 }
 
-std::string mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1 << 20));
-  return buf;
-}
-
 void check_memory(double need, double limit, const std::string& path, const std::string& what) {
   if (limit > 0 && need > limit) {
-    throw ResourceError(path + ": routing " + what + " needs about " + mib(need) + ", over the memory limit of " +
-                        mib(limit) + " (--memory-limit)");
+    throw ResourceError(path + ": routing " + what + " needs about " + text::mib(need) + ", over the memory limit of " +
+                        text::mib(limit) + " (--memory-limit)");
   }
 }
 
@@ -142,29 +138,17 @@ int cmd_route(int argc, char** argv) {
   const Routing r = route_omp(e.router, req, &state);
   const BalanceMetrics bm = compute_balance_metrics(r, m.values.data(), e.router.layout, e.router.block_size);
 
-  nlohmann::json j;
-  j["schema_version"] = kReportSchemaVersion;
-  j["file"] = logits_path;
-  j["num_tokens"] = m.num_tokens;
-  j["num_experts"] = m.num_experts;
-  j["top_k"] = e.model.top_k;
-  j["gating"] = to_string(e.router.gating);
-  j["capacity_factor"] = e.router.capacity_factor;
-  j["memory_estimate_bytes"] = need;
-  j["memory_limit_bytes"] = limit;
-  const nlohmann::json metrics = metrics_to_json(bm);
-  j["metrics"] = metrics;
-
-  if (format == ReportFormat::json) {
-    emit(opts, j.dump(2) + "\n");
-    return kExitOk;
-  }
-  std::ostringstream os;
-  os << logits_path << ": " << m.num_tokens << " tokens x " << m.num_experts << " experts, " << to_string(e.router.gating)
-     << ", top_k " << e.model.top_k << "\n";
-  os << "  memory estimate: " << mib(need) << " (limit " << mib(limit) << ")\n";
-  for (auto it = metrics.begin(); it != metrics.end(); ++it) os << "  " << it.key() << ": " << it.value().dump() << "\n";
-  emit(opts, os.str());
+  RouteReport report;
+  report.file = logits_path;
+  report.num_tokens = m.num_tokens;
+  report.num_experts = m.num_experts;
+  report.top_k = e.model.top_k;
+  report.gating = to_string(e.router.gating);
+  report.capacity_factor = e.router.capacity_factor;
+  report.memory_estimate_bytes = need;
+  report.memory_limit_bytes = limit;
+  report.metrics = bm;
+  emit(opts, format_route(report, format));
   return kExitOk;
 }
 

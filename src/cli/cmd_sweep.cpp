@@ -11,6 +11,7 @@
 #include "src/common/error.hpp"
 #include "src/sweep/run_sweep.hpp"
 #include "src/sweep/sweep.hpp"
+#include "src/report/sweep_report.hpp"
 
 namespace moesim::cli {
 int cmd_sweep(int argc, char** argv) {

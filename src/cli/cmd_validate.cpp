@@ -14,6 +14,7 @@
 #include "src/cost/hardware_profile.hpp"
 #include "src/sweep/sweep.hpp"
 #include "src/sweep/validate.hpp"
+#include "src/report/validate_report.hpp"
 
 namespace moesim::cli {
 int cmd_validate(int argc, char** argv) {

@@ -91,6 +91,19 @@ struct VariantResult {
   const BalanceMetrics& last() const { return per_batch.back(); }
 };
 
+// The variant's modeled placement of that name ("single", "expert_parallel"); null when not modeled.
+inline const ModeledPlacement* find_placement(const VariantResult& v, const std::string& name) {
+  for (const ModeledPlacement& p : v.modeled)
+    if (p.placement == name) return &p;
+  return nullptr;
+}
+
+// The placement whose cost ranks the variants: expert_parallel when the experiment uses it, else single.
+inline const ModeledPlacement& primary_placement(const VariantResult& v) {
+  if (const ModeledPlacement* ep = find_placement(v, "expert_parallel")) return *ep;
+  return v.modeled.front();
+}
+
 // Where the executed layer runs (--backend, resolved by the CLI: auto -> cuda when a device is usable).
 enum class ExecBackend { cpu, cuda };
 

@@ -9,16 +9,12 @@
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/report/report.hpp"
+#include "src/report/text_format.hpp"
 
 namespace moesim {
 namespace {
 
-std::string num(double v) {
-  std::ostringstream os;
-  os.precision(6);
-  os << v;
-  return os.str();
-}
+std::string num(double v) { return text::real(v); }
 
 [[noreturn]] void fail(const std::string& message) { throw InputError(message); }
 

@@ -45,18 +45,7 @@ const std::vector<std::pair<std::string, Getter>>& batch_metrics() {
   return table;
 }
 
-const ModeledPlacement* find_placement(const VariantResult& v, const std::string& name) {
-  for (const auto& p : v.modeled)
-    if (p.placement == name) return &p;
-  return nullptr;
-}
-
-std::string fmt(double v, int precision = 3) {
-  if (std::isnan(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
+std::string fmt(double v, int precision = 3) { return text::fixed(v, precision); }
 
 std::string fmt_opt(const std::optional<double>& v, int precision = 3) { return v ? fmt(*v, precision) : "-"; }
 
@@ -116,11 +105,11 @@ nlohmann::json metrics_to_json(const BalanceMetrics& m) {
   return j;
 }
 
-namespace {
-
 nlohmann::json cost_json(const CostBreakdown& c) {
   return {{"ideal_s", c.ideal_s}, {"quantized_s", c.quantized_s}, {"calibrated_s", c.calibrated_s}};
 }
+
+namespace {
 
 nlohmann::json placement_json(const ModeledPlacement& p) {
   nlohmann::json j = {{"devices", p.devices},
@@ -386,11 +375,6 @@ const std::vector<std::string>& scalar_metric_names() {
     return n;
   }();
   return names;
-}
-
-const ModeledPlacement& primary_placement(const VariantResult& v) {
-  if (const ModeledPlacement* ep = find_placement(v, "expert_parallel")) return *ep;
-  return v.modeled.front();
 }
 
 std::optional<double> metric_value(const RunResult& run, const VariantResult& v, const std::string& metric,

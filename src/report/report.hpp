@@ -26,8 +26,8 @@ const std::vector<std::string>& scalar_metric_names();
 std::optional<double> metric_value(const RunResult& run, const VariantResult& v, const std::string& metric,
                                    const std::string& aggregate);
 
-// The placement whose cost ranks the variants: expert_parallel when the experiment uses it, else single.
-const ModeledPlacement& primary_placement(const VariantResult& v);
+// The three columns of a modeled time as JSON: ideal_s, quantized_s, calibrated_s.
+nlohmann::json cost_json(const CostBreakdown& c);
 
 // 1-based rank of each variant by the primary placement's modeled layer time divided by the kept
 // fraction (1 - drop_rate), so that dropping work does not rank as speed (ties: lower imbalance).

@@ -8,6 +8,7 @@
 
 #include "src/common/error.hpp"
 #include "src/report/check.hpp"
+#include "src/report/text_format.hpp"
 
 namespace moesim {
 namespace {
@@ -26,12 +27,7 @@ std::string esc(const std::string& s) {
   return out;
 }
 
-std::string num(double v, int precision = 3) {
-  if (!std::isfinite(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
+std::string num(double v, int precision = 3) { return text::fixed(v, precision); }
 
 double as_number(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;

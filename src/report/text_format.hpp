@@ -1,4 +1,5 @@
-// Number and cell formatting shared by the run, sweep and validation reports. Host only. Covered through
+// The one set of number and cell formatters of every report (run, compare, sweep, validate, hardware,
+// route, expert-parallel, check). Host only. Covered through
 // the report tests (tests/report, tests/sweep) that compare printed tables and CSV.
 #pragma once
 
@@ -20,6 +21,13 @@ inline std::string fixed(double v, int precision) {
 inline std::string real(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// Bytes in MiB with one decimal: "12.5 MiB".
+inline std::string mib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1 << 20));
   return buf;
 }
 

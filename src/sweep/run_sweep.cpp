@@ -1,4 +1,5 @@
-// Runs a sweep point by point through run_experiment and formats the rows (see run_sweep.hpp).
+// Runs a sweep point by point through run_experiment into rows (see run_sweep.hpp; src/report/sweep_report.cpp
+// formats them).
 // A whole-model time is one MoE layer's modeled time times model.layers: every layer is taken to route
 // like the one simulated (same loads), which is what the batching argument needs (a dense MLP of L equal
 // layers when model.experts == 1). Host only. Covered by tests/sweep/run_sweep_test.cpp.
@@ -12,17 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
-#include "src/report/text_format.hpp"
 #include "src/config/load_config.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/pipeline/run_experiment.hpp"
 
 namespace moesim {
 namespace {
-
-using text::csv_cell;
-using text::fixed;
-using text::real;
 
 CostBreakdown scaled(const CostBreakdown& c, double f) {
   return {c.ideal_s * f, c.quantized_s * f, c.calibrated_s * f};
@@ -59,169 +55,6 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   return row;
 }
 
-bool any_measured(const SweepResult& s) {
-  return std::any_of(s.rows.begin(), s.rows.end(), [](const SweepRow& r) { return r.measured; });
-}
-
-double measured_efficiency(const SweepRow& r) {
-  return r.measured && r.measured_layer_s > 0 ? r.measured_balanced_layer_s / r.measured_layer_s : NAN;
-}
-
-struct Column {
-  std::string header;
-  std::function<std::string(const SweepRow&)> cell;
-};
-
-// The table's columns: times in microseconds (whole model), measured in milliseconds (one layer).
-std::vector<Column> table_columns(const SweepResult& s) {
-  std::vector<Column> cols;
-  for (size_t a = 0; a < s.axes.size(); ++a)
-    cols.push_back({s.axes[a].key, [a](const SweepRow& r) { return r.values[a]; }});
-  auto us = [](double CostBreakdown::*col, bool balanced) {
-    return [col, balanced](const SweepRow& r) { return fixed((balanced ? r.balanced : r.actual).*col * 1e6, 1); };
-  };
-  cols.push_back({"tokens", [](const SweepRow& r) { return std::to_string(r.num_tokens); }});
-  cols.push_back({"crit_batch", [](const SweepRow& r) { return fixed(r.critical_batch, 1); }});
-  cols.push_back({"ideal_us", us(&CostBreakdown::ideal_s, false)});
-  cols.push_back({"quant_us", us(&CostBreakdown::quantized_s, false)});
-  cols.push_back({"calib_us", us(&CostBreakdown::calibrated_s, false)});
-  cols.push_back({"bal_ideal_us", us(&CostBreakdown::ideal_s, true)});
-  cols.push_back({"bal_quant_us", us(&CostBreakdown::quantized_s, true)});
-  cols.push_back({"bal_calib_us", us(&CostBreakdown::calibrated_s, true)});
-  cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }});
-  cols.push_back({"us_per_token", [](const SweepRow& r) { return fixed(r.time_per_token_s * 1e6, 3); }});
-  cols.push_back({"imbalance", [](const SweepRow& r) { return fixed(r.imbalance, 3); }});
-  cols.push_back({"drop_rate", [](const SweepRow& r) { return fixed(r.drop_rate, 4); }});
-  if (any_measured(s)) {
-    cols.push_back({"meas_experts_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_experts_s * 1e3, 3) : "-"; }});
-    cols.push_back({"meas_layer_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_layer_s * 1e3, 3) : "-"; }});
-    cols.push_back({"meas_eff", [](const SweepRow& r) { return fixed(measured_efficiency(r), 3); }});
-  }
-  return cols;
-}
-
-std::string format_table(const SweepResult& s) {
-  const std::vector<Column> cols = table_columns(s);
-  std::vector<std::vector<std::string>> cells;
-  std::vector<size_t> width(cols.size());
-  for (size_t c = 0; c < cols.size(); ++c) width[c] = cols[c].header.size();
-  for (const SweepRow& r : s.rows) {
-    std::vector<std::string> line;
-    for (size_t c = 0; c < cols.size(); ++c) {
-      line.push_back(cols[c].cell(r));
-      width[c] = std::max(width[c], line.back().size());
-    }
-    cells.push_back(std::move(line));
-  }
-  std::ostringstream os;
-  auto emit_line = [&](const std::vector<std::string>& line) {
-    for (size_t c = 0; c < line.size(); ++c) {
-      const std::string pad(width[c] - line[c].size(), ' ');
-      os << (c ? "  " : "") << (c < s.axes.size() ? line[c] + pad : pad + line[c]);
-    }
-    os << "\n";
-  };
-  std::vector<std::string> header;
-  for (const Column& c : cols) header.push_back(c.header);
-  emit_line(header);
-  for (const auto& line : cells) emit_line(line);
-  const SweepRow* first = s.rows.empty() ? nullptr : &s.rows.front();
-  os << "\n" << s.experiment << " (" << s.source_file << "), " << s.rows.size() << " points";
-  if (first) {
-    os << "; hardware " << first->hardware << ", placement " << first->placement;
-    if (first->placement == "expert_parallel") os << " over " << first->devices << " devices";
-  }
-  os << "\n";
-  if (first)
-    os << "modeled times (*_us) cover model.layers = " << first->layers
-       << " layers, each costed as the simulated MoE layer (same loads): the expert FFNs of one forward pass\n";
-  os << "ideal: roofline at peak; quant: tiles in waves plus launches; calib: quant at the profile's efficiencies;\n"
-        "bal_*: the same tokens under perfectly balanced routing; batch_eff = bal_quant / quant;\n"
-        "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
-  if (any_measured(s))
-    os << "meas_*: one executed layer at the execute: size on this CPU (not x layers); meas_eff = balanced / actual\n";
-  return os.str();
-}
-
-std::string format_csv(const SweepResult& s) {
-  const bool measured = any_measured(s);
-  std::ostringstream os;
-  for (const SweepAxis& a : s.axes) os << csv_cell(a.key) << ",";
-  os << "gating,profile,placement,devices,num_tokens,experts,top_k,layers,critical_batch,"
-        "time_ideal_s,time_quantized_s,time_calibrated_s,"
-        "balanced_ideal_s,balanced_quantized_s,balanced_calibrated_s,"
-        "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate";
-  if (measured) os << ",measured_layer_s,measured_experts_s,measured_balanced_layer_s,measured_batching_efficiency";
-  os << "\n";
-  for (const SweepRow& r : s.rows) {
-    for (const std::string& v : r.values) os << csv_cell(v) << ",";
-    os << r.gating << "," << csv_cell(r.hardware) << "," << r.placement << "," << r.devices << "," << r.num_tokens
-       << "," << r.experts << "," << r.top_k << "," << r.layers << "," << real(r.critical_batch) << "," << real(r.actual.ideal_s) << ","
-       << real(r.actual.quantized_s) << "," << real(r.actual.calibrated_s) << "," << real(r.balanced.ideal_s) << ","
-       << real(r.balanced.quantized_s) << "," << real(r.balanced.calibrated_s) << "," << real(r.batching_efficiency)
-       << "," << real(r.time_per_token_s) << "," << real(r.compute_bound_experts) << "," << real(r.imbalance) << ","
-       << real(r.drop_rate);
-    if (measured) {
-      if (r.measured)
-        os << "," << real(r.measured_layer_s) << "," << real(r.measured_experts_s) << ","
-           << real(r.measured_balanced_layer_s) << "," << real(measured_efficiency(r));
-      else
-        os << ",,,,";
-    }
-    os << "\n";
-  }
-  return os.str();
-}
-
-nlohmann::json cost_json(const CostBreakdown& c) {
-  return {{"ideal_s", c.ideal_s}, {"quantized_s", c.quantized_s}, {"calibrated_s", c.calibrated_s}};
-}
-
-std::string format_json(const SweepResult& s) {
-  nlohmann::json j;
-  j["schema_version"] = kReportSchemaVersion;
-  j["moesim_version"] = MOESIM_VERSION;
-  j["experiment"] = {{"name", s.experiment}, {"source", s.source_file}};
-  nlohmann::json axes = nlohmann::json::array();
-  for (const SweepAxis& a : s.axes) axes.push_back({{"key", a.key}, {"keys", a.keys}, {"values", a.values}});
-  j["axes"] = axes;
-  j["note"] =
-      "modeled times cover model.layers layers, each costed as the simulated MoE layer; measured times are "
-      "one executed layer at the execute: size";
-  nlohmann::json rows = nlohmann::json::array();
-  for (const SweepRow& r : s.rows) {
-    nlohmann::json row;
-    nlohmann::json values = nlohmann::json::object();
-    for (size_t a = 0; a < s.axes.size(); ++a) values[s.axes[a].key] = r.values[a];
-    row["values"] = values;
-    row["gating"] = r.gating;
-    row["hardware"] = r.hardware;
-    row["placement"] = r.placement;
-    row["devices"] = r.devices;
-    row["num_tokens"] = r.num_tokens;
-    row["experts"] = r.experts;
-    row["top_k"] = r.top_k;
-    row["layers"] = r.layers;
-    row["critical_batch"] = r.critical_batch;
-    row["actual"] = cost_json(r.actual);
-    row["balanced"] = cost_json(r.balanced);
-    row["batching_efficiency"] = r.batching_efficiency;
-    row["time_per_token_s"] = r.time_per_token_s;
-    row["compute_bound_experts"] = r.compute_bound_experts;
-    row["imbalance"] = r.imbalance;
-    row["drop_rate"] = r.drop_rate;
-    if (r.measured) {
-      row["measured"] = {{"layer_s", r.measured_layer_s},
-                         {"experts_s", r.measured_experts_s},
-                         {"balanced_layer_s", r.measured_balanced_layer_s},
-                         {"batching_efficiency", measured_efficiency(r)}};
-    }
-    rows.push_back(row);
-  }
-  j["rows"] = rows;
-  return j.dump(2) + "\n";
-}
-
 }  // namespace
 
 SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes, const SweepOptions& opts) {
@@ -254,16 +87,6 @@ SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes
     if (opts.progress) opts.progress(p + 1, points.size());
   }
   return out;
-}
-
-std::string format_sweep(const SweepResult& sweep, ReportFormat format) {
-  switch (format) {
-    case ReportFormat::table: return format_table(sweep);
-    case ReportFormat::csv: return format_csv(sweep);
-    case ReportFormat::json: return format_json(sweep);
-    case ReportFormat::markdown: break;
-  }
-  throw InputError("--format: expected table, csv or json for sweep, got 'markdown'");
 }
 
 }  // namespace moesim

@@ -1,7 +1,7 @@
 // Runs an experiment at every point of a sweep (sweep.hpp) and tabulates, per point, the modeled cost
 // of the whole model's expert layers (one MoE layer's cost x model.layers) for the actual and the
 // balanced routing, batching efficiency, time per token, imbalance and drops, and with `measure` the
-// executed layer's times. Output: table, CSV or JSON. Modeled columns are deterministic; measured ones
+// executed layer's times (src/report/sweep_report.hpp formats them). Modeled columns are deterministic; measured ones
 // are wall-clock. Host only. Covered by tests/sweep/run_sweep_test.cpp.
 #pragma once
 
@@ -12,7 +12,6 @@
 
 #include "src/config/experiment.hpp"
 #include "src/cost/roofline.hpp"
-#include "src/report/report.hpp"
 #include "src/sweep/sweep.hpp"
 
 namespace moesim {
@@ -58,9 +57,4 @@ struct SweepResult {
 // Builds the experiment of every point (base plus the point's overrides through apply_override, so each
 // is validated: a bad key or value throws ConfigError before anything runs), then runs them in order.
 SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes, const SweepOptions& opts);
-
-// table (aligned, units in headers), csv (one header line, SI units) or json (schema_version, axes, rows).
-// markdown is an InputError.
-std::string format_sweep(const SweepResult& sweep, ReportFormat format);
-
 }  // namespace moesim

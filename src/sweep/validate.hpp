@@ -14,7 +14,6 @@
 #include "src/config/experiment.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/pipeline/run_experiment.hpp"
-#include "src/report/report.hpp"
 
 namespace moesim {
 
@@ -51,8 +50,4 @@ struct ValidateResult {
 ValidateResult run_validation(const Experiment& base, const HardwareRef& hardware,
                               const std::vector<std::string>& batch_values, const RunOptions& run_opts,
                               const std::function<void(size_t, size_t)>& progress = {});
-
-// table (with the error summary and a note when the weights fit in the cache), csv or json.
-std::string format_validation(const ValidateResult& r, ReportFormat format);
-
 }  // namespace moesim

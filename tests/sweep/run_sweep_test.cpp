@@ -16,6 +16,7 @@
 #include "src/cost/hardware_profile.hpp"
 #include "src/cost/roofline.hpp"
 #include "tests/support/run_cli.hpp"
+#include "src/report/sweep_report.hpp"
 
 namespace moesim {
 namespace {

@@ -15,6 +15,7 @@
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "tests/support/run_cli.hpp"
+#include "src/report/validate_report.hpp"
 
 namespace moesim {
 namespace {

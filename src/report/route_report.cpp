@@ -1,0 +1,36 @@
+// Formats `moesim route`'s report (see route_report.hpp). Deterministic. Host only. Covered by
+// tests/cli/cli_test.cpp.
+#include "src/report/route_report.hpp"
+
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "src/report/text_format.hpp"
+
+namespace moesim {
+
+std::string format_route(const RouteReport& r, ReportFormat format) {
+  nlohmann::json j;
+  j["schema_version"] = kReportSchemaVersion;
+  j["file"] = r.file;
+  j["num_tokens"] = r.num_tokens;
+  j["num_experts"] = r.num_experts;
+  j["top_k"] = r.top_k;
+  j["gating"] = r.gating;
+  j["capacity_factor"] = r.capacity_factor;
+  j["memory_estimate_bytes"] = r.memory_estimate_bytes;
+  j["memory_limit_bytes"] = r.memory_limit_bytes;
+  const nlohmann::json metrics = metrics_to_json(r.metrics);
+  j["metrics"] = metrics;
+  if (format == ReportFormat::json) return j.dump(2) + "\n";
+  std::ostringstream os;
+  os << r.file << ": " << r.num_tokens << " tokens x " << r.num_experts << " experts, " << r.gating << ", top_k "
+     << r.top_k << "\n";
+  os << "  memory estimate: " << text::mib(r.memory_estimate_bytes) << " (limit " << text::mib(r.memory_limit_bytes)
+     << ")\n";
+  for (auto it = metrics.begin(); it != metrics.end(); ++it) os << "  " << it.key() << ": " << it.value().dump() << "\n";
+  return os.str();
+}
+
+}  // namespace moesim

@@ -751,21 +751,6 @@ class PhaseMarks {
   std::vector<cudaEvent_t> events_;
 };
 
-// Same checks as the host path's: the plan belongs to this routing.
-void require_plan_matches(const Routing& r, const DispatchPlan& plan) {
-  MOESIM_REQUIRE(plan.num_experts == r.num_experts,
-                 "dispatch plan has " << plan.num_experts << " experts, routing " << r.num_experts);
-  MOESIM_REQUIRE(static_cast<int64_t>(plan.padded_offsets.size()) == plan.num_experts + 1 &&
-                     plan.padded_offsets[plan.num_experts] == plan.rows &&
-                     static_cast<int64_t>(plan.row_assignment.size()) == plan.rows,
-                 "dispatch plan is inconsistent: rows " << plan.rows << ", row_assignment "
-                                                        << plan.row_assignment.size());
-  for (int32_t a : plan.row_assignment) {
-    MOESIM_REQUIRE(a >= -1 && a < r.num_assignments(),
-                   "dispatch plan row holds assignment " << a << ", routing has " << r.num_assignments());
-  }
-}
-
 class LayerCore {
  public:
   virtual ~LayerCore() = default;
@@ -953,7 +938,7 @@ DispatchPlan plan_dispatch_cuda(const Routing& r, Layout layout, int block_size)
 void gather_rows_cuda(const float* x, int64_t hidden, const Routing& r, const DispatchPlan& plan, float* xg) {
   MOESIM_REQUIRE(hidden >= 1, "gather needs hidden >= 1, got " << hidden);
   require_valid_routing(r);
-  cuda_detail::require_plan_matches(r, plan);
+  require_plan_matches(r, plan);
   cuda_detail::require_device();
   const DeviceBuffer<float> d_x = to_device(x, static_cast<size_t>(r.num_tokens * hidden));
   const DeviceBuffer<int32_t> d_token = to_device(r.token);
@@ -967,7 +952,7 @@ void combine_cuda(const Routing& r, const DispatchPlan& plan, const float* exper
                   int64_t hidden, float* y) {
   MOESIM_REQUIRE(hidden >= 1, "combine needs hidden >= 1, got " << hidden);
   require_valid_routing(r);
-  cuda_detail::require_plan_matches(r, plan);
+  require_plan_matches(r, plan);
   cuda_detail::require_device();
   const cuda_detail::DeviceRouting d = cuda_detail::upload_routing(r);
   const DeviceBuffer<int32_t> d_rows = to_device(plan.row_assignment);
@@ -1094,7 +1079,7 @@ void CudaMoeLayer::forward_routed(const float* x, const Routing& r, const Dispat
   require_valid_routing(r);
   MOESIM_REQUIRE(r.num_experts == core.num_experts(),
                  "routing has " << r.num_experts << " experts, the layer " << core.num_experts());
-  cuda_detail::require_plan_matches(r, plan);
+  require_plan_matches(r, plan);
   const int64_t hidden = core.hidden();
   const DeviceBuffer<float> d_x = to_device(x, static_cast<size_t>(r.num_tokens * hidden));
   DeviceBuffer<float> d_y(r.num_tokens * hidden);

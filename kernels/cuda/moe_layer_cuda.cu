@@ -19,6 +19,7 @@
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
 #include "src/common/error.hpp"
+#include "src/common/median.hpp"
 #include "src/workload/synthetic_logits.hpp"
 
 namespace moesim {
@@ -370,12 +371,6 @@ CudaLayerTimes time_layer_cuda(const RouterConfig& cfg, const RouteRequest& req,
     }
     if (routing_out != nullptr) *routing_out = std::move(out.routing);
   }
-  auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
   CudaLayerTimes t;
   t.router_s = median(t_router);
   t.dispatch_s = median(t_dispatch);

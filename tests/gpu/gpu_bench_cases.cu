@@ -21,6 +21,7 @@
 #include "router/route.hpp"
 #include "src/common/clock.hpp"
 #include "src/common/error.hpp"
+#include "src/common/median.hpp"
 #include "src/workload/synthetic_logits.hpp"
 #include "tests/gpu/gpu_bench_cases.hpp"
 
@@ -37,13 +38,11 @@ struct Timing {
   double min_ms = 0;
 };
 
-Timing summarize(std::vector<double> ms) {
+Timing summarize(const std::vector<double>& ms) {
   Timing t;
   if (ms.empty()) return t;
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  t.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  t.min_ms = ms.front();
+  t.median_ms = median(ms);
+  t.min_ms = *std::min_element(ms.begin(), ms.end());
   return t;
 }
 

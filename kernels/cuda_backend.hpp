@@ -1,5 +1,5 @@
 // The CUDA backend's host API: router, dispatch plan, gather, grouped GEMM/SwiGLU experts (cuBLAS), combine,
-// the whole layer with CUDA-event phase times, KV-cache attention and the GPU benchmarks. Host memory in
+// the whole layer with CUDA-event phase times, device measurements and KV-cache attention. Host memory in
 // and out unless a name ends in _device. Integer outputs equal the OpenMP path's exactly; floats within
 // the tolerances written in tests/gpu. Plain C++ (no CUDA types): g++ code includes it under
 // #if MOESIM_HAS_CUDA; implemented by kernels/cuda/*.cu (nvcc). Tests: tests/gpu/*_test.cpp.
@@ -178,36 +178,5 @@ void cached_attention_cuda(const float* q, const float* k_cache, const float* v_
 void cached_attention_cuda_device(const float* q, const float* k_cache, const float* v_cache,
                                   const int64_t* seq_offset, const int32_t* seq, const int32_t* pos,
                                   int64_t num_tokens, int heads, int kv_heads, int head_dim, float* out);
-
-// ---- benchmarks (tests/gpu/gpu_bench.cpp, scripts/gpu-check.sh) --------------------------------
-struct CudaBenchConfig {
-  int64_t num_tokens = 4096;
-  int num_experts = 64;
-  int top_k = 8;
-  int64_t hidden = 2048;
-  int64_t ffn = 1024;
-  double skew = 1.0;        // popularity bias of the synthetic logits
-  Dtype dtype = Dtype::bf16;
-  int warmup = 3;
-  int iterations = 20;
-  uint64_t seed = 7;
-};
-
-// One measured line: median device time, a derived rate, and the baseline timed in the same run.
-struct CudaBenchRow {
-  std::string name;         // "permutation", "grouped_gemm", "moe_layer", ...
-  double median_ms = 0;
-  double min_ms = 0;
-  double rate = 0;          // in `unit`
-  std::string unit;         // "GB/s", "TFLOP/s", "tokens/s"
-  std::string baseline;     // what it is measured against
-  double baseline_ms = 0;
-  double baseline_rate = 0;
-  std::string verified;     // "ok" or the first mismatch against the CPU path
-};
-
-// Permutation (plan + gather) GB/s against a device-to-device copy of the same bytes; grouped GEMM
-// TFLOP/s (grouped and per-expert) against one dense GEMM of the same total size; the whole layer.
-std::vector<CudaBenchRow> run_cuda_benchmarks(const CudaBenchConfig& cfg);
 
 }  // namespace moesim

@@ -71,6 +71,11 @@ int64_t layout_capacity(const Routing& r, const std::vector<int64_t>& counts);
 // Throws PreconditionError.
 void require_valid_routing(const Routing& r);
 
+// Checks that plan belongs to r, as the gather, combine and layer entry points of both backends need:
+// the same expert count, padded_offsets [E+1] ending at rows, row_assignment [rows], order [num_kept],
+// and every row holding an assignment of r or kPaddingRow. Throws PreconditionError.
+void require_plan_matches(const Routing& r, const DispatchPlan& plan);
+
 // Checks that the weight vectors have the sizes num_experts, hidden and ffn say. Throws PreconditionError.
 void require_valid_weights(const ExpertWeights& w);
 

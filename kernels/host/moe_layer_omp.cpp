@@ -55,23 +55,6 @@ void fill_normal(std::vector<float>& out, uint64_t seed, uint64_t tensor, double
   }
 }
 
-
-void require_plan_matches(const Routing& r, const DispatchPlan& plan) {
-  MOESIM_REQUIRE(plan.num_experts == r.num_experts,
-                 "dispatch plan has " << plan.num_experts << " experts, routing " << r.num_experts);
-  MOESIM_REQUIRE(static_cast<int64_t>(plan.padded_offsets.size()) == plan.num_experts + 1 &&
-                     plan.padded_offsets[plan.num_experts] == plan.rows &&
-                     static_cast<int64_t>(plan.row_assignment.size()) == plan.rows,
-                 "dispatch plan is inconsistent: rows " << plan.rows << ", row_assignment "
-                                                        << plan.row_assignment.size());
-  MOESIM_REQUIRE(static_cast<int64_t>(plan.order.size()) == plan.num_kept,
-                 "dispatch plan is inconsistent: num_kept " << plan.num_kept << ", order " << plan.order.size());
-  for (int32_t a : plan.row_assignment) {
-    MOESIM_REQUIRE(a >= -1 && a < r.num_assignments(), "dispatch plan row holds assignment " << a
-                                                           << ", routing has " << r.num_assignments());
-  }
-}
-
 // Copies of fewer floats than this (gather, combine) run on one thread: about 2 ms of work, while an
 // OpenMP fork/join can cost a scheduler tick (about 4 ms) when the machine's cores are busy.
 constexpr int64_t kParallelCopyFloats = int64_t(1) << 21;

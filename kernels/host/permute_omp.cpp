@@ -1,6 +1,6 @@
 // Host instantiation of the dispatch permutation (kernels/permute.hpp) on Thrust's serial C++ backend with
-// a counting-sort overload of its sort hook, plus the Routing checks shared by the host entry points.
-// Routing in, DispatchPlan out (integers).
+// a counting-sort overload of its sort hook, plus the Routing and DispatchPlan checks that the entry points
+// of both backends share (kernels/cuda/*.cu call them too). Routing in, DispatchPlan out (integers).
 // Deterministic: a stable sort and binary searches, equal to plan_dispatch_ref at any thread count.
 // Host only (g++). Covered by tests/dispatch/permute_test.cpp; timed by tests/bench (permutation).
 #include <algorithm>
@@ -65,6 +65,22 @@ void require_valid_routing(const Routing& r) {
     MOESIM_REQUIRE(!r.kept[i] || (r.expert[i] >= 0 && r.expert[i] < r.num_experts),
                    "kept assignment " << i << " has expert " << r.expert[i] << " outside [0, " << r.num_experts
                                       << ")");
+  }
+}
+
+void require_plan_matches(const Routing& r, const DispatchPlan& plan) {
+  MOESIM_REQUIRE(plan.num_experts == r.num_experts,
+                 "dispatch plan has " << plan.num_experts << " experts, routing " << r.num_experts);
+  MOESIM_REQUIRE(static_cast<int64_t>(plan.padded_offsets.size()) == plan.num_experts + 1 &&
+                     plan.padded_offsets[plan.num_experts] == plan.rows &&
+                     static_cast<int64_t>(plan.row_assignment.size()) == plan.rows,
+                 "dispatch plan is inconsistent: rows " << plan.rows << ", row_assignment "
+                                                        << plan.row_assignment.size());
+  MOESIM_REQUIRE(static_cast<int64_t>(plan.order.size()) == plan.num_kept,
+                 "dispatch plan is inconsistent: num_kept " << plan.num_kept << ", order " << plan.order.size());
+  for (int32_t a : plan.row_assignment) {
+    MOESIM_REQUIRE(a >= -1 && a < r.num_assignments(), "dispatch plan row holds assignment " << a
+                                                           << ", routing has " << r.num_assignments());
   }
 }
 

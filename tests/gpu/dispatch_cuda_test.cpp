@@ -122,5 +122,17 @@ TEST_F(DispatchCuda, InvalidInputsAreRejected) {
   EXPECT_THROW(plan_dispatch_cuda(r, Layout::dropless, 1), PreconditionError);
 }
 
+// gather and combine check the plan against the routing with the host's require_plan_matches.
+TEST_F(DispatchCuda, PlanNotOfTheRoutingIsRejected) {
+  const Routing r = test::random_token_choice(2, 10, 4, 2, 0.0);
+  const int64_t hidden = 4;
+  DispatchPlan plan = plan_dispatch_omp(r, Layout::dropless, 1);
+  std::vector<float> x(static_cast<size_t>(r.num_tokens * hidden)), xg(static_cast<size_t>(plan.rows * hidden));
+  std::vector<float> y(x.size());
+  plan.order.pop_back();  // num_kept no longer equals the length of order
+  EXPECT_THROW(gather_rows_cuda(x.data(), hidden, r, plan, xg.data()), PreconditionError);
+  EXPECT_THROW(combine_cuda(r, plan, xg.data(), nullptr, hidden, y.data()), PreconditionError);
+}
+
 }  // namespace
 }  // namespace moesim

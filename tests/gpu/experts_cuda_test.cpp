@@ -1,4 +1,4 @@
-// Expert GEMMs on cuBLAS (kernels/cuda/moe_layer_cuda.cu), typed over storage dtype (fp32, tf32, bf16,
+// Expert GEMMs on cuBLAS (kernels/cuda/dispatch_gemm_cuda.cu), typed over storage dtype (fp32, tf32, bf16,
 // fp16) and path (one cublasGemmGroupedBatchedEx call, or a cublasGemmEx per expert): small integers
 // equal OpenBLAS exactly in every dtype; real floats and the fused SwiGLU within an NMSE bound per dtype
 // against the double references of kernels/moe_ref.hpp; padding rows compute to exact zeros.

@@ -1,4 +1,4 @@
-// moesim_gpu_bench: the CUDA backend's benchmarks (run_cuda_benchmarks, kernels/cuda/moe_layer_cuda.cu) for
+// moesim_gpu_bench: the CUDA backend's benchmarks (run_cuda_benchmarks, tests/gpu/gpu_bench_cases.cu) for
 // one shape: router, permutation GB/s against a device-to-device copy, expert GEMM TFLOP/s (grouped and
 // per expert) against one dense GEMM of the same size, and the whole layer against balanced routing.
 // Every case is checked against the CPU path first. Prints a table (or --csv). Exit 3 without a device,
@@ -13,6 +13,7 @@
 #include "src/common/error.hpp"
 #include "src/config/experiment.hpp"
 #include "kernels/cuda_backend.hpp"
+#include "tests/gpu/gpu_bench_cases.hpp"
 
 namespace po = boost::program_options;
 

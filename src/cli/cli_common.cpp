@@ -32,7 +32,7 @@ namespace moesim::cli {
 
 void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute) {
   desc.add_options()
-      ("set", po::value(&opts.overrides)->composing(), "override a config key: --set router.top_k=4 (repeatable)")
+      ("set", po::value(&opts.overrides)->composing(), "override a config key: --set model.top_k=4 (repeatable)")
       ("format", po::value(&opts.format)->default_value("table"), "table | json | csv | markdown")
       ("out", po::value(&opts.out), "write the report to FILE (atomically) instead of stdout")
       ("threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)");

@@ -1,9 +1,12 @@
-// `moesim config [FILE] [--set ...]`: prints the effective experiment as YAML (it loads back equal).
+// `moesim config [FILE] [--set ...]`: prints the effective experiment as YAML (it loads back equal, and
+// runs from any folder: a workload.path found beside the experiment file is printed absolute).
+#include <filesystem>
 #include <iostream>
 
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "src/pipeline/run_experiment.hpp"
 
 namespace moesim::cli {
 
@@ -20,7 +23,15 @@ int cmd_config(int argc, char** argv) {
     std::cout << desc << "\n";
     return kExitOk;
   }
-  emit(opts, experiment_to_yaml(load_experiment_for(opts)));
+  Experiment e = load_experiment_for(opts);
+  // A workload.path relative to the experiment's folder is printed absolute, so that the YAML runs the
+  // same from any folder and wherever it is saved.
+  if (!e.workload.path.empty()) {
+    const std::filesystem::path resolved(resolve_workload_path(e));
+    std::error_code ec;
+    if (std::filesystem::exists(resolved, ec)) e.workload.path = std::filesystem::absolute(resolved).lexically_normal().string();
+  }
+  emit(opts, experiment_to_yaml(e));
   return kExitOk;
 }
 

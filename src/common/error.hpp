@@ -32,6 +32,8 @@ constexpr int kExitOk = 0;
 constexpr int kExitCheckFailed = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitResource = 3;
+// An exception that is not a moesim::Error reached main: a bug in moesim, reported with its message.
+constexpr int kExitInternal = 4;
 
 struct Error : std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(one_line(message)) {}

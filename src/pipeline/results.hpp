@@ -24,6 +24,11 @@ struct RouterVariant {
   RouterConfig router;
 };
 
+// The experiment's own router as the only variant, labelled by its gating name.
+inline std::vector<RouterVariant> own_variant(const Experiment& e) {
+  return {RouterVariant{to_string(e.router.gating), e.router}};
+}
+
 // Wall-clock medians over `execute.repeats` timed repeats after one warm-up, in seconds.
 struct MeasuredTimes {
   double router_s = 0, dispatch_s = 0, experts_s = 0, combine_s = 0, layer_s = 0;

@@ -550,10 +550,6 @@ double estimate_run_bytes(const Experiment& e) {
   return bytes;
 }
 
-std::vector<RouterVariant> own_variant(const Experiment& e) {
-  return {RouterVariant{to_string(e.router.gating), e.router}};
-}
-
 RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts) {
   RunResult result;
   result.experiment = e;

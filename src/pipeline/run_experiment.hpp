@@ -35,9 +35,6 @@ double estimate_run_bytes(const Experiment& e);
 // Trace and load_profile runs are not executed (measured metrics are absent).
 RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts);
 
-// The experiment's own router as the only variant, labelled by its gating name.
-std::vector<RouterVariant> own_variant(const Experiment& e);
-
 // workload.path as given when it exists, else relative to the experiment file's folder (so a config
 // can name data beside it wherever moesim runs from); as given when neither exists.
 std::string resolve_workload_path(const Experiment& e);

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/pipeline/run_experiment.hpp"
+#include "src/pipeline/results.hpp"
 
 namespace moesim {
 

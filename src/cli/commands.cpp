@@ -1,0 +1,59 @@
+// The subcommand table (see commands.hpp). Host only. Covered by tests/cli/cli_test.cpp.
+#include "src/cli/commands.hpp"
+
+#include <cstdio>
+
+#include "src/cli/cli_common.hpp"
+#include "src/cli/cmd_mpi.hpp"
+
+namespace moesim::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"run", "[FILE]", "route, execute and cost one experiment (default: the built-in quickstart)", cmd_run},
+      {"compare", "[FILE]", "run every gating strategy (--gating all) or a list side by side", cmd_compare},
+      {"route", "--logits F", "route a user's logits (.npy or .csv) and print the balance metrics", cmd_route},
+      {"config", "[FILE]", "print the effective experiment as YAML", cmd_config},
+      {"hardware", "[NAME]", "list hardware profiles, or show one with its critical batch per dtype", cmd_hardware},
+      {"check", "FILE...", "exit 1 when a metric breaks its expect: bound or regresses from --baseline", cmd_check},
+      {"sweep", "[FILE]", "the experiment over --vary KEY=v1,v2|1..1024*2 axes: modeled (--measure: executed) cost",
+       cmd_sweep},
+      {"calibrate", "", "measure this machine and write a hardware profile (--out FILE)", cmd_calibrate},
+      {"calibrate-link", "", "under mpirun: measure the MPI link and write it into a profile (--out FILE)",
+       cmd_calibrate_link},
+      {"validate", "[FILE]", "executed CPU pipeline vs the cost model over a batch sweep, with the error", cmd_validate},
+      {"report", "F --html O", "a self-contained HTML page (inline SVG) of a run/compare JSON", cmd_report},
+  };
+  return table;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const Command& c : commands())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+std::string usage_text() {
+  std::string out = "usage: moesim <command> [options]\n\ncommands:\n";
+  for (const Command& c : commands()) {
+    const std::string head = std::string(c.name) + (*c.args ? std::string(" ") + c.args : std::string());
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-17s %s\n", head.c_str(), c.summary);
+    out += line;
+  }
+  out += "\ncommon options: --set KEY=VALUE (repeatable), --format table|json|csv|markdown, --out FILE\n"
+         "run `moesim <command> --help` for a command's options\n";
+  return out;
+}
+
+std::string command_names() {
+  const std::vector<Command>& all = commands();
+  std::string out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i > 0) out += i + 1 == all.size() ? " or " : ", ";
+    out += all[i].name;
+  }
+  return out;
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,81 @@
+// The texts a user copies from: every subcommand's --help runs and its --set example is accepted, the
+// config sketch in docs/design.md loads, `moesim config` output runs again from another folder (a
+// relative workload.path included), and the unknown-command message names every command of the table.
+// Runs the built binary. Host only.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "src/cli/commands.hpp"
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+using testing::run_cli;
+
+const std::string kRoot = MOESIM_SOURCE_DIR;
+
+TEST(DocsExamples, EveryHelpRunsAndItsSetExampleIsAccepted) {
+  int examples = 0;
+  for (const cli::Command& c : cli::commands()) {
+    const auto help = run_cli(std::string(c.name) + " --help");
+    ASSERT_EQ(help.exit_code, 0) << c.name << ": " << help.err;
+    EXPECT_NE(help.out.find(std::string("moesim ") + c.name), std::string::npos) << help.out;
+    std::smatch m;
+    if (!std::regex_search(help.out, m, std::regex("--set ([a-z_]+\\.[a-z_]+=[^ )\\n]+)"))) continue;
+    ++examples;
+    const auto r = run_cli("config --set " + m[1].str());
+    EXPECT_EQ(r.exit_code, 0) << c.name << " --help suggests --set " << m[1] << ": " << r.err;
+  }
+  EXPECT_GT(examples, 0);
+}
+
+TEST(DocsExamples, DesignConfigSketchLoads) {
+  const std::string doc = testing::read_text(kRoot + "/docs/design.md");
+  const size_t at = doc.find("## Configuration");
+  ASSERT_NE(at, std::string::npos);
+  const size_t begin = doc.find("```yaml\n", at);
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = doc.find("```", begin + 8);
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/sketch.yaml", doc.substr(begin + 8, end - begin - 8));
+  const auto r = run_cli("config " + dir + "/sketch.yaml");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("skew: 1"), std::string::npos) << r.out;
+}
+
+TEST(DocsExamples, ConfigOutputRunsAgainWithARelativeWorkloadPath) {
+  // configs/mixtral-profile.yaml names its load profile relative to its own folder.
+  const std::string cfg = kRoot + "/configs/mixtral-profile.yaml";
+  const std::string dir = testing::make_temp_dir();
+  const auto printed = run_cli("config " + cfg + " --out " + dir + "/printed.yaml");
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  const auto a = run_cli("run " + cfg + " --no-execute --format json");
+  const auto b = run_cli("run " + dir + "/printed.yaml --no-execute --format json");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["strategies"], nlohmann::json::parse(b.out)["strategies"]);
+}
+
+TEST(DocsExamples, UnknownCommandNamesEveryCommand) {
+  const auto r = run_cli("nosuch");
+  EXPECT_EQ(r.exit_code, 2);
+  for (const cli::Command& c : cli::commands())
+    EXPECT_NE(r.err.find(c.name), std::string::npos) << c.name << " missing from: " << r.err;
+  EXPECT_NE(r.err.find("calibrate-link"), std::string::npos) << r.err;
+}
+
+TEST(DocsExamples, UsageListsTheTable) {
+  const auto r = run_cli("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, cli::usage_text());
+  for (const cli::Command& c : cli::commands())
+    EXPECT_NE(r.out.find(std::string("  ") + c.name), std::string::npos) << c.name;
+}
+
+}  // namespace
+}  // namespace moesim

@@ -115,7 +115,8 @@ int cmd_hardware(int argc, char** argv) {
   }
   HardwareRef ref;
   ref.name = names.front();
-  const HardwareProfile hw = load_hardware_profile(ref, "./command-line");
+  ref.origin = "NAME";  // the argument of `moesim hardware [NAME]`; a relative path is taken as given
+  const HardwareProfile hw = load_hardware_profile(ref, "");
   emit(opts, format == ReportFormat::json ? profile_json(hw).dump(2) + "\n" : profile_table(hw));
   return kExitOk;
 }

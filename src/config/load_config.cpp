@@ -186,6 +186,10 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
   const std::string source = e.source_file.empty() ? "<effective>" : "<effective " + e.source_file + ">";
   Experiment updated = load_experiment_text(experiment_to_yaml(e), source, {key_eq_value});
   updated.source_file = e.source_file;
+  // An unchanged hardware reference keeps naming where it was first given, not the re-emitted text.
+  if (updated.hardware.name == e.hardware.name && updated.hardware.inline_yaml == e.hardware.inline_yaml) {
+    updated.hardware.origin = e.hardware.origin;
+  }
   e = std::move(updated);
 }
 

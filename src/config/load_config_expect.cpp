@@ -49,6 +49,7 @@ bool valid_strategy_label(const std::string& label) {
 
 void Loader::read_hardware(const YAML::Node& n, const std::string& at, Experiment& e) {
   const std::string what = "a profile name, a profile path or an inline map";
+  e.hardware.origin = at + ": hardware";  // a file line or the --set that gave the key
   if (n.IsScalar() && !n.Scalar().empty()) {
     e.hardware.name = n.Scalar();
     e.hardware.inline_yaml.clear();

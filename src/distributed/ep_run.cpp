@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -33,53 +34,42 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// The phase times and row counts of EpRankStats, in the order the gathers pack them.
+constexpr double EpPhaseTimes::*kPhaseFields[] = {
+    &EpPhaseTimes::plan_s,         &EpPhaseTimes::idle_dispatch_s, &EpPhaseTimes::counts_s,
+    &EpPhaseTimes::pack_s,         &EpPhaseTimes::dispatch_s,      &EpPhaseTimes::unpack_s,
+    &EpPhaseTimes::experts_s,      &EpPhaseTimes::idle_combine_s,  &EpPhaseTimes::return_s,
+    &EpPhaseTimes::combine_s,      &EpPhaseTimes::layer_s};
+constexpr int64_t EpRankStats::*kCountFields[] = {
+    &EpRankStats::local_tokens,  &EpRankStats::assignments_sent,     &EpRankStats::rows_sent_remote,
+    &EpRankStats::rows_received, &EpRankStats::rows_received_remote, &EpRankStats::rows_computed};
+constexpr size_t kStatsFields = std::size(kCountFields) + 1 + std::size(kPhaseFields);  // + local_slots
 
 // The phase times of several repeats, each field its median; the row counts are the same every repeat.
 EpRankStats median_stats(const std::vector<EpRankStats>& reps) {
   EpRankStats m = reps.front();
-  auto med = [&](double EpPhaseTimes::*f) {
+  for (double EpPhaseTimes::*f : kPhaseFields) {
     std::vector<double> v;
     for (const EpRankStats& r : reps) v.push_back(r.times.*f);
     m.times.*f = median(v);
-  };
-  for (double EpPhaseTimes::*f :
-       {&EpPhaseTimes::plan_s, &EpPhaseTimes::idle_dispatch_s, &EpPhaseTimes::counts_s, &EpPhaseTimes::pack_s,
-        &EpPhaseTimes::dispatch_s, &EpPhaseTimes::unpack_s, &EpPhaseTimes::experts_s, &EpPhaseTimes::idle_combine_s,
-        &EpPhaseTimes::return_s, &EpPhaseTimes::combine_s, &EpPhaseTimes::layer_s})
-    med(f);
+  }
   return m;
 }
 
-constexpr size_t kStatsFields = 18;
 std::vector<double> pack_stats(const EpRankStats& s) {
-  const EpPhaseTimes& t = s.times;
-  return {static_cast<double>(s.local_tokens), static_cast<double>(s.assignments_sent),
-          static_cast<double>(s.rows_sent_remote), static_cast<double>(s.rows_received),
-          static_cast<double>(s.rows_received_remote), static_cast<double>(s.rows_computed),
-          static_cast<double>(s.local_slots), t.plan_s, t.idle_dispatch_s, t.counts_s, t.pack_s, t.dispatch_s,
-          t.unpack_s, t.experts_s, t.idle_combine_s, t.return_s, t.combine_s, t.layer_s};
+  std::vector<double> v;
+  for (int64_t EpRankStats::*f : kCountFields) v.push_back(static_cast<double>(s.*f));
+  v.push_back(static_cast<double>(s.local_slots));
+  for (double EpPhaseTimes::*f : kPhaseFields) v.push_back(s.times.*f);
+  return v;
 }
+
 EpRankStats unpack_stats(const double* v) {
   EpRankStats s;
-  s.local_tokens = static_cast<int64_t>(v[0]);
-  s.assignments_sent = static_cast<int64_t>(v[1]);
-  s.rows_sent_remote = static_cast<int64_t>(v[2]);
-  s.rows_received = static_cast<int64_t>(v[3]);
-  s.rows_received_remote = static_cast<int64_t>(v[4]);
-  s.rows_computed = static_cast<int64_t>(v[5]);
-  s.local_slots = static_cast<int>(v[6]);
-  EpPhaseTimes& t = s.times;
-  t.plan_s = v[7];
-  t.idle_dispatch_s = v[8];
-  t.counts_s = v[9];
-  t.pack_s = v[10];
-  t.dispatch_s = v[11];
-  t.unpack_s = v[12];
-  t.experts_s = v[13];
-  t.idle_combine_s = v[14];
-  t.return_s = v[15];
-  t.combine_s = v[16];
-  t.layer_s = v[17];
+  size_t i = 0;
+  for (int64_t EpRankStats::*f : kCountFields) s.*f = static_cast<int64_t>(v[i++]);
+  s.local_slots = static_cast<int>(v[i++]);
+  for (double EpPhaseTimes::*f : kPhaseFields) s.times.*f = v[i++];
   return s;
 }
 

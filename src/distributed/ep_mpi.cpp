@@ -83,6 +83,8 @@ bool ep_launched_by_mpirun() {
 
 namespace {
 
+enum class Reduce { sum, max };
+
 #if defined(MOESIM_HAS_MPI)
 void finalize_at_exit() {
   int finalized = 0;
@@ -98,6 +100,10 @@ template <>
 MPI_Datatype mpi_type<int32_t>() { return MPI_INT32_T; }
 template <>
 MPI_Datatype mpi_type<uint8_t>() { return MPI_UINT8_T; }
+template <>
+MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
+template <>
+MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
 template <typename T>
 std::vector<T> allgatherv(const std::vector<T>& mine) {
@@ -114,6 +120,23 @@ std::vector<T> allgatherv(const std::vector<T>& mine) {
   MPI_Allgatherv(mine.data(), n, mpi_type<T>(), out.data(), counts.data(), displs.data(), mpi_type<T>(),
                  MPI_COMM_WORLD);
   return out;
+}
+
+template <typename T>
+void allreduce_in_place(std::vector<T>& v, Reduce op) {
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, v.data(), to_int_count(static_cast<int64_t>(v.size()), "allreduce"),
+                          mpi_type<T>(), op == Reduce::sum ? MPI_SUM : MPI_MAX, MPI_COMM_WORLD),
+            "MPI_Allreduce");
+}
+#else
+template <typename T>
+std::vector<T> allgatherv(const std::vector<T>&) {
+  no_mpi();
+}
+
+template <typename T>
+void allreduce_in_place(std::vector<T>&, Reduce) {
+  no_mpi();
 }
 #endif
 
@@ -216,27 +239,9 @@ double ep_barrier_s() {
 #endif
 }
 
-void ep_allreduce_sum(std::vector<int64_t>& v) {
-#if defined(MOESIM_HAS_MPI)
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, v.data(), to_int_count(static_cast<int64_t>(v.size()), "allreduce"),
-                          MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
-            "MPI_Allreduce");
-#else
-  (void)v;
-  no_mpi();
-#endif
-}
+void ep_allreduce_sum(std::vector<int64_t>& v) { allreduce_in_place(v, Reduce::sum); }
 
-void ep_allreduce_max(std::vector<double>& v) {
-#if defined(MOESIM_HAS_MPI)
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, v.data(), to_int_count(static_cast<int64_t>(v.size()), "allreduce"),
-                          MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
-            "MPI_Allreduce");
-#else
-  (void)v;
-  no_mpi();
-#endif
-}
+void ep_allreduce_max(std::vector<double>& v) { allreduce_in_place(v, Reduce::max); }
 
 std::vector<double> ep_allgather(const std::vector<double>& mine) {
 #if defined(MOESIM_HAS_MPI)
@@ -250,31 +255,10 @@ std::vector<double> ep_allgather(const std::vector<double>& mine) {
 #endif
 }
 
-std::vector<float> ep_allgatherv(const std::vector<float>& mine) {
-#if defined(MOESIM_HAS_MPI)
-  return allgatherv(mine);
-#else
-  (void)mine;
-  no_mpi();
-#endif
-}
+std::vector<float> ep_allgatherv(const std::vector<float>& mine) { return allgatherv(mine); }
 
-std::vector<int32_t> ep_allgatherv(const std::vector<int32_t>& mine) {
-#if defined(MOESIM_HAS_MPI)
-  return allgatherv(mine);
-#else
-  (void)mine;
-  no_mpi();
-#endif
-}
+std::vector<int32_t> ep_allgatherv(const std::vector<int32_t>& mine) { return allgatherv(mine); }
 
-std::vector<uint8_t> ep_allgatherv(const std::vector<uint8_t>& mine) {
-#if defined(MOESIM_HAS_MPI)
-  return allgatherv(mine);
-#else
-  (void)mine;
-  no_mpi();
-#endif
-}
+std::vector<uint8_t> ep_allgatherv(const std::vector<uint8_t>& mine) { return allgatherv(mine); }
 
 }  // namespace moesim

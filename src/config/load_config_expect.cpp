@@ -2,6 +2,8 @@
 // an inline table kept as YAML text) and expect (bounds on report metrics, as a map or a list, optionally
 // per strategy label), with the metric names and strategy labels they accept. Deterministic, host only.
 // Declared in src/config/load_config_internal.hpp; covered by tests/config/load_config_test.cpp.
+#include "src/config/load_config_internal.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <set>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "src/config/load_config.hpp"
-#include "src/config/load_config_internal.hpp"
 
 namespace moesim {
 

@@ -2,13 +2,13 @@
 // sections with their bounds (one table drives reading, the `--set` key checks and re-emission), the
 // workload.prompt_len and placement.map readers, and the YAML writer of a whole experiment. Deterministic,
 // host only. Declared in src/config/load_config_internal.hpp; covered by tests/config/load_config_test.cpp.
+#include "src/config/load_config_internal.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <set>
 #include <string>
 #include <vector>
-
-#include "src/config/load_config_internal.hpp"
 
 namespace moesim {
 namespace config_detail {

@@ -3,6 +3,8 @@
 // parsed as one YAML document and put in place, and the override remembered so that errors about the key
 // name "--set KEY=VALUE" instead of a file line. Deterministic, host only. Declared in
 // src/config/load_config_internal.hpp; covered by tests/config/load_config_test.cpp.
+#include "src/config/load_config_internal.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <sstream>
@@ -11,7 +13,6 @@
 
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
-#include "src/config/load_config_internal.hpp"
 
 namespace moesim {
 namespace config_detail {

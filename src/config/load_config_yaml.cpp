@@ -2,6 +2,8 @@
 // round-trip text of a double, the document scan that stands in for YAML::LoadAll, and the typed readers
 // that throw ConfigError "WHERE: KEY.PATH: expected WHAT, got VALUE". Deterministic, host only. Declared
 // in src/config/load_config_internal.hpp; covered by tests/config/load_config_test.cpp.
+#include "src/config/load_config_internal.hpp"
+
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -13,7 +15,6 @@
 #include <sstream>
 
 #include "src/common/error.hpp"
-#include "src/config/load_config_internal.hpp"
 
 namespace moesim {
 namespace config_detail {

@@ -2,6 +2,8 @@
 // one-message abort and ep_agree for setup steps, barriers, reductions and gathers over MPI_COMM_WORLD,
 // each error turned into a moesim::Error naming the call. Without MOESIM_HAS_MPI the collectives throw
 // ResourceError. Host only. Covered by tests/mpi/ep_layer_mpi.cpp and the mpi-labelled CTest entries.
+#include "src/distributed/ep_layer.hpp"
+
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -11,7 +13,6 @@
 
 #include "src/common/clock.hpp"
 #include "src/common/error.hpp"
-#include "src/distributed/ep_layer.hpp"
 #include "src/distributed/ep_mpi_internal.hpp"
 
 #if defined(MOESIM_HAS_MPI)

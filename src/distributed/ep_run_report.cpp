@@ -2,11 +2,11 @@
 // placement epochs, the cost model, the rebalancing gain), the table (header, per-(step, rank) rows,
 // per-step and per-rank summaries, the model at its real size) and the same rows as csv or markdown. Pure
 // functions of the EpRunResult. Host only. Covered by the mpi-labelled CTest entries (tests/mpi/CMakeLists.txt).
+#include "src/distributed/ep_run.hpp"
+
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
-
-#include "src/distributed/ep_run.hpp"
 
 namespace moesim {
 namespace {

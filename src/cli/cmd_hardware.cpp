@@ -41,7 +41,8 @@ int cmd_hardware(int argc, char** argv) {
   }
   HardwareRef ref;
   ref.name = names.front();
-  const HardwareProfile hw = load_hardware_profile(ref, "./command-line");
+  ref.origin = "NAME";  // the argument of `moesim hardware [NAME]`; a relative path is taken as given
+  const HardwareProfile hw = load_hardware_profile(ref, "");
   emit(opts, format == ReportFormat::json ? hardware_json(hw).dump(2) + "\n" : format_hardware(hw));
   return kExitOk;
 }

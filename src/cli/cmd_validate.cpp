@@ -47,6 +47,7 @@ int cmd_validate(int argc, char** argv) {
     ref.name = std::filesystem::is_regular_file(local, ec) ? local : "cpu-local";
   } else {
     ref.name = hardware;
+    ref.origin = "--hardware";
   }
   RunOptions run_opts;
   run_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);

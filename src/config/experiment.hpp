@@ -92,6 +92,10 @@ struct WorkloadConfig {
 struct HardwareRef {
   std::string name = "h100-sxm";        // name or path; empty when inline
   std::string inline_yaml;              // the inline table, re-emitted as YAML
+  // Where the name was given, as its errors name it: "FILE:LINE: hardware", "--set hardware=VALUE: hardware",
+  // a command's option or argument ("--hardware", "NAME"); empty: "EXPERIMENT_FILE: hardware". Not written
+  // back by experiment_to_yaml.
+  std::string origin;
 };
 
 struct PlacementConfig {

@@ -245,12 +245,13 @@ HardwareProfile parse_impl(const std::string& yaml_text, const std::string& sour
   return hw;
 }
 
-std::string read_file(const std::filesystem::path& p, const std::string& experiment_file) {
+// `origin`: where the profile's name was given ("FILE:LINE: hardware", "--hardware", ...).
+std::string read_file(const std::filesystem::path& p, const std::string& origin) {
   std::ifstream in(p, std::ios::binary);
-  if (!in) throw ConfigError(experiment_file + ": hardware: cannot open the profile file " + p.string());
+  if (!in) throw ConfigError(origin + ": cannot open the profile file " + p.string());
   std::ostringstream os;
   os << in.rdbuf();
-  if (in.bad()) throw ConfigError(experiment_file + ": hardware: cannot read the profile file " + p.string());
+  if (in.bad()) throw ConfigError(origin + ": cannot read the profile file " + p.string());
   return os.str();
 }
 
@@ -289,6 +290,7 @@ HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string&
     return hw;
   }
   namespace fs = std::filesystem;
+  const std::string origin = ref.origin.empty() ? experiment_file + ": hardware" : ref.origin;
   std::vector<fs::path> candidates;
   if (!ref.name.empty()) {
     candidates.push_back(ref.name);
@@ -298,12 +300,12 @@ HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string&
   for (const fs::path& p : candidates) {
     std::error_code ec;
     if (!fs::is_regular_file(p, ec)) continue;
-    HardwareProfile hw = parse_hardware_profile(read_file(p, experiment_file), p.string());
+    HardwareProfile hw = parse_hardware_profile(read_file(p, origin), p.string());
     if (hw.name.empty()) hw.name = p.stem().string();
     return hw;
   }
-  throw ConfigError(experiment_file + ": hardware: expected a built-in profile (" +
-                    join(builtin_hardware_names(), ", ") + "), a profile file or an inline map, got '" + ref.name + "'");
+  throw ConfigError(origin + ": expected a built-in profile (" + join(builtin_hardware_names(), ", ") +
+                    ") or a readable profile YAML file, got '" + ref.name + "'");
 }
 
 std::vector<std::string> builtin_hardware_names() {

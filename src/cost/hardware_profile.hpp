@@ -64,7 +64,9 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
 
 // Resolves an experiment's hardware: inline_yaml when set (errors name experiment_file, without line
 // numbers: the inline table was re-emitted), else the built-in configs/hardware/NAME.yaml, else NAME
-// as a file path (as given, then relative to the experiment file's folder).
+// as a file path (as given, then relative to the experiment file's folder; experiment_file may be empty).
+// A name that is neither: ConfigError "ORIGIN: expected a built-in profile (NAMES) or a readable profile
+// YAML file, got 'NAME'", ORIGIN being ref.origin, or "EXPERIMENT_FILE: hardware" when that is empty.
 HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string& experiment_file);
 
 // Names of the built-in profiles (configs/hardware/*.yaml compiled into the binary), sorted.

@@ -1,15 +1,14 @@
-// The expert-parallel run of an experiment over MPI ranks (see ep_run.hpp): setup agreed by every rank,
-// per-step routing, placement epochs (EPLB rebalancing), timed forwards, gathers, the cost model at the
-// executed size, --verify against the single-process layer, and the reports. Host only.
+// The expert-parallel run of an experiment over MPI ranks (see ep_run.hpp), in phases: the set-up every
+// rank agrees on, then per step the routing, the placement epoch (EPLB rebalancing), the timed forwards,
+// the gathers with the cost model at the executed size, and --verify against the single-process layer.
+// Every rank returns the same result. The reports are in ep_run_report.cpp. Host only.
 // Covered by the mpi-labelled CTest entries (tests/mpi/CMakeLists.txt).
 #include "src/distributed/ep_run.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <iomanip>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -35,53 +34,42 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// The phase times and row counts of EpRankStats, in the order the gathers pack them.
+constexpr double EpPhaseTimes::*kPhaseFields[] = {
+    &EpPhaseTimes::plan_s,         &EpPhaseTimes::idle_dispatch_s, &EpPhaseTimes::counts_s,
+    &EpPhaseTimes::pack_s,         &EpPhaseTimes::dispatch_s,      &EpPhaseTimes::unpack_s,
+    &EpPhaseTimes::experts_s,      &EpPhaseTimes::idle_combine_s,  &EpPhaseTimes::return_s,
+    &EpPhaseTimes::combine_s,      &EpPhaseTimes::layer_s};
+constexpr int64_t EpRankStats::*kCountFields[] = {
+    &EpRankStats::local_tokens,  &EpRankStats::assignments_sent,     &EpRankStats::rows_sent_remote,
+    &EpRankStats::rows_received, &EpRankStats::rows_received_remote, &EpRankStats::rows_computed};
+constexpr size_t kStatsFields = std::size(kCountFields) + 1 + std::size(kPhaseFields);  // + local_slots
 
 // The phase times of several repeats, each field its median; the row counts are the same every repeat.
 EpRankStats median_stats(const std::vector<EpRankStats>& reps) {
   EpRankStats m = reps.front();
-  auto med = [&](double EpPhaseTimes::*f) {
+  for (double EpPhaseTimes::*f : kPhaseFields) {
     std::vector<double> v;
     for (const EpRankStats& r : reps) v.push_back(r.times.*f);
     m.times.*f = median(v);
-  };
-  for (double EpPhaseTimes::*f :
-       {&EpPhaseTimes::plan_s, &EpPhaseTimes::idle_dispatch_s, &EpPhaseTimes::counts_s, &EpPhaseTimes::pack_s,
-        &EpPhaseTimes::dispatch_s, &EpPhaseTimes::unpack_s, &EpPhaseTimes::experts_s, &EpPhaseTimes::idle_combine_s,
-        &EpPhaseTimes::return_s, &EpPhaseTimes::combine_s, &EpPhaseTimes::layer_s})
-    med(f);
+  }
   return m;
 }
 
-constexpr size_t kStatsFields = 18;
 std::vector<double> pack_stats(const EpRankStats& s) {
-  const EpPhaseTimes& t = s.times;
-  return {static_cast<double>(s.local_tokens), static_cast<double>(s.assignments_sent),
-          static_cast<double>(s.rows_sent_remote), static_cast<double>(s.rows_received),
-          static_cast<double>(s.rows_received_remote), static_cast<double>(s.rows_computed),
-          static_cast<double>(s.local_slots), t.plan_s, t.idle_dispatch_s, t.counts_s, t.pack_s, t.dispatch_s,
-          t.unpack_s, t.experts_s, t.idle_combine_s, t.return_s, t.combine_s, t.layer_s};
+  std::vector<double> v;
+  for (int64_t EpRankStats::*f : kCountFields) v.push_back(static_cast<double>(s.*f));
+  v.push_back(static_cast<double>(s.local_slots));
+  for (double EpPhaseTimes::*f : kPhaseFields) v.push_back(s.times.*f);
+  return v;
 }
+
 EpRankStats unpack_stats(const double* v) {
   EpRankStats s;
-  s.local_tokens = static_cast<int64_t>(v[0]);
-  s.assignments_sent = static_cast<int64_t>(v[1]);
-  s.rows_sent_remote = static_cast<int64_t>(v[2]);
-  s.rows_received = static_cast<int64_t>(v[3]);
-  s.rows_received_remote = static_cast<int64_t>(v[4]);
-  s.rows_computed = static_cast<int64_t>(v[5]);
-  s.local_slots = static_cast<int>(v[6]);
-  EpPhaseTimes& t = s.times;
-  t.plan_s = v[7];
-  t.idle_dispatch_s = v[8];
-  t.counts_s = v[9];
-  t.pack_s = v[10];
-  t.dispatch_s = v[11];
-  t.unpack_s = v[12];
-  t.experts_s = v[13];
-  t.idle_combine_s = v[14];
-  t.return_s = v[15];
-  t.combine_s = v[16];
-  t.layer_s = v[17];
+  size_t i = 0;
+  for (int64_t EpRankStats::*f : kCountFields) s.*f = static_cast<int64_t>(v[i++]);
+  s.local_slots = static_cast<int>(v[i++]);
+  for (double EpPhaseTimes::*f : kPhaseFields) s.times.*f = v[i++];
   return s;
 }
 
@@ -164,18 +152,11 @@ Routing gather_routing(const Routing& local, const EpTokenShare& share, int64_t 
   return g;
 }
 
-}  // namespace
+// ---- set-up ---------------------------------------------------------------------------------------------
 
-EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
-  const int num_ranks = ep_num_ranks(), me = ep_rank();
-  EpRunResult res;
-  res.experiment = e;
-  res.num_ranks = num_ranks;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  res.ranks_per_host = local ? std::max(1, std::atoi(local)) : num_ranks;
-  res.host_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-
-  // Every rank must run the same experiment: compare the effective YAML's hash with rank 0's.
+// Every rank must run the same experiment: compare the effective YAML's hash with rank 0's.
+void require_same_experiment(const Experiment& e) {
+  const int me = ep_rank();
   const std::vector<double> hashes = ep_allgather({static_cast<double>(fnv1a(experiment_to_yaml(e)) >> 12)});
   ep_agree(kPrefix, [&] {
     if (hashes[me] != hashes[0]) {
@@ -183,44 +164,66 @@ EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
                         "the job needs the same experiment file and --set options");
     }
   });
+}
 
-  PlacementConfig pc = e.placement;
+// The keys a run under mpirun needs; ConfigError names the first that does not fit.
+void require_ep_runnable(const Experiment& e, int num_ranks) {
+  if (e.placement.kind != PlacementKind::expert_parallel) {
+    throw ConfigError(e.source_file + ": placement.kind: expected expert_parallel for a run under mpirun, got " +
+                      to_string(e.placement.kind));
+  }
+  if (e.placement.devices != 1 && e.placement.devices != num_ranks) {
+    throw ConfigError(e.source_file + ": placement.devices: expected " + std::to_string(num_ranks) +
+                      " (the MPI ranks of this job) or 1 (take the job's size), got " +
+                      std::to_string(e.placement.devices));
+  }
+  if (e.workload.source != WorkloadSource::synthetic && e.workload.source != WorkloadSource::logits) {
+    throw ConfigError(e.source_file + ": workload.source: expected synthetic or logits for an expert-parallel "
+                      "run under mpirun, got " + to_string(e.workload.source));
+  }
+  if (!e.execute.enabled) {
+    throw ConfigError(e.source_file + ": execute.enabled: expected true for a run under mpirun (it executes the "
+                      "layer); run without mpirun for the cost model alone");
+  }
+  if (e.execute.dtype != Dtype::fp32) {
+    throw ConfigError(e.source_file + ": execute.dtype: expected fp32 (the CPU experts), got " +
+                      to_string(e.execute.dtype));
+  }
+  if (e.placement.rebalance_every > 0 && e.placement.replicas == 0) {
+    throw ConfigError(e.source_file + ": placement.rebalance_every: expected 0 when placement.replicas is 0 "
+                      "(rebalancing moves replica slots; round-robin and map placements ignore loads), got " +
+                      std::to_string(e.placement.rebalance_every));
+  }
+  for (int d : e.placement.map) {
+    if (d >= num_ranks) {
+      throw ConfigError(e.source_file + ": placement.map: device " + std::to_string(d) + " is not one of the " +
+                        std::to_string(num_ranks) + " MPI ranks");
+    }
+  }
+}
+
+// What every step shares: the placement rule at the job's size, the batches, the weights, the rank's tokens.
+struct EpRunInputs {
+  PlacementConfig pc;
   std::vector<LogitsBatch> batches;
   ExpertWeights weights, shared;
+  bool has_shared = false;
+  EpTokenShare share;
+  std::vector<float> x_local;  // [share.size(), execute.hidden]: the rank's rows of the batch's hidden states
+  int repeats = 1;
+  const ExpertWeights* shared_weights() const { return has_shared ? &shared : nullptr; }
+};
+
+// The set-up, agreed by every rank (ep_agree: a failure on any rank is one message and one exit code): the
+// checks, the hardware profile, the memory estimate, the batches, the weights and a trial of the model.
+// Fills res's hardware, sizes and routing mode.
+EpRunInputs prepare_inputs(const Experiment& e, const EpRunOptions& opts, EpRunResult& res) {
+  const int num_ranks = res.num_ranks;
+  EpRunInputs in;
+  in.pc = e.placement;
   ep_agree(kPrefix, [&] {
-    if (e.placement.kind != PlacementKind::expert_parallel) {
-      throw ConfigError(e.source_file + ": placement.kind: expected expert_parallel for a run under mpirun, got " +
-                        to_string(e.placement.kind));
-    }
-    if (e.placement.devices != 1 && e.placement.devices != num_ranks) {
-      throw ConfigError(e.source_file + ": placement.devices: expected " + std::to_string(num_ranks) +
-                        " (the MPI ranks of this job) or 1 (take the job's size), got " +
-                        std::to_string(e.placement.devices));
-    }
-    if (e.workload.source != WorkloadSource::synthetic && e.workload.source != WorkloadSource::logits) {
-      throw ConfigError(e.source_file + ": workload.source: expected synthetic or logits for an expert-parallel "
-                        "run under mpirun, got " + to_string(e.workload.source));
-    }
-    if (!e.execute.enabled) {
-      throw ConfigError(e.source_file + ": execute.enabled: expected true for a run under mpirun (it executes the "
-                        "layer); run without mpirun for the cost model alone");
-    }
-    if (e.execute.dtype != Dtype::fp32) {
-      throw ConfigError(e.source_file + ": execute.dtype: expected fp32 (the CPU experts), got " +
-                        to_string(e.execute.dtype));
-    }
-    if (e.placement.rebalance_every > 0 && e.placement.replicas == 0) {
-      throw ConfigError(e.source_file + ": placement.rebalance_every: expected 0 when placement.replicas is 0 "
-                        "(rebalancing moves replica slots; round-robin and map placements ignore loads), got " +
-                        std::to_string(e.placement.rebalance_every));
-    }
-    pc.devices = num_ranks;
-    for (int d : pc.map) {
-      if (d >= num_ranks) {
-        throw ConfigError(e.source_file + ": placement.map: device " + std::to_string(d) + " is not one of the " +
-                          std::to_string(num_ranks) + " MPI ranks");
-      }
-    }
+    require_ep_runnable(e, num_ranks);
+    in.pc.devices = num_ranks;
     res.hardware = load_hardware_profile(e.hardware, e.source_file);
     const double need = estimate_run_bytes(e);
     if (opts.memory_limit_bytes > 0 && need > opts.memory_limit_bytes) {
@@ -230,190 +233,270 @@ EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
       throw ResourceError(os.str());
     }
     // The same batches as the single-process pipeline (CTest mpi.run_matches_single_process).
-    batches = make_logits_batches(e, e.workload.source == WorkloadSource::logits ? resolve_workload_path(e) : "");
-    res.num_tokens = batches.empty() ? 0 : batches.front().num_tokens;
-    weights = make_expert_weights(e.model.experts, e.execute.hidden, e.execute.ffn, e.workload.seed);
+    in.batches = make_logits_batches(e, e.workload.source == WorkloadSource::logits ? resolve_workload_path(e) : "");
+    res.num_tokens = in.batches.empty() ? 0 : in.batches.front().num_tokens;
+    in.weights = make_expert_weights(e.model.experts, e.execute.hidden, e.execute.ffn, e.workload.seed);
     if (e.model.shared_experts > 0)
-      shared = make_expert_weights(e.model.shared_experts, e.execute.hidden, e.execute.ffn, e.workload.seed + 17);
+      in.shared = make_expert_weights(e.model.shared_experts, e.execute.hidden, e.execute.ffn, e.workload.seed + 17);
     // The model needs a peak for the executed dtype and a link bandwidth: fail here, not mid-run.
-    model_step(e, res.hardware, pc, std::vector<int64_t>(e.model.experts, 1), {}, 0, 1, false);
+    model_step(e, res.hardware, in.pc, std::vector<int64_t>(e.model.experts, 1), {}, 0, 1, false);
   });
+  in.has_shared = e.model.shared_experts > 0;
   // The model's own size needs a peak for model.dtype (a calibrated CPU profile has fp32 only).
   res.has_model_size = peak_flops_per_s(res.hardware, e.model.dtype).has_value();
   res.routing_local = ep_routing_is_token_local(e.router);
-  res.placement_rule = placement_rule(pc);
+  res.placement_rule = placement_rule(in.pc);
 
   const int64_t N = res.num_tokens;
-  const int E = e.model.experts;
   const int64_t H = e.execute.hidden;
-  const EpTokenShare share = ep_token_share(N, me, num_ranks);
+  in.share = ep_token_share(N, ep_rank(), num_ranks);
   // Every rank draws the batch's hidden states from the shared seed (counter-based) and keeps its rows.
-  std::vector<float> x_local;
-  {
-    const std::vector<float> x_full = synthetic_hidden(N, H, e.workload.seed);
-    x_local.assign(x_full.begin() + share.begin * H, x_full.begin() + share.end * H);
-  }
-  std::vector<float> y_local(x_local.size()), y_static(x_local.size());
-  const ExpertWeights* shared_ptr = e.model.shared_experts > 0 ? &shared : nullptr;
-  const int repeats = std::max(1, e.execute.repeats);
+  const std::vector<float> x_full = synthetic_hidden(N, H, e.workload.seed);
+  in.x_local.assign(x_full.begin() + in.share.begin * H, x_full.begin() + in.share.end * H);
+  in.repeats = std::max(1, e.execute.repeats);
+  return in;
+}
 
-  RouterState state;
+// ---- one step -------------------------------------------------------------------------------------------
+
+// What a rank carries from step to step.
+struct EpRunState {
+  RouterState router;
   std::unique_ptr<EpMoeLayer> layer, static_layer;
   std::vector<std::vector<int64_t>> observed;  // global loads per step
   std::vector<int64_t> plan_load;              // the loads the current placement was planned from
-  for (size_t b = 0; b < batches.size(); ++b) {
-    const int step = static_cast<int>(b);
-    EpStep rec;
-    rec.step = step;
-    // Route: the rank's share, or the whole batch from the gathered router logits.
-    RouteRequest req;
-    req.num_experts = E;
-    req.top_k = e.model.top_k;
-    req.seed = e.workload.seed + static_cast<uint64_t>(b);
-    std::vector<float> local_logits(batches[b].logits.begin() + share.begin * E,
-                                    batches[b].logits.begin() + share.end * E);
-    Routing local;
-    Routing global;
-    const auto t_route = Clock::now();
-    if (res.routing_local) {
-      req.logits = local_logits.data();
-      req.num_tokens = share.size();
-      req.token_ids = batches[b].token_ids.data() + share.begin;
-      local = route_omp(e.router, req, &state);
-    } else {
-      const std::vector<float> all_logits = ep_allgatherv(local_logits);
-      req.logits = all_logits.data();
-      req.num_tokens = N;
-      req.token_ids = batches[b].token_ids.data();
-      global = route_omp(e.router, req, &state);
-      local = ep_local_routing(global, share);
-    }
-    const double route_s = seconds_since(t_route);
-    if (res.routing_local) global = gather_routing(local, share, N);
-    rec.metrics = compute_balance_metrics(global, batches[b].logits.data(), e.router.layout, e.router.block_size);
-    const std::vector<int64_t>& load = rec.metrics.load;
+  std::vector<float> y_local, y_static;        // the rank's outputs of the last forwards
+};
 
-    // Placement epochs: step 0 plans from its own loads; every rebalance_every steps from the window.
-    const bool rebalance = pc.rebalance_every > 0 && step > 0 && step % pc.rebalance_every == 0;
-    if (step == 0 || rebalance) {
-      if (step == 0) {
-        plan_load = load;
-      } else {
-        plan_load.assign(E, 0);
-        for (size_t s = observed.size() - pc.rebalance_every; s < observed.size(); ++s)
-          for (int x = 0; x < E; ++x) plan_load[x] += observed[s][x];
-      }
-      const ExpertPlacement p = place_experts(plan_load, pc);
-      res.placements.push_back(p);
-      res.epoch_first_step.push_back(step);
-      if (!layer) {
-        layer = std::make_unique<EpMoeLayer>(weights, shared_ptr, p, e.router.layout, e.router.block_size);
-      } else {
-        layer->set_placement(p);
-        rec.rebalanced = true;
-      }
-    }
-    rec.epoch = static_cast<int>(res.placements.size()) - 1;
-    const std::vector<int64_t> current_plan_load = plan_load;
+// The router request of batch b, without its tokens.
+RouteRequest step_request(const Experiment& e, size_t b) {
+  RouteRequest req;
+  req.num_experts = e.model.experts;
+  req.top_k = e.model.top_k;
+  req.seed = e.workload.seed + static_cast<uint64_t>(b);
+  return req;
+}
 
-    // Timed forwards: one untimed warm-up before the first step, then `repeats`, phase medians.
-    if (step == 0) layer->forward(local, x_local.data(), y_local.data(), nullptr);
-    std::vector<EpRankStats> reps;
-    std::vector<int64_t> step_load;
-    for (int r = 0; r < repeats; ++r) {
-      EpRankStats st;
-      layer->forward(local, x_local.data(), y_local.data(), &st, &step_load);
-      reps.push_back(st);
-    }
-    MOESIM_REQUIRE(step_load == load, "step " << step << ": the layer's global load differs from the routing's");
-    const EpRankStats mine = median_stats(reps);
-    rec.has_static = rec.epoch > 0;
-    double static_layer_mine = 0;
-    if (rec.has_static) {
-      if (!static_layer)
-        static_layer = std::make_unique<EpMoeLayer>(weights, shared_ptr, res.placements.front(), e.router.layout,
-                                                    e.router.block_size);
-      std::vector<double> t;
-      for (int r = 0; r < repeats; ++r) {
-        EpRankStats st;
-        static_layer->forward(local, x_local.data(), y_static.data(), &st);
-        t.push_back(st.times.layer_s);
-      }
-      static_layer_mine = median(t);
-    }
+struct StepRouting {
+  Routing local;        // the rank's tokens, renumbered from 0
+  Routing global;       // the whole batch
+  double route_s = 0;   // routing (with the logits gather when replicated)
+};
 
-    // Gather every rank's figures.
-    std::vector<double> packed = pack_stats(mine);
-    packed.push_back(route_s);
-    packed.push_back(static_layer_mine);
-    const std::vector<double> all = ep_allgather(packed);
-    const size_t stride = kStatsFields + 2;
-    std::vector<double> rows, expert_times;
-    for (int r = 0; r < num_ranks; ++r) {
-      const double* v = all.data() + r * stride;
-      rec.ranks.push_back(unpack_stats(v));
-      rec.route_s.push_back(v[kStatsFields]);
-      rec.layer_s = std::max(rec.layer_s, rec.ranks.back().times.layer_s);
-      rec.static_layer_s = std::max(rec.static_layer_s, v[kStatsFields + 1]);
-      rows.push_back(static_cast<double>(rec.ranks.back().rows_received));
-      expert_times.push_back(rec.ranks.back().times.experts_s);
-    }
-    rec.rank_imbalance = max_over_mean(rows);
-    rec.expert_time_imbalance = max_over_mean(expert_times);
-    rec.modeled = model_step(e, res.hardware, pc, load, current_plan_load, global.capacity, N, false);
-    if (rec.has_static) {
-      rec.static_modeled = model_step(e, res.hardware, pc, load, observed.front(), global.capacity, N, false);
-      rec.static_rank_imbalance = rec.static_modeled.rank_imbalance;
-    }
-    if (b + 1 == batches.size() && res.has_model_size)
-      res.modeled_model_size = model_step(e, res.hardware, pc, load, current_plan_load, global.capacity, N, true);
-
-    // --verify: rank 0 runs the single-process layer on the same batch and compares.
-    if (opts.verify) {
-      const std::vector<float> y_all = ep_allgatherv(y_local);
-      const std::vector<float> y_static_all = rec.has_static ? ep_allgatherv(y_static) : std::vector<float>{};
-      if (me == 0 && res.verify_ok) {
-        std::string mismatch;
-        if (res.routing_local) {
-          RouteRequest full = req;
-          full.logits = batches[b].logits.data();
-          full.num_tokens = N;
-          full.token_ids = batches[b].token_ids.data();
-          RouterState fresh;
-          mismatch = routing_mismatch(global, route_omp(e.router, full, &fresh));
-        }
-        const DispatchPlan plan = plan_dispatch_omp(global, e.router.layout, e.router.block_size);
-        if (mismatch.empty() && plan.counts != load) mismatch = "per-expert loads differ from the single-process plan";
-        if (mismatch.empty()) {
-          const std::vector<float> x_full = synthetic_hidden(N, H, e.workload.seed);
-          std::vector<float> y_single(x_full.size());
-          moe_forward_omp(weights, shared_ptr, x_full.data(), global, plan, y_single.data(), nullptr);
-          for (int which = 0; which < (rec.has_static ? 2 : 1) && mismatch.empty(); ++which) {
-            const std::vector<float>& y = which == 0 ? y_all : y_static_all;
-            for (size_t i = 0; i < y.size(); ++i) {
-              const float d = std::fabs(y[i] - y_single[i]);
-              res.verify_max_abs_diff = std::max(res.verify_max_abs_diff, static_cast<double>(d));
-              if (!(d <= kEpAbsTol + kEpRelTol * std::fabs(y_single[i]))) {
-                std::ostringstream os;
-                os << "step " << step << (which ? " (static placement)" : "") << ": output [token " << i / H
-                   << ", column " << i % H << "] " << y[i] << " vs the single-process " << y_single[i];
-                mismatch = os.str();
-                break;
-              }
-            }
-          }
-        } else {
-          mismatch = "step " + std::to_string(step) + ": " + mismatch;
-        }
-        if (!mismatch.empty()) {
-          res.verify_ok = false;
-          res.verify_message = mismatch;
-        }
-      }
-    }
-    observed.push_back(load);
-    res.steps.push_back(std::move(rec));
+// Route: the rank's share, or the whole batch from the gathered router logits; then the global routing.
+StepRouting route_step(const Experiment& e, const LogitsBatch& batch, size_t b, const EpTokenShare& share,
+                       bool routing_local, int64_t num_tokens, RouterState& state) {
+  const int E = e.model.experts;
+  RouteRequest req = step_request(e, b);
+  std::vector<float> local_logits(batch.logits.begin() + share.begin * E, batch.logits.begin() + share.end * E);
+  StepRouting r;
+  const auto t_route = Clock::now();
+  if (routing_local) {
+    req.logits = local_logits.data();
+    req.num_tokens = share.size();
+    req.token_ids = batch.token_ids.data() + share.begin;
+    r.local = route_omp(e.router, req, &state);
+  } else {
+    const std::vector<float> all_logits = ep_allgatherv(local_logits);
+    req.logits = all_logits.data();
+    req.num_tokens = num_tokens;
+    req.token_ids = batch.token_ids.data();
+    r.global = route_omp(e.router, req, &state);
+    r.local = ep_local_routing(r.global, share);
   }
+  r.route_s = seconds_since(t_route);
+  if (routing_local) r.global = gather_routing(r.local, share, num_tokens);
+  return r;
+}
+
+// Placement epochs: step 0 plans from its own loads; every rebalance_every steps from the window. Makes the
+// layer at step 0 and re-slices it on a re-plan; sets rec's epoch and rebalanced.
+void plan_epoch(const Experiment& e, const EpRunInputs& in, int step, const std::vector<int64_t>& load,
+                EpRunState& s, EpRunResult& res, EpStep& rec) {
+  const PlacementConfig& pc = in.pc;
+  const int E = e.model.experts;
+  const bool rebalance = pc.rebalance_every > 0 && step > 0 && step % pc.rebalance_every == 0;
+  if (step == 0 || rebalance) {
+    if (step == 0) {
+      s.plan_load = load;
+    } else {
+      s.plan_load.assign(E, 0);
+      for (size_t o = s.observed.size() - pc.rebalance_every; o < s.observed.size(); ++o)
+        for (int x = 0; x < E; ++x) s.plan_load[x] += s.observed[o][x];
+    }
+    const ExpertPlacement p = place_experts(s.plan_load, pc);
+    res.placements.push_back(p);
+    res.epoch_first_step.push_back(step);
+    if (!s.layer) {
+      s.layer = std::make_unique<EpMoeLayer>(in.weights, in.shared_weights(), p, e.router.layout, e.router.block_size);
+    } else {
+      s.layer->set_placement(p);
+      rec.rebalanced = true;
+    }
+  }
+  rec.epoch = static_cast<int>(res.placements.size()) - 1;
+}
+
+struct StepTimes {
+  EpRankStats mine;           // this rank's rows and phase medians
+  double static_layer_s = 0;  // its median layer time under the static placement (has_static)
+};
+
+// Timed forwards: one untimed warm-up before the first step, then `repeats`, phase medians; with
+// rec.has_static the same under the static (first) placement.
+StepTimes timed_forwards(const Experiment& e, const EpRunInputs& in, int step, const Routing& local,
+                         const std::vector<int64_t>& load, bool has_static, const EpRunResult& res, EpRunState& s) {
+  if (step == 0) s.layer->forward(local, in.x_local.data(), s.y_local.data(), nullptr);
+  std::vector<EpRankStats> reps;
+  std::vector<int64_t> step_load;
+  for (int r = 0; r < in.repeats; ++r) {
+    EpRankStats st;
+    s.layer->forward(local, in.x_local.data(), s.y_local.data(), &st, &step_load);
+    reps.push_back(st);
+  }
+  MOESIM_REQUIRE(step_load == load, "step " << step << ": the layer's global load differs from the routing's");
+  StepTimes t;
+  t.mine = median_stats(reps);
+  if (has_static) {
+    if (!s.static_layer)
+      s.static_layer = std::make_unique<EpMoeLayer>(in.weights, in.shared_weights(), res.placements.front(),
+                                                    e.router.layout, e.router.block_size);
+    std::vector<double> times;
+    for (int r = 0; r < in.repeats; ++r) {
+      EpRankStats st;
+      s.static_layer->forward(local, in.x_local.data(), s.y_static.data(), &st);
+      times.push_back(st.times.layer_s);
+    }
+    t.static_layer_s = median(times);
+  }
+  return t;
+}
+
+// Every rank's figures of the step, gathered into rec (the same on every rank).
+void gather_step(const StepTimes& t, double route_s, int num_ranks, EpStep& rec) {
+  std::vector<double> packed = pack_stats(t.mine);
+  packed.push_back(route_s);
+  packed.push_back(t.static_layer_s);
+  const std::vector<double> all = ep_allgather(packed);
+  const size_t stride = kStatsFields + 2;
+  std::vector<double> rows, expert_times;
+  for (int r = 0; r < num_ranks; ++r) {
+    const double* v = all.data() + r * stride;
+    rec.ranks.push_back(unpack_stats(v));
+    rec.route_s.push_back(v[kStatsFields]);
+    rec.layer_s = std::max(rec.layer_s, rec.ranks.back().times.layer_s);
+    rec.static_layer_s = std::max(rec.static_layer_s, v[kStatsFields + 1]);
+    rows.push_back(static_cast<double>(rec.ranks.back().rows_received));
+    expert_times.push_back(rec.ranks.back().times.experts_s);
+  }
+  rec.rank_imbalance = max_over_mean(rows);
+  rec.expert_time_imbalance = max_over_mean(expert_times);
+}
+
+// The first output beyond the tolerance of the distributed layer, or ""; tracks the largest difference.
+std::string output_mismatch(const std::vector<float>& y, const std::vector<float>& y_single, int step,
+                            bool static_placement, int64_t H, double& max_abs_diff) {
+  for (size_t i = 0; i < y.size(); ++i) {
+    const float d = std::fabs(y[i] - y_single[i]);
+    max_abs_diff = std::max(max_abs_diff, static_cast<double>(d));
+    if (!(d <= kEpAbsTol + kEpRelTol * std::fabs(y_single[i]))) {
+      std::ostringstream os;
+      os << "step " << step << (static_placement ? " (static placement)" : "") << ": output [token " << i / H
+         << ", column " << i % H << "] " << y[i] << " vs the single-process " << y_single[i];
+      return os.str();
+    }
+  }
+  return "";
+}
+
+// --verify: rank 0 runs the single-process layer on the same batch and compares; the first mismatch stays.
+void verify_step(const Experiment& e, const EpRunInputs& in, size_t b, const StepRouting& routing,
+                 const std::vector<int64_t>& load, const EpStep& rec, const EpRunState& s, EpRunResult& res) {
+  const std::vector<float> y_all = ep_allgatherv(s.y_local);
+  const std::vector<float> y_static_all = rec.has_static ? ep_allgatherv(s.y_static) : std::vector<float>{};
+  if (ep_rank() != 0 || !res.verify_ok) return;
+  const LogitsBatch& batch = in.batches[b];
+  const int64_t N = res.num_tokens, H = e.execute.hidden;
+  const Routing& global = routing.global;
+  std::string mismatch;
+  if (res.routing_local) {
+    RouteRequest full = step_request(e, b);
+    full.logits = batch.logits.data();
+    full.num_tokens = N;
+    full.token_ids = batch.token_ids.data();
+    RouterState fresh;
+    mismatch = routing_mismatch(global, route_omp(e.router, full, &fresh));
+  }
+  const DispatchPlan plan = plan_dispatch_omp(global, e.router.layout, e.router.block_size);
+  if (mismatch.empty() && plan.counts != load) mismatch = "per-expert loads differ from the single-process plan";
+  if (mismatch.empty()) {
+    const std::vector<float> x_full = synthetic_hidden(N, H, e.workload.seed);
+    std::vector<float> y_single(x_full.size());
+    moe_forward_omp(in.weights, in.shared_weights(), x_full.data(), global, plan, y_single.data(), nullptr);
+    for (int which = 0; which < (rec.has_static ? 2 : 1) && mismatch.empty(); ++which) {
+      mismatch = output_mismatch(which == 0 ? y_all : y_static_all, y_single, rec.step, which != 0, H,
+                                 res.verify_max_abs_diff);
+    }
+  } else {
+    mismatch = "step " + std::to_string(rec.step) + ": " + mismatch;
+  }
+  if (!mismatch.empty()) {
+    res.verify_ok = false;
+    res.verify_message = mismatch;
+  }
+}
+
+// Step b: route, place, run, gather, model, verify.
+EpStep run_step(const Experiment& e, const EpRunOptions& opts, const EpRunInputs& in, size_t b, EpRunState& s,
+                EpRunResult& res) {
+  const int step = static_cast<int>(b);
+  const int64_t N = res.num_tokens;
+  EpStep rec;
+  rec.step = step;
+  const StepRouting routing = route_step(e, in.batches[b], b, in.share, res.routing_local, N, s.router);
+  const Routing& global = routing.global;
+  rec.metrics = compute_balance_metrics(global, in.batches[b].logits.data(), e.router.layout, e.router.block_size);
+  const std::vector<int64_t>& load = rec.metrics.load;
+
+  plan_epoch(e, in, step, load, s, res, rec);
+  const std::vector<int64_t> current_plan_load = s.plan_load;
+  rec.has_static = rec.epoch > 0;
+  const StepTimes times = timed_forwards(e, in, step, routing.local, load, rec.has_static, res, s);
+  gather_step(times, routing.route_s, res.num_ranks, rec);
+
+  // The cost model at the executed size for this step's placement (and the static one), and at the
+  // model's size after the last step.
+  rec.modeled = model_step(e, res.hardware, in.pc, load, current_plan_load, global.capacity, N, false);
+  if (rec.has_static) {
+    rec.static_modeled = model_step(e, res.hardware, in.pc, load, s.observed.front(), global.capacity, N, false);
+    rec.static_rank_imbalance = rec.static_modeled.rank_imbalance;
+  }
+  if (b + 1 == in.batches.size() && res.has_model_size)
+    res.modeled_model_size = model_step(e, res.hardware, in.pc, load, current_plan_load, global.capacity, N, true);
+
+  if (opts.verify) verify_step(e, in, b, routing, load, rec, s, res);
+  s.observed.push_back(load);
+  return rec;
+}
+
+}  // namespace
+
+EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
+  const int num_ranks = ep_num_ranks();
+  EpRunResult res;
+  res.experiment = e;
+  res.num_ranks = num_ranks;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  res.ranks_per_host = local ? std::max(1, std::atoi(local)) : num_ranks;
+  res.host_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  require_same_experiment(e);
+
+  const EpRunInputs in = prepare_inputs(e, opts, res);
+  EpRunState s;
+  s.y_local.resize(in.x_local.size());
+  s.y_static.resize(in.x_local.size());
+  for (size_t b = 0; b < in.batches.size(); ++b) res.steps.push_back(run_step(e, opts, in, b, s, res));
+
   if (opts.verify && res.verify_ok) {
     std::ostringstream os;
     os << "ok: " << res.steps.size() << " steps; routing and per-expert loads identical to the single-process "
@@ -425,305 +508,6 @@ EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
   std::vector<double> verdict = ep_allgather({res.verify_ok ? 1.0 : 0.0});
   res.verify_ok = verdict[0] != 0.0;
   return res;
-}
-
-// ---- reports ------------------------------------------------------------------------------------------
-namespace {
-
-double ms(double s) { return s * 1e3; }
-
-nlohmann::json times_json(const EpPhaseTimes& t) {
-  return {{"plan_s", t.plan_s},       {"idle_dispatch_s", t.idle_dispatch_s}, {"counts_s", t.counts_s},
-          {"pack_s", t.pack_s},       {"dispatch_s", t.dispatch_s},           {"unpack_s", t.unpack_s},
-          {"experts_s", t.experts_s}, {"idle_combine_s", t.idle_combine_s},   {"return_s", t.return_s},
-          {"combine_s", t.combine_s}, {"idle_s", t.idle_s()},                 {"all_to_all_s", t.all_to_all_s()},
-          {"layer_s", t.layer_s}};
-}
-
-nlohmann::json cost_json(const LayerCost& c) {
-  return {{"layer_s", c.actual.quantized_s},     {"balanced_layer_s", c.balanced.quantized_s},
-          {"device_time_s", c.device_time_s},    {"device_tokens", c.device_tokens},
-          {"rank_imbalance", c.rank_imbalance},  {"all_to_all_s", c.all_to_all_s},
-          {"all_to_all_bytes", c.all_to_all_bytes}, {"batching_efficiency", c.batching_efficiency}};
-}
-
-struct Gain {
-  int steps = 0;
-  double rank_imbalance = 0, static_rank_imbalance = 0, modeled_s = 0, static_modeled_s = 0, layer_s = 0,
-         static_layer_s = 0;
-};
-Gain rebalance_gain(const EpRunResult& r) {
-  Gain g;
-  for (const EpStep& s : r.steps) {
-    if (!s.has_static) continue;
-    ++g.steps;
-    g.rank_imbalance += s.rank_imbalance;
-    g.static_rank_imbalance += s.static_rank_imbalance;
-    g.modeled_s += s.modeled.actual.quantized_s;
-    g.static_modeled_s += s.static_modeled.actual.quantized_s;
-    g.layer_s += s.layer_s;
-    g.static_layer_s += s.static_layer_s;
-  }
-  if (g.steps > 0) {
-    const double n = g.steps;
-    for (double* v : {&g.rank_imbalance, &g.static_rank_imbalance, &g.modeled_s, &g.static_modeled_s, &g.layer_s,
-                      &g.static_layer_s})
-      *v /= n;
-  }
-  return g;
-}
-
-std::string slots_text(const ExpertPlacement& p, int rank) {
-  std::ostringstream os;
-  const std::vector<int32_t> slots = ep_rank_slots(p, rank);
-  if (slots.empty()) return "(none)";
-  for (size_t i = 0; i < slots.size(); ++i) os << (i ? " " : "") << p.expert[slots[i]];
-  return os.str();
-}
-
-std::string fixed(double v, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << v;
-  return os.str();
-}
-
-// Columns of the per-(step, rank) rows shared by table, csv and markdown.
-std::vector<std::string> row_header() {
-  return {"step", "rank", "epoch", "tokens", "sent_remote", "recv_rows", "recv_remote", "model_recv_rows",
-          "route_ms", "experts_ms", "model_experts_ms", "a2a_dispatch_ms", "a2a_combine_ms", "idle_ms", "layer_ms"};
-}
-std::vector<std::vector<std::string>> step_rank_rows(const EpRunResult& r) {
-  std::vector<std::vector<std::string>> out;
-  for (const EpStep& s : r.steps) {
-    for (int d = 0; d < r.num_ranks; ++d) {
-      const EpRankStats& st = s.ranks[d];
-      const EpPhaseTimes& t = st.times;
-      out.push_back({std::to_string(s.step), std::to_string(d), std::to_string(s.epoch),
-                     std::to_string(st.local_tokens), std::to_string(st.rows_sent_remote),
-                     std::to_string(st.rows_received), std::to_string(st.rows_received_remote),
-                     std::to_string(s.modeled.device_tokens.at(d)), fixed(ms(s.route_s[d]), 3),
-                     fixed(ms(t.experts_s), 3), fixed(ms(s.modeled.device_time_s.at(d)), 3),
-                     fixed(ms(t.counts_s + t.dispatch_s), 3), fixed(ms(t.return_s), 3), fixed(ms(t.idle_s()), 3),
-                     fixed(ms(t.layer_s), 3)});
-    }
-  }
-  return out;
-}
-
-std::string aligned(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(header.size());
-  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
-  for (const auto& row : rows)
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  std::ostringstream os;
-  auto line = [&](const std::vector<std::string>& row) {
-    for (size_t c = 0; c < row.size(); ++c) os << (c ? "  " : "") << std::setw(static_cast<int>(width[c])) << row[c];
-    os << "\n";
-  };
-  line(header);
-  for (const auto& row : rows) line(row);
-  return os.str();
-}
-
-}  // namespace
-
-nlohmann::json ep_run_to_json(const EpRunResult& r) {
-  const Experiment& e = r.experiment;
-  nlohmann::json j;
-  j["schema_version"] = kReportSchemaVersion;
-  j["moesim_version"] = MOESIM_VERSION;
-  j["mode"] = "expert_parallel_mpi";
-  j["experiment"] = {{"name", e.name}, {"source", e.source_file}};
-  j["ranks"] = r.num_ranks;
-  j["ranks_per_host"] = r.ranks_per_host;
-  j["host_cores"] = r.host_cores;
-  j["num_tokens"] = r.num_tokens;
-  j["gating"] = to_string(e.router.gating);
-  j["routing"] = r.routing_local ? "local" : "replicated";
-  j["model"] = {{"hidden", e.model.hidden}, {"ffn", e.model.ffn}, {"experts", e.model.experts},
-                {"top_k", e.model.top_k}, {"shared_experts", e.model.shared_experts}, {"dtype", to_string(e.model.dtype)}};
-  j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats}};
-  j["hardware"] = {{"name", r.hardware.name},
-                   {"calibrated", r.hardware.calibrated},
-                   {"link_bandwidth_bytes_per_s", r.hardware.link_bandwidth_bytes_per_s},
-                   {"link_latency_s", r.hardware.link_latency_s}};
-  nlohmann::json epochs = nlohmann::json::array();
-  for (size_t i = 0; i < r.placements.size(); ++i) {
-    const ExpertPlacement& p = r.placements[i];
-    epochs.push_back({{"first_step", r.epoch_first_step[i]}, {"expert", p.expert}, {"device", p.device},
-                      {"replicas", p.replicas}});
-  }
-  j["placement"] = {{"rule", r.placement_rule},
-                    {"replicas", e.placement.replicas},
-                    {"rebalance_every", e.placement.rebalance_every},
-                    {"epochs", epochs}};
-  nlohmann::json steps = nlohmann::json::array();
-  for (const EpStep& s : r.steps) {
-    nlohmann::json ranks = nlohmann::json::array();
-    for (int d = 0; d < r.num_ranks; ++d) {
-      const EpRankStats& st = s.ranks[d];
-      ranks.push_back({{"rank", d},
-                       {"local_tokens", st.local_tokens},
-                       {"assignments_sent", st.assignments_sent},
-                       {"rows_sent_remote", st.rows_sent_remote},
-                       {"rows_received", st.rows_received},
-                       {"rows_received_remote", st.rows_received_remote},
-                       {"rows_computed", st.rows_computed},
-                       {"local_slots", st.local_slots},
-                       {"route_s", s.route_s[d]},
-                       {"times", times_json(st.times)}});
-    }
-    nlohmann::json js = {{"step", s.step},
-                         {"epoch", s.epoch},
-                         {"rebalanced", s.rebalanced},
-                         {"load", s.metrics.load},
-                         {"imbalance", s.metrics.imbalance},
-                         {"drop_rate", s.metrics.drop_rate},
-                         {"rank_imbalance", s.rank_imbalance},
-                         {"expert_time_imbalance", s.expert_time_imbalance},
-                         {"layer_s", s.layer_s},
-                         {"ranks", ranks},
-                         {"modeled", cost_json(s.modeled)}};
-    if (s.has_static) {
-      js["static"] = {{"rank_imbalance", s.static_rank_imbalance}, {"layer_s", s.static_layer_s},
-                      {"modeled", cost_json(s.static_modeled)}};
-    }
-    steps.push_back(js);
-  }
-  j["steps"] = steps;
-  if (r.has_model_size) j["modeled_model_size"] = cost_json(r.modeled_model_size);
-  const Gain g = rebalance_gain(r);
-  if (g.steps > 0) {
-    j["rebalance_gain"] = {{"steps", g.steps},
-                           {"rank_imbalance", g.rank_imbalance},
-                           {"static_rank_imbalance", g.static_rank_imbalance},
-                           {"modeled_layer_s", g.modeled_s},
-                           {"static_modeled_layer_s", g.static_modeled_s},
-                           {"layer_s", g.layer_s},
-                           {"static_layer_s", g.static_layer_s}};
-  }
-  if (!r.verify_message.empty()) j["verify"] = {{"ok", r.verify_ok}, {"message", r.verify_message}};
-  return j;
-}
-
-std::string format_ep_run(const EpRunResult& r, ReportFormat format) {
-  if (format == ReportFormat::json) return ep_run_to_json(r).dump(2) + "\n";
-  const std::vector<std::string> header = row_header();
-  const std::vector<std::vector<std::string>> rows = step_rank_rows(r);
-  std::ostringstream os;
-  if (format == ReportFormat::csv) {
-    for (size_t c = 0; c < header.size(); ++c) os << (c ? "," : "") << header[c];
-    os << "\n";
-    for (const auto& row : rows) {
-      for (size_t c = 0; c < row.size(); ++c) os << (c ? "," : "") << row[c];
-      os << "\n";
-    }
-    return os.str();
-  }
-  if (format == ReportFormat::markdown) {
-    os << "|";
-    for (const std::string& h : header) os << " " << h << " |";
-    os << "\n|";
-    for (size_t c = 0; c < header.size(); ++c) os << "---:|";
-    os << "\n";
-    for (const auto& row : rows) {
-      os << "|";
-      for (const std::string& v : row) os << " " << v << " |";
-      os << "\n";
-    }
-    return os.str();
-  }
-
-  const Experiment& e = r.experiment;
-  const HardwareProfile& hw = r.hardware;
-  os << "moesim run: expert parallel over " << r.num_ranks << " MPI ranks\n";
-  os << "experiment " << e.name << ": " << to_string(e.router.gating) << ", " << e.model.experts << " experts, top-"
-     << e.model.top_k << ", " << r.num_tokens << " tokens per step, " << r.steps.size() << " steps; "
-     << (r.routing_local ? "each rank routes its own tokens"
-                         : "the router needs the whole batch: ranks gather the logits and route it all")
-     << "\n";
-  os << "executed: hidden " << e.execute.hidden << ", ffn " << e.execute.ffn << ", fp32; times are medians of "
-     << std::max(1, e.execute.repeats) << " repeats per step, in ms\n";
-  os << "placement: " << r.placement_rule << "\n";
-  for (size_t i = 0; i < r.placements.size(); ++i) {
-    os << "  epoch " << i << " (from step " << r.epoch_first_step[i] << "):";
-    for (int d = 0; d < r.num_ranks; ++d) os << (d ? " |" : "") << " rank " << d << ": " << slots_text(r.placements[i], d);
-    os << "\n";
-  }
-  os << "cost model: " << hw.name << (hw.calibrated ? " (calibrated)" : "") << ", link "
-     << fixed(hw.link_bandwidth_bytes_per_s / 1e9, 2) << " GB/s, latency " << fixed(hw.link_latency_s * 1e6, 1)
-     << " us, at the executed size";
-  if (!hw.calibrated) {
-    os << "\n  note: " << hw.name << " is not this machine; for a like-for-like model run `moesim calibrate --out "
-       << "cpu.yaml`, then `mpirun -np " << r.num_ranks << " moesim calibrate-link --base cpu.yaml --out cpu-link.yaml`"
-       << " and add --set hardware=cpu-link.yaml";
-  }
-  if (r.ranks_per_host > r.host_cores) {
-    os << "\n  note: " << r.ranks_per_host << " ranks share " << r.host_cores
-       << " cores here: the times include time slicing (run at most one rank per core to measure the layer)";
-  }
-  os << "\n\n" << aligned(header, rows) << "\n";
-
-  std::vector<std::vector<std::string>> summary;
-  for (const EpStep& s : r.steps) {
-    double idle_max = 0;
-    int slowest = 0;
-    for (int d = 0; d < r.num_ranks; ++d) {
-      idle_max = std::max(idle_max, s.ranks[d].times.idle_s());
-      if (s.ranks[d].times.experts_s > s.ranks[slowest].times.experts_s) slowest = d;
-    }
-    summary.push_back({std::to_string(s.step), fixed(s.metrics.imbalance, 3), fixed(s.rank_imbalance, 3),
-                       fixed(s.modeled.rank_imbalance, 3), fixed(s.expert_time_imbalance, 3), std::to_string(slowest),
-                       fixed(ms(idle_max), 3), fixed(ms(s.layer_s), 3), fixed(ms(s.modeled.actual.quantized_s), 3),
-                       fixed(ms(s.modeled.all_to_all_s), 3)});
-  }
-  os << "per step (rank_imbalance: max / mean rows received; model_*: the cost model for the same placement)\n"
-     << aligned({"step", "expert_imbalance", "rank_imbalance", "model_rank_imbalance", "expert_time_imbalance",
-                 "slowest_rank", "max_idle_ms", "layer_ms", "model_layer_ms", "model_a2a_ms"},
-                summary)
-     << "\n";
-
-  std::vector<std::vector<std::string>> per_rank;
-  for (int d = 0; d < r.num_ranks; ++d) {
-    double recv = 0, experts = 0, idle = 0, a2a = 0, layer = 0, model = 0;
-    for (const EpStep& s : r.steps) {
-      recv += static_cast<double>(s.ranks[d].rows_received);
-      experts += s.ranks[d].times.experts_s;
-      idle += s.ranks[d].times.idle_s();
-      a2a += s.ranks[d].times.all_to_all_s();
-      layer += s.ranks[d].times.layer_s;
-      model += s.modeled.device_time_s.at(d);
-    }
-    const double n = static_cast<double>(std::max<size_t>(1, r.steps.size()));
-    per_rank.push_back({std::to_string(d), fixed(recv / n, 1), fixed(ms(experts / n), 3), fixed(ms(model / n), 3),
-                        fixed(ms(a2a / n), 3), fixed(ms(idle / n), 3),
-                        fixed(layer > 0 ? 100.0 * idle / layer : 0.0, 1)});
-  }
-  os << "per rank, mean over steps (idle: waiting in barriers for the slowest rank)\n"
-     << aligned({"rank", "recv_rows", "experts_ms", "model_experts_ms", "a2a_ms", "idle_ms", "idle_pct"}, per_rank);
-
-  const LayerCost& m = r.modeled_model_size;
-  os << "\nat the model's size (hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", " << to_string(e.model.dtype)
-     << ") on " << hw.name << ", last step: ";
-  if (r.has_model_size) {
-    os << "layer " << fixed(ms(m.actual.quantized_s), 3) << " ms, all-to-all " << fixed(ms(m.all_to_all_s), 3)
-       << " ms, rank_imbalance " << fixed(m.rank_imbalance, 3) << "\n";
-  } else {
-    os << "not modeled (" << hw.name << " has no " << to_string(e.model.dtype) << " peak)\n";
-  }
-  const Gain g = rebalance_gain(r);
-  if (g.steps > 0) {
-    os << "rebalancing gain over the static placement (epoch 0), mean of " << g.steps << " steps: rank_imbalance "
-       << fixed(g.static_rank_imbalance, 3) << " -> " << fixed(g.rank_imbalance, 3) << "; modeled layer "
-       << fixed(ms(g.static_modeled_s), 3) << " -> " << fixed(ms(g.modeled_s), 3) << " ms ("
-       << fixed(g.modeled_s > 0 ? g.static_modeled_s / g.modeled_s : 1.0, 3) << "x); measured layer "
-       << fixed(ms(g.static_layer_s), 3) << " -> " << fixed(ms(g.layer_s), 3) << " ms ("
-       << fixed(g.layer_s > 0 ? g.static_layer_s / g.layer_s : 1.0, 3) << "x)\n";
-  } else if (e.placement.rebalance_every > 0) {
-    os << "rebalancing: no step after the first re-plan (workload.batches <= placement.rebalance_every)\n";
-  }
-  if (!r.verify_message.empty()) os << "verify: " << r.verify_message << "\n";
-  return os.str();
 }
 
 }  // namespace moesim

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/fuzz/fuzz_targets.hpp"
@@ -212,7 +213,12 @@ const std::vector<BadCase>& bad_cases() {
       {"ConfigUnwritableOut", [](const std::string&) { return "config --out /nonexistent-dir/c.yaml"; }, 2,
        {"/nonexistent-dir/c.yaml"}},
       // ---- hardware -----------------------------------------------------------------------------
-      {"HardwareUnknownProfile", [](const std::string&) { return "hardware no-such-gpu"; }, 2, {"no-such-gpu"}},
+      {"HardwareUnknownProfile", [](const std::string&) { return "hardware no-such-gpu"; }, 2,
+       {"NAME: expected a built-in profile (", "got 'no-such-gpu'"}},
+      {"RunSetUnknownHardware", [](const std::string&) { return "run --set hardware=no-such-gpu" + kSmall; }, 2,
+       {"--set hardware=no-such-gpu: hardware: expected a built-in profile (", "h100-sxm"}},
+      {"ValidateUnknownHardware", [](const std::string&) { return "validate --hardware no-such-gpu"; }, 2,
+       {"--hardware: expected a built-in profile (", "got 'no-such-gpu'"}},
       {"HardwareWrongTypeInProfile",
        [](const std::string& d) {
          return "hardware " + file(d, "hw.yaml", "name: x\npeak_tflops: {bf16: 100}\nmemory_bandwidth_gbs: fast\n"
@@ -320,6 +326,31 @@ TEST(BadInputMatrix, HasAtLeastThirtyCasesOverEverySubcommand) {
     });
     EXPECT_TRUE(covered) << cmd;
   }
+}
+
+// An unknown hardware profile names where the name was given (the --set, the experiment file's line, the
+// hardware command's argument, validate's option; never a made-up file) and what it may be.
+TEST(BadInputMatrix, UnknownHardwareNamesWhereItWasGiven) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string exp = file(dir, "exp.yaml", "name: x\nhardware: nosuch\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run --set hardware=nosuch" + kSmall, "moesim run: --set hardware=nosuch: hardware: "},
+      {"run " + exp + kSmall, "moesim run: " + exp + ":2: hardware: "},
+      {"compare " + exp + " --set hardware=nosuch" + kSmall, "moesim compare: --set hardware=nosuch: hardware: "},
+      {"hardware nosuch", "moesim hardware: NAME: "},
+      {"validate --hardware nosuch", "moesim validate: --hardware: "},
+  };
+  for (const auto& [args, origin] : cases) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind(origin + "expected a built-in profile (a10, ", 0), 0u) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("h100-sxm"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(") or a readable profile YAML file, got 'nosuch'"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("command-line"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("<built-in>"), std::string::npos) << r.err;
+  }
+  fs::remove_all(dir);
 }
 
 // A failed run leaves an existing --out file as it was; a successful one replaces it whole.

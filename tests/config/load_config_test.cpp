@@ -296,6 +296,20 @@ TEST(LoadConfig, CrossFieldErrorNamesWhereTheKeyWasSet) {
       << e3;
 }
 
+// The hardware reference remembers where its name was given, for the profile loader's errors: the file
+// line or the --set, kept through apply_override while the reference is unchanged.
+TEST(LoadConfig, HardwareOriginNamesTheFileLineOrTheSet) {
+  Experiment e = load_experiment_text("name: x\nhardware: a100-80gb\n", "exp.yaml", {});
+  EXPECT_EQ(e.hardware.origin, "exp.yaml:2: hardware");
+  apply_override(e, "model.top_k=1");
+  EXPECT_EQ(e.hardware.origin, "exp.yaml:2: hardware");
+  apply_override(e, "hardware=h200");
+  EXPECT_EQ(e.hardware.origin, "--set hardware=h200: hardware");
+  EXPECT_EQ(default_experiment({"hardware=nosuch"}).hardware.origin, "--set hardware=nosuch: hardware");
+  // Not part of the experiment's text.
+  EXPECT_EQ(experiment_to_yaml(e).find("--set"), std::string::npos);
+}
+
 TEST(LoadConfig, MissingFileIsAnError) {
   EXPECT_THROW(load_experiment_file(config_path("no-such-experiment.yaml"), {}), ConfigError);
   EXPECT_THROW(load_experiment_file(config_path(""), {}), ConfigError);

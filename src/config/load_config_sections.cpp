@@ -1,0 +1,222 @@
+// The schema table of the config stage: the keys of the model, router, workload, placement and execute
+// sections with their bounds (one table drives reading, the `--set` key checks and re-emission), the
+// workload.prompt_len and placement.map readers, and the YAML writer of a whole experiment. Deterministic,
+// host only. Declared in src/config/load_config_internal.hpp; covered by tests/config/load_config_test.cpp.
+#include "src/config/load_config_internal.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace moesim {
+namespace config_detail {
+namespace {
+
+void read_prompt_len(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
+                     Experiment& e) {
+  const std::string what = "a length in [1, " + std::to_string(kMaxSequenceLen) + "], a list of lengths, or 'LO..HI'";
+  std::vector<int> lens;
+  L.prompt_len_text_range = false;
+  if (n.IsScalar()) {
+    int64_t lo = 0;
+    int64_t hi = 0;
+    if (!is_text_scalar(n) && parse_int64_text(n.Scalar(), &lo)) {
+      lens.push_back(static_cast<int>(read_int(n, path, where, 1, kMaxSequenceLen)));
+    } else if (parse_range_text(n.Scalar(), &lo, &hi)) {
+      if (lo < 1 || hi > kMaxSequenceLen || lo > hi) {
+        fail_expected(where, path, "'LO..HI' with 1 <= LO <= HI <= " + std::to_string(kMaxSequenceLen), describe(n));
+      }
+      lens = {static_cast<int>(lo), static_cast<int>(hi)};
+      L.prompt_len_text_range = true;
+    } else {
+      fail_expected(where, path, what, describe(n));
+    }
+  } else if (n.IsSequence() && n.size() > 0) {
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string p = path + "[" + std::to_string(i) + "]";
+      lens.push_back(static_cast<int>(read_int(n[i], p, L.where(p, n[i].Mark()), 1, kMaxSequenceLen)));
+    }
+  } else {
+    fail_expected(where, path, what, n.IsSequence() ? "an empty list" : describe(n));
+  }
+  e.workload.prompt_len = lens;
+}
+
+void read_prompt_len_range(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
+                           Experiment&) {
+  L.prompt_len_range_explicit = read_bool(n, path, where);
+  L.prompt_len_range_where = where;
+}
+
+void emit_prompt_len(YAML::Emitter& out, const Experiment& e) {
+  const std::vector<int>& p = e.workload.prompt_len;
+  if (e.workload.prompt_len_range && p.size() == 2) {
+    out << std::to_string(p[0]) + ".." + std::to_string(p[1]);
+  } else if (p.size() == 1) {
+    out << std::to_string(p[0]);
+  } else {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (int v : p) out << std::to_string(v);
+    out << YAML::EndSeq;
+  }
+}
+
+void read_placement_map(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
+                        Experiment& e) {
+  if (!n.IsSequence()) fail_expected(where, path, "a list of device indices, one per expert", describe(n));
+  std::vector<int> map;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string p = path + "[" + std::to_string(i) + "]";
+    map.push_back(static_cast<int>(read_int(n[i], p, L.where(p, n[i].Mark()), 0, kMaxExperts - 1)));
+  }
+  e.placement.map = map;
+}
+
+void emit_int_list(YAML::Emitter& out, const std::vector<int>& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (int x : v) out << std::to_string(x);
+  out << YAML::EndSeq;
+}
+
+}  // namespace
+
+const std::vector<Section>& sections() {
+  using E = Experiment;
+  static const std::vector<Section> table = {
+      {"model",
+       {string_field("name", &E::model, &ModelConfig::name),
+        int_field("hidden", &E::model, &ModelConfig::hidden, 1, kMaxWidth),
+        int_field("ffn", &E::model, &ModelConfig::ffn, 1, kMaxWidth),
+        int_field("experts", &E::model, &ModelConfig::experts, 1, kMaxExperts),
+        int_field("top_k", &E::model, &ModelConfig::top_k, 1, kMaxExperts),
+        int_field("shared_experts", &E::model, &ModelConfig::shared_experts, 0, kMaxExperts),
+        int_field("layers", &E::model, &ModelConfig::layers, 1, kMaxLayers),
+        int_field("heads", &E::model, &ModelConfig::heads, 1, kMaxHeads),
+        int_field("kv_heads", &E::model, &ModelConfig::kv_heads, 1, kMaxHeads),
+        int_field("head_dim", &E::model, &ModelConfig::head_dim, 1, kMaxHeads),
+        int_field("vocab", &E::model, &ModelConfig::vocab, 1, kMaxVocab),
+        enum_field("dtype", &E::model, &ModelConfig::dtype)}},
+      {"router",
+       {enum_field("gating", &E::router, &RouterConfig::gating),
+        enum_field("score", &E::router, &RouterConfig::score),
+        bool_field("renormalize", &E::router, &RouterConfig::renormalize),
+        bool_field("pre_softmax", &E::router, &RouterConfig::pre_softmax),
+        double_field("capacity_factor", &E::router, &RouterConfig::capacity_factor, Bound::at_least),
+        int_field("min_capacity", &E::router, &RouterConfig::min_capacity, 0, kMaxTokensPerBatch),
+        enum_field("drop_policy", &E::router, &RouterConfig::drop_policy),
+        enum_field("priority", &E::router, &RouterConfig::priority),
+        enum_field("capacity_scope", &E::router, &RouterConfig::capacity_scope),
+        bool_field("renormalize_after_drop", &E::router, &RouterConfig::renormalize_after_drop),
+        enum_field("layout", &E::router, &RouterConfig::layout),
+        int_field("block_size", &E::router, &RouterConfig::block_size, 1, kMaxWidth),
+        double_field("noise_std", &E::router, &RouterConfig::noise_std, Bound::at_least),
+        int_field("sinkhorn_iterations", &E::router, &RouterConfig::sinkhorn_iterations, 1, kMaxRepeats),
+        double_field("sinkhorn_tolerance", &E::router, &RouterConfig::sinkhorn_tolerance, Bound::above),
+        int_field("groups", &E::router, &RouterConfig::groups, 1, kMaxExperts),
+        int_field("topk_groups", &E::router, &RouterConfig::topk_groups, 1, kMaxExperts),
+        enum_field("group_mask_fill", &E::router, &RouterConfig::group_mask_fill),
+        double_field("bias_update_rate", &E::router, &RouterConfig::bias_update_rate, Bound::at_least),
+        double_field("routed_scaling_factor", &E::router, &RouterConfig::routed_scaling_factor, Bound::above)}},
+      {"workload",
+       {enum_field("source", &E::workload, &WorkloadConfig::source),
+        int_field("batch", &E::workload, &WorkloadConfig::batch, 1, kMaxTokensPerBatch),
+        int_field("batches", &E::workload, &WorkloadConfig::batches, 1, kMaxRepeats),
+        {"prompt_len", read_prompt_len, emit_prompt_len},
+        // Not written back: emit_prompt_len writes a range as "LO..HI", which implies it.
+        {"prompt_len_range", read_prompt_len_range, nullptr},
+        int_field("decode_steps", &E::workload, &WorkloadConfig::decode_steps, 0, kMaxSequenceLen),
+        {"seed",
+         [](Loader&, const YAML::Node& n, const std::string& path, const std::string& where, Experiment& e) {
+           e.workload.seed = read_uint64(n, path, where);
+         },
+         [](YAML::Emitter& out, const Experiment& e) { out << std::to_string(e.workload.seed); }},
+        double_field("skew", &E::workload, &WorkloadConfig::skew, Bound::at_least),
+        int_field("topics", &E::workload, &WorkloadConfig::topics, 1, kMaxWidth),
+        string_field("path", &E::workload, &WorkloadConfig::path),
+        string_field("profile_key", &E::workload, &WorkloadConfig::profile_key)}},
+      {"placement",
+       {enum_field("kind", &E::placement, &PlacementConfig::kind),
+        int_field("devices", &E::placement, &PlacementConfig::devices, 1, kMaxExperts),
+        int_field("replicas", &E::placement, &PlacementConfig::replicas, 0, kMaxExperts),
+        {"map", read_placement_map, [](YAML::Emitter& out, const Experiment& e) { emit_int_list(out, e.placement.map); }},
+        int_field("rebalance_every", &E::placement, &PlacementConfig::rebalance_every, 0, kIntMax)}},
+      {"execute",
+       {bool_field("enabled", &E::execute, &ExecuteConfig::enabled),
+        int_field("hidden", &E::execute, &ExecuteConfig::hidden, 1, kMaxWidth),
+        int_field("ffn", &E::execute, &ExecuteConfig::ffn, 1, kMaxWidth),
+        int_field("layers", &E::execute, &ExecuteConfig::layers, 1, kMaxLayers),
+        int_field("repeats", &E::execute, &ExecuteConfig::repeats, 1, kMaxRepeats),
+        enum_field("dtype", &E::execute, &ExecuteConfig::dtype)}},
+  };
+  return table;
+}
+
+const Section* find_section(const std::string& key) {
+  for (const Section& s : sections()) {
+    if (s.key == key) return &s;
+  }
+  return nullptr;
+}
+
+const std::vector<std::string>& top_keys() {
+  static const std::vector<std::string> keys = {"name",      "model",     "router",  "workload",
+                                                "hardware",  "placement", "execute", "expect"};
+  return keys;
+}
+
+// One section's map: every key known and given once; notes where each value came from.
+void Loader::read_section(const Section& s, const YAML::Node& n, const std::string& where_, Experiment& e) {
+  if (n.IsNull()) return;
+  if (!n.IsMap()) fail_expected(where_, s.key, "a map (keys: " + join(s.keys(), ", ") + ")", describe(n));
+  std::set<std::string> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string name = key_name(it->first, s.key, where(s.key, it->first.Mark()), seen);
+    const std::string path = s.key + "." + name;
+    const std::string at = where(path, it->first.Mark());
+    const Field* f = s.find(name);
+    if (!f) fail(at, path, "unknown key (known: " + join(s.keys(), ", ") + ")");
+    f->read(*this, it->second, path, at, e);
+    origins_[path] = at;
+  }
+}
+
+void emit_experiment(YAML::Emitter& out, const Experiment& e) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << e.name;
+  for (const Section& s : sections()) {
+    out << YAML::Key << s.key << YAML::Value << YAML::BeginMap;
+    for (const Field& f : s.fields) {
+      if (!f.emit) continue;
+      out << YAML::Key << f.key << YAML::Value;
+      f.emit(out, e);
+    }
+    out << YAML::EndMap;
+    if (s.key == "workload") {  // keep the section order of experiment.hpp: hardware follows workload
+      out << YAML::Key << "hardware" << YAML::Value;
+      if (e.hardware.inline_yaml.empty()) {
+        out << e.hardware.name;
+      } else {
+        out << YAML::Load(e.hardware.inline_yaml);
+      }
+    }
+  }
+  out << YAML::Key << "expect" << YAML::Value;
+  if (e.expect.empty()) out << YAML::Flow;
+  out << YAML::BeginSeq;
+  for (const Expectation& x : e.expect) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "metric" << YAML::Value << x.metric;
+    out << YAML::Key << "aggregate" << YAML::Value << x.aggregate;
+    if (!x.strategy.empty()) out << YAML::Key << "strategy" << YAML::Value << x.strategy;
+    if (x.min) out << YAML::Key << "min" << YAML::Value << format_double(*x.min);
+    if (x.max) out << YAML::Key << "max" << YAML::Value << format_double(*x.max);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::EndMap;
+}
+
+}  // namespace config_detail
+}  // namespace moesim

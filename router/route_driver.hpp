@@ -69,6 +69,42 @@ inline GroupLimitedParams group_params(const RouterConfig& cfg) {
 //   template <class T> static const T* view(const T* host, size_t n, vector<T>& holder);  // copies only if needed
 //   template <class T> static std::vector<T> copy_out(vector<T>&& v);
 // req.logits and req.token_ids are host memory; the result is a host Routing.
+namespace router_detail {
+
+// Expert choice: each expert picks its capacity's worth of tokens; every assignment is kept.
+template <class Traits>
+Routing route_expert_choice(const RouterConfig& cfg, const RouteRequest& req, RouterState* state, int64_t scope,
+                            Routing r) {
+  auto policy = Traits::policy();
+  const int64_t n = req.num_tokens;
+  const int num_e = req.num_experts;
+  const int k = req.top_k;
+  const int64_t c = expert_choice_capacity(cfg, scope > 0 ? scope : n, k, num_e);
+  r.capacity = std::min(c, n);
+  if (n == 0) return r;
+  const int64_t total = expert_choice_assignments(n, num_e, c, scope);
+  typename Traits::template vector<float> logits_holder;
+  const float* logits = Traits::view(req.logits, static_cast<size_t>(n * num_e), logits_holder);
+  auto token = Traits::template make<int32_t>(total);
+  auto expert = Traits::template make<int32_t>(total);
+  auto weight = Traits::template make<float>(total);
+  auto kept = Traits::template make<uint8_t>(total);
+  auto score = Traits::template make<double>(n * num_e);
+  auto perm = Traits::template make<int64_t>(n * num_e);
+  expert_choice_gating(policy, logits, n, num_e, cfg.score, cfg.routed_scaling_factor, c, scope,
+                       Traits::data(token), Traits::data(expert), Traits::data(weight),
+                       ExpertChoiceScratch{Traits::data(score), Traits::data(perm)});
+  thrust::fill(policy, Traits::data(kept), Traits::data(kept) + total, static_cast<uint8_t>(1));
+  r.token = Traits::copy_out(std::move(token));
+  r.expert = Traits::copy_out(std::move(expert));
+  r.weight = Traits::copy_out(std::move(weight));
+  r.kept = Traits::copy_out(std::move(kept));
+  if (state) ++state->batches_seen;
+  return r;
+}
+
+}  // namespace router_detail
+
 template <class Traits>
 Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState* state) {
   check_route_request(cfg, req, state);
@@ -83,30 +119,8 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
   r.num_experts = num_e;
   r.top_k = k;
 
-  if (cfg.gating == Gating::expert_choice) {
-    const int64_t c = expert_choice_capacity(cfg, scope > 0 ? scope : n, k, num_e);
-    r.capacity = std::min(c, n);
-    if (n == 0) return r;
-    const int64_t total = expert_choice_assignments(n, num_e, c, scope);
-    typename Traits::template vector<float> logits_holder;
-    const float* logits = Traits::view(req.logits, static_cast<size_t>(n * num_e), logits_holder);
-    auto token = Traits::template make<int32_t>(total);
-    auto expert = Traits::template make<int32_t>(total);
-    auto weight = Traits::template make<float>(total);
-    auto kept = Traits::template make<uint8_t>(total);
-    auto score = Traits::template make<double>(n * num_e);
-    auto perm = Traits::template make<int64_t>(n * num_e);
-    expert_choice_gating(policy, logits, n, num_e, cfg.score, cfg.routed_scaling_factor, c, scope,
-                         Traits::data(token), Traits::data(expert), Traits::data(weight),
-                         ExpertChoiceScratch{Traits::data(score), Traits::data(perm)});
-    thrust::fill(policy, Traits::data(kept), Traits::data(kept) + total, static_cast<uint8_t>(1));
-    r.token = Traits::copy_out(std::move(token));
-    r.expert = Traits::copy_out(std::move(expert));
-    r.weight = Traits::copy_out(std::move(weight));
-    r.kept = Traits::copy_out(std::move(kept));
-    if (state) ++state->batches_seen;
-    return r;
-  }
+  if (cfg.gating == Gating::expert_choice)
+    return router_detail::route_expert_choice<Traits>(cfg, req, state, scope, std::move(r));
 
   const int64_t capacity = expert_capacity(cfg, scope > 0 ? scope : n, k, num_e);
   r.capacity = capacity;

@@ -178,10 +178,137 @@ Decoder::Decoder(const Experiment& e) : e_(e) {
   w_ = make_decoder_weights(executed_decoder_shape(e), e.workload.seed, e.workload.skew);
 }
 
+namespace {
+
+// The tokens of one step, packed sequence by sequence (prefill: every prompt position; decode: one each).
+struct StepBatch {
+  std::vector<int32_t> seq, pos;   // [num_tokens] sequence and position of each token
+  std::vector<int64_t> token_ids;  // [num_tokens]
+  std::vector<int64_t> last_row;   // [batch] each sequence's last token in the step
+  int64_t num_tokens = 0;
+  int64_t attended = 0;            // sum over the tokens of the positions each attends to (pos + 1)
+  int64_t context = 0;             // tokens in a layer's KV cache after the step (all sequences)
+};
+
+void pack_step(const DecoderRun& run, int step, StepBatch& sb) {
+  const int64_t B = static_cast<int64_t>(run.prompt_len.size());
+  sb.seq.clear();
+  sb.pos.clear();
+  sb.token_ids.clear();
+  sb.last_row.resize(B);
+  for (int64_t b = 0; b < B; ++b) {
+    const int L = run.prompt_len[b];
+    if (step == 0) {
+      for (int p = 0; p < L; ++p) {
+        sb.seq.push_back(static_cast<int32_t>(b));
+        sb.pos.push_back(p);
+        sb.token_ids.push_back(run.tokens[b][p]);
+      }
+    } else {
+      sb.seq.push_back(static_cast<int32_t>(b));
+      sb.pos.push_back(L + step - 1);
+      sb.token_ids.push_back(run.tokens[b].back());
+    }
+    sb.last_row[b] = static_cast<int64_t>(sb.seq.size()) - 1;
+  }
+  sb.num_tokens = static_cast<int64_t>(sb.seq.size());
+  sb.attended = 0;
+  for (int32_t p : sb.pos) sb.attended += static_cast<int64_t>(p) + 1;
+  sb.context = 0;
+  for (int64_t b = 0; b < B; ++b) sb.context += static_cast<int64_t>(run.prompt_len[b]) + step;
+}
+
+// Activations of one step, reused across steps.
+struct StepBuffers {
+  std::vector<float> x, attn_out, xn, logits, y;  // [num_tokens, hidden] (logits: [num_tokens, experts])
+  AttentionScratch scratch;
+};
+
+// Where a layer's routing comes from: the router, its per-sequence capacity scope and the step's seed.
+struct LayerRouting {
+  const RouterConfig& router;
+  int64_t sequence_length;  // capacity_scope sequence: tokens per sequence (0: the whole batch)
+  uint64_t seed;
+};
+
+// One layer of one step: attention with the KV cache and its residual, RMSNorm, router logits and
+// routing, dispatch, SwiGLU experts (routed and shared) and combine with its residual; x is updated in
+// place. Returns the layer's record; the routing request is kept in `req_out`.
+DecoderRecord run_layer(const DecoderLayerWeights& lw, const DecoderShape& s, int layer, const StepBatch& sb,
+                        KvCache& cache, StepBuffers& buf, const LayerRouting& routing, RouterState& state,
+                        RouteRequest& req_out) {
+  const int64_t N = sb.num_tokens, H = s.hidden, E = s.experts;
+  DecoderRecord rec;
+  rec.layer = layer;
+  rec.num_tokens = N;
+  rec.context_tokens = sb.context;
+  rec.attended_positions = sb.attended;
+  rec.kv_cache_bytes = KvCache::bytes_for(1, s.kv_heads, s.head_dim, static_cast<double>(sb.context), 4);
+
+  const auto t0 = Clock::now();
+  attention_layer_omp(lw.attention, cache, layer, buf.x.data(), sb.seq.data(), sb.pos.data(), N, buf.attn_out.data(),
+                      buf.scratch);
+  add_into(buf.x.data(), buf.attn_out.data(), N * H);
+  rec.measured.attention_s = seconds_since(t0);
+
+  const auto t1 = Clock::now();
+  if (N * H < kSerialElements) {
+    rms_norm(thrust::cpp::par, buf.x.data(), lw.ffn_norm.data(), N, H, buf.xn.data());
+  } else {
+    rms_norm(thrust::omp::par, buf.x.data(), lw.ffn_norm.data(), N, H, buf.xn.data());
+  }
+  sgemm_fixed_order_omp(buf.xn.data(), lw.router.data(), buf.logits.data(), N, H, E);
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t ex = 0; ex < E; ++ex) buf.logits[t * E + ex] += lw.popularity_bias[ex];
+  RouteRequest& req = req_out;
+  req = RouteRequest{};
+  req.logits = buf.logits.data();
+  req.num_tokens = N;
+  req.num_experts = s.experts;
+  req.top_k = s.top_k;
+  req.token_ids = sb.token_ids.data();
+  req.sequence_length = routing.sequence_length;
+  req.seed = routing.seed;
+  const Routing r = route_omp(routing.router, req, &state);
+  rec.measured.router_s = seconds_since(t1);
+
+  const auto t2 = Clock::now();
+  const DispatchPlan plan = plan_dispatch_omp(r, routing.router.layout, routing.router.block_size);
+  const double plan_s = seconds_since(t2);
+  MoePhaseTimes phases;
+  moe_forward_omp(lw.experts, s.shared_experts > 0 ? &lw.shared : nullptr, buf.xn.data(), r, plan, buf.y.data(),
+                  &phases, HostGemm::fixed_order);
+  const auto t3 = Clock::now();
+  add_into(buf.x.data(), buf.y.data(), N * H);
+  rec.measured.dispatch_s = plan_s + phases.dispatch_s;
+  rec.measured.experts_s = phases.experts_s;
+  rec.measured.combine_s = phases.combine_s + seconds_since(t3);
+  rec.measured.layer_s = seconds_since(t0);
+  rec.metrics = compute_balance_metrics(r, buf.logits.data(), routing.router.layout, routing.router.block_size);
+  return rec;
+}
+
+// Greedy next token of each sequence from its last row: final RMSNorm, the head, argmax (ties: the
+// lower id). head_in, head_out: [batch, hidden], [batch, vocab] scratch; head_out keeps the logits.
+void greedy_next_tokens(const DecoderWeights& w, const StepBatch& sb, const std::vector<float>& x,
+                        std::vector<float>& head_in, std::vector<float>& head_out, DecoderRun& run) {
+  const int64_t B = static_cast<int64_t>(sb.last_row.size()), H = w.shape.hidden, V = w.shape.vocab;
+  head_in.resize(B * H);
+  for (int64_t b = 0; b < B; ++b) std::copy_n(x.data() + sb.last_row[b] * H, H, head_in.data() + b * H);
+  rms_norm(thrust::cpp::par, head_in.data(), w.final_norm.data(), B, H, head_in.data());
+  head_out.resize(B * V);
+  sgemm_fixed_order_omp(head_in.data(), w.lm_head.data(), head_out.data(), B, H, V);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* row = head_out.data() + b * V;
+    run.tokens[b].push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
+  }
+}
+
+}  // namespace
+
 DecoderRun Decoder::run(const RouterConfig& router) const {
   const DecoderShape& s = w_.shape;
   const WorkloadConfig& wl = e_.workload;
-  const auto& policy = thrust::omp::par;
   const int64_t B = wl.batch, H = s.hidden, E = s.experts, V = s.vocab;
   const int D = wl.decode_steps;
   const uint64_t seed = wl.seed;
@@ -209,114 +336,45 @@ DecoderRun Decoder::run(const RouterConfig& router) const {
   KvCache cache(s.layers, s.kv_heads, s.head_dim, capacity);
   run.kv_cache_allocated_bytes = cache.allocated_bytes();
   run.router_states.assign(s.layers, RouterState{});
-  AttentionScratch scratch;
-  std::vector<float> x, attn_out, xn, logits, y, head_in, head_out;
-  std::vector<int32_t> seq, pos;
-  std::vector<int64_t> token_ids;
-  std::vector<int64_t> last_row(B);
+  StepBatch sb;
+  StepBuffers buf;
+  std::vector<float> head_in, head_out;
 
   for (int step = 0; step <= D; ++step) {
     const auto t_step = Clock::now();
     const DecoderPhase phase = step == 0 ? DecoderPhase::prefill : DecoderPhase::decode;
-    // The step's tokens, packed sequence by sequence (prefill: every prompt position; decode: one each).
-    seq.clear();
-    pos.clear();
-    token_ids.clear();
-    for (int64_t b = 0; b < B; ++b) {
-      const int L = run.prompt_len[b];
-      if (step == 0) {
-        for (int p = 0; p < L; ++p) {
-          seq.push_back(static_cast<int32_t>(b));
-          pos.push_back(p);
-          token_ids.push_back(run.tokens[b][p]);
-        }
-      } else {
-        seq.push_back(static_cast<int32_t>(b));
-        pos.push_back(L + step - 1);
-        token_ids.push_back(run.tokens[b].back());
-      }
-      last_row[b] = static_cast<int64_t>(seq.size()) - 1;
-    }
-    const int64_t N = static_cast<int64_t>(seq.size());
-    int64_t attended = 0;
-    for (int32_t p : pos) attended += static_cast<int64_t>(p) + 1;
-    int64_t context = 0;
-    for (int64_t b = 0; b < B; ++b) context += static_cast<int64_t>(run.prompt_len[b]) + step;
-
-    x.resize(N * H);
+    pack_step(run, step, sb);
+    const int64_t N = sb.num_tokens;
+    buf.x.resize(N * H);
     for (int64_t t = 0; t < N; ++t) {
-      const float* c = w_.topic_centre.data() + static_cast<int64_t>(run.topic[seq[t]]) * H;
-      const float* te = w_.token_embedding.data() + token_ids[t] * H;
+      const float* c = w_.topic_centre.data() + static_cast<int64_t>(run.topic[sb.seq[t]]) * H;
+      const float* te = w_.token_embedding.data() + sb.token_ids[t] * H;
       for (int64_t i = 0; i < H; ++i)
-        x[t * H + i] = static_cast<float>(kTopicWeight * c[i] + kTokenWeight * te[i]);
+        buf.x[t * H + i] = static_cast<float>(kTopicWeight * c[i] + kTokenWeight * te[i]);
     }
-    attn_out.resize(N * H);
-    xn.resize(N * H);
-    y.resize(N * H);
-    logits.resize(N * E);
+    buf.attn_out.resize(N * H);
+    buf.xn.resize(N * H);
+    buf.y.resize(N * H);
+    buf.logits.resize(N * E);
 
     for (int l = 0; l < s.layers; ++l) {
-      const DecoderLayerWeights& lw = w_.layers[l];
-      DecoderRecord rec;
-      rec.phase = phase;
-      rec.step = step;
-      rec.layer = l;
-      rec.num_tokens = N;
-      rec.context_tokens = context;
-      rec.attended_positions = attended;
-      rec.kv_cache_bytes = KvCache::bytes_for(1, s.kv_heads, s.head_dim, static_cast<double>(context), 4);
-
-      const auto t0 = Clock::now();
-      attention_layer_omp(lw.attention, cache, l, x.data(), seq.data(), pos.data(), N, attn_out.data(), scratch);
-      add_into(x.data(), attn_out.data(), N * H);
-      rec.measured.attention_s = seconds_since(t0);
-
-      const auto t1 = Clock::now();
-      if (N * H < kSerialElements) {
-        rms_norm(thrust::cpp::par, x.data(), lw.ffn_norm.data(), N, H, xn.data());
-      } else {
-        rms_norm(policy, x.data(), lw.ffn_norm.data(), N, H, xn.data());
-      }
-      sgemm_fixed_order_omp(xn.data(), lw.router.data(), logits.data(), N, H, E);
-      for (int64_t t = 0; t < N; ++t)
-        for (int64_t ex = 0; ex < E; ++ex) logits[t * E + ex] += lw.popularity_bias[ex];
-      RouteRequest req;
-      req.logits = logits.data();
-      req.num_tokens = N;
-      req.num_experts = s.experts;
-      req.top_k = s.top_k;
-      req.token_ids = token_ids.data();
       // Per-sequence capacity needs one sequence length: the prefill of equal prompts has it; mixed
       // prompts and decode steps (one token per sequence) use the whole batch.
-      req.sequence_length = (step == 0 && equal_lengths) ? run.prompt_len[0] : 0;
-      req.seed = decoder_route_seed(seed, step, l);
-      const Routing r = route_omp(router, req, &run.router_states[l]);
-      rec.measured.router_s = seconds_since(t1);
-
-      const auto t2 = Clock::now();
-      const DispatchPlan plan = plan_dispatch_omp(r, router.layout, router.block_size);
-      const double plan_s = seconds_since(t2);
-      MoePhaseTimes phases;
-      moe_forward_omp(lw.experts, s.shared_experts > 0 ? &lw.shared : nullptr, xn.data(), r, plan, y.data(), &phases,
-                      HostGemm::fixed_order);
-      const auto t3 = Clock::now();
-      add_into(x.data(), y.data(), N * H);
-      rec.measured.dispatch_s = plan_s + phases.dispatch_s;
-      rec.measured.experts_s = phases.experts_s;
-      rec.measured.combine_s = phases.combine_s + seconds_since(t3);
-      rec.measured.layer_s = seconds_since(t0);
-
-      rec.metrics = compute_balance_metrics(r, logits.data(), router.layout, router.block_size);
+      const LayerRouting routing{router, (step == 0 && equal_lengths) ? run.prompt_len[0] : 0,
+                                 decoder_route_seed(seed, step, l)};
+      RouteRequest req;
+      DecoderRecord rec = run_layer(w_.layers[l], s, l, sb, cache, buf, routing, run.router_states[l], req);
+      rec.phase = phase;
+      rec.step = step;
       run.records.push_back(std::move(rec));
-
       if (step == D && l == s.layers - 1) {
         DecoderMoeInput& in = run.last_moe_input;
         in.layer = l;
         in.step = step;
         in.num_tokens = N;
-        in.x = xn;
-        in.logits = logits;
-        in.token_ids = token_ids;
+        in.x = buf.xn;
+        in.logits = buf.logits;
+        in.token_ids = sb.token_ids;
         in.sequence_length = req.sequence_length;
         in.seed = req.seed;
       }
@@ -324,20 +382,11 @@ DecoderRun Decoder::run(const RouterConfig& router) const {
     for (int64_t b = 0; b < B; ++b) cache.set_length(b, static_cast<int64_t>(run.prompt_len[b]) + step);
     run.kv_cache_bytes_per_step.push_back(cache.used_bytes());
 
-    // Greedy next token from each sequence's last position.
-    head_in.resize(B * H);
-    for (int64_t b = 0; b < B; ++b) std::copy_n(x.data() + last_row[b] * H, H, head_in.data() + b * H);
-    rms_norm(thrust::cpp::par, head_in.data(), w_.final_norm.data(), B, H, head_in.data());
-    head_out.resize(B * V);
-    sgemm_fixed_order_omp(head_in.data(), w_.lm_head.data(), head_out.data(), B, H, V);
-    for (int64_t b = 0; b < B; ++b) {
-      const float* row = head_out.data() + b * V;
-      run.tokens[b].push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
-    }
+    greedy_next_tokens(w_, sb, buf.x, head_in, head_out, run);
     run.step_wall_s.push_back(seconds_since(t_step));
     if (step == D) {
       run.last_logits = head_out;
-      run.final_hidden = x;
+      run.final_hidden = buf.x;
     }
   }
   return run;

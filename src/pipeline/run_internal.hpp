@@ -1,0 +1,71 @@
+// Private to src/pipeline: the pieces run_experiment puts together, one file per concern
+// (run_layer.cpp: the executed layer and synthetic/logits batches; run_steps.cpp: decoder, trace and
+// load-profile runs and their records). Host only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/moe_layer.hpp"
+#include "router/route.hpp"
+#include "src/cost/roofline.hpp"
+#include "src/pipeline/run_experiment.hpp"
+#include "src/workload/logits_batches.hpp"
+
+namespace moesim::run_detail {
+
+using Batch = LogitsBatch;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index);
+
+std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
+                                               const RouterConfig& router, const std::vector<int64_t>& load,
+                                               int64_t capacity, int64_t num_tokens);
+
+// Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median phase
+// times (CUDA: CUDA-event times, `dtype` the GEMM precision).
+MeasuredTimes time_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
+                         const ExpertWeights* shared, const std::vector<float>& x, int repeats,
+                         std::vector<float>& y, Routing* routing_out, ExecBackend backend, Dtype dtype);
+
+// The --verify comparison of one executed layer: route_omp against route_ref, then the fast layer
+// against the serial reference. Returns "ok" or the first mismatch.
+std::string verify_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
+                         const ExpertWeights* shared, const std::vector<float>& x, int64_t hidden);
+
+// ---- synthetic and logits batches ---------------------------------------------------------------
+void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                 RunResult& result);
+
+int primary_devices(const Experiment& e);
+
+const ModeledPlacement& primary_of(const std::vector<ModeledPlacement>& modeled);
+
+// Fills a record's modeled MoE cost from its routing metrics, and the derived totals.
+void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,
+                  StepRecord& rec);
+
+// The mean modeled MoE layer of `records` (decode records when there are any), per placement:
+// every time and per-device figure averaged; batching_efficiency = mean balanced / mean actual time.
+std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records);
+
+// Phase totals. Each step's modeled time is the mean over its records' layers times model.layers (the
+// executed or recorded layers stand for the model's); measured time is the decoder's step wall time.
+void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr);
+
+AttentionShape model_attention_shape(const Experiment& e);
+
+// ---- decoder ----------------------------------------------------------------------------------------
+void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                 RunResult& result);
+
+// ---- trace replay -----------------------------------------------------------------------------------
+void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result);
+
+// ---- real load profiles -----------------------------------------------------------------------------
+void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result);
+
+}  // namespace moesim::run_detail

@@ -1,0 +1,213 @@
+// The executed layer of a run and the synthetic and logits workloads: route requests per batch, the
+// modeled cost per placement, timing the executed layer (router, dispatch, experts, combine; CPU or
+// CUDA) and --verify against the serial references (see run_internal.hpp). Host only. Covered by
+// tests/cli/cli_test.cpp and tests/pipeline.
+#include "src/pipeline/run_internal.hpp"
+
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+#include "src/common/clock.hpp"
+#include "src/common/digest.hpp"
+#include "src/common/error.hpp"
+#include "src/common/median.hpp"
+#include "src/cost/placement.hpp"
+#include "src/cost/roofline.hpp"
+#include "src/decoder/decoder.hpp"
+#include "src/decoder/kv_cache.hpp"
+#include "kernels/moe_layer.hpp"
+#include "router/route.hpp"
+#include "src/workload/load_profile.hpp"
+#include "src/workload/logits_batches.hpp"
+#include "src/workload/logits_file.hpp"
+#include "src/workload/synthetic_logits.hpp"
+#include "src/workload/trace_replay.hpp"
+#if defined(MOESIM_HAS_CUDA)
+#include "kernels/cuda_backend.hpp"
+#endif
+
+
+namespace moesim::run_detail {
+
+RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index) {
+  RouteRequest req;
+  req.logits = b.logits.data();
+  req.num_tokens = b.num_tokens;
+  req.num_experts = e.model.experts;
+  req.top_k = e.model.top_k;
+  req.token_ids = b.token_ids.data();
+  req.sequence_length = 0;
+  req.seed = e.workload.seed + static_cast<uint64_t>(batch_index);
+  return req;
+}
+
+std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
+                                               const RouterConfig& router, const std::vector<int64_t>& load,
+                                               int64_t capacity, int64_t num_tokens) {
+  LayerCostInput in;
+  in.hidden = e.model.hidden;
+  in.ffn = e.model.ffn;
+  in.num_experts = e.model.experts;
+  in.top_k = e.model.top_k;
+  in.shared_experts = e.model.shared_experts;
+  in.dtype = e.model.dtype;
+  in.num_tokens = num_tokens;
+  in.load = load;
+  in.layout = router.layout;
+  in.capacity = capacity;
+  in.block_size = router.block_size;
+  std::vector<ModeledPlacement> out;
+  in.placement = PlacementConfig{};
+  out.push_back({"single", 1, model_moe_layer(hw, in)});
+  if (e.placement.kind == PlacementKind::expert_parallel) {
+    in.placement = e.placement;
+    out.push_back({"expert_parallel", e.placement.devices, model_moe_layer(hw, in)});
+  }
+  return out;
+}
+
+// First difference between two routings, or "" when identical (weights within 1e-5 relative:
+// the Thrust path and the serial reference may round the softmax differently).
+namespace {
+
+std::string first_routing_mismatch(const Routing& a, const Routing& b) {
+  std::ostringstream os;
+  if (a.num_assignments() != b.num_assignments() || a.capacity != b.capacity) {
+    os << "assignments " << a.num_assignments() << " vs reference " << b.num_assignments() << ", capacity "
+       << a.capacity << " vs " << b.capacity;
+    return os.str();
+  }
+  for (int64_t i = 0; i < a.num_assignments(); ++i) {
+    if (a.token[i] != b.token[i] || a.expert[i] != b.expert[i] || a.kept[i] != b.kept[i] ||
+        std::fabs(a.weight[i] - b.weight[i]) > 1e-5f * (1.0f + std::fabs(b.weight[i]))) {
+      os << "assignment " << i << ": (token " << a.token[i] << ", expert " << a.expert[i] << ", weight "
+         << a.weight[i] << ", kept " << int(a.kept[i]) << ") vs reference (token " << b.token[i] << ", expert "
+         << b.expert[i] << ", weight " << b.weight[i] << ", kept " << int(b.kept[i]) << ")";
+      return os.str();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+// Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median phase
+// times (CUDA: CUDA-event times, `dtype` the GEMM precision).
+MeasuredTimes time_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
+                         const ExpertWeights* shared, const std::vector<float>& x, int repeats,
+                         std::vector<float>& y, Routing* routing_out, ExecBackend backend, Dtype dtype) {
+#if defined(MOESIM_HAS_CUDA)
+  if (backend == ExecBackend::cuda) {
+    const CudaLayerTimes t = time_layer_cuda(router, req, w, shared, dtype, x.data(), y.data(), repeats, routing_out);
+    return {t.router_s, t.dispatch_s, t.experts_s, t.combine_s, t.layer_s};
+  }
+#endif
+  (void)backend;
+  (void)dtype;
+  std::vector<double> t_router, t_dispatch, t_experts, t_combine, t_layer;
+  for (int rep = -1; rep < repeats; ++rep) {
+    RouterState state;  // a fresh state per repeat: timing must not evolve the bias
+    const auto t0 = Clock::now();
+    Routing r = route_omp(router, req, &state);
+    const double router_s = seconds_since(t0);
+    const auto t1 = Clock::now();
+    DispatchPlan plan = plan_dispatch_omp(r, router.layout, router.block_size);
+    const double plan_s = seconds_since(t1);
+    MoePhaseTimes phases;
+    moe_forward_omp(w, shared, x.data(), r, plan, y.data(), &phases);
+    const double layer_s = seconds_since(t0);
+    if (rep >= 0) {
+      t_router.push_back(router_s);
+      t_dispatch.push_back(plan_s + phases.dispatch_s);
+      t_experts.push_back(phases.experts_s);
+      t_combine.push_back(phases.combine_s);
+      t_layer.push_back(layer_s);
+    }
+    if (routing_out) *routing_out = std::move(r);
+  }
+  return {median(t_router), median(t_dispatch), median(t_experts), median(t_combine), median(t_layer)};
+}
+
+// The --verify comparison of one executed layer: route_omp against route_ref, then the fast layer
+// against the serial reference. Returns "ok" or the first mismatch.
+std::string verify_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
+                         const ExpertWeights* shared, const std::vector<float>& x, int64_t hidden) {
+  RouterState s1, s2;
+  Routing fast = route_omp(router, req, &s1);
+  Routing ref = route_ref(router, req, &s2);
+  std::string mismatch = first_routing_mismatch(fast, ref);
+  if (mismatch.empty()) {
+    std::vector<float> y(x.size(), 0.0f), y_ref(x.size(), 0.0f);
+    const DispatchPlan plan = plan_dispatch_omp(fast, router.layout, router.block_size);
+    moe_forward_omp(w, shared, x.data(), fast, plan, y.data(), nullptr);
+    moe_forward_ref(w, shared, x.data(), ref, y_ref.data());
+    // float32 BLAS against the double-accumulating reference: 1e-3 relative plus 1e-4 absolute.
+    for (size_t i = 0; i < y.size() && mismatch.empty(); ++i) {
+      if (std::fabs(y[i] - y_ref[i]) > 1e-4f + 1e-3f * std::fabs(y_ref[i])) {
+        std::ostringstream os;
+        os << "layer output [token " << i / hidden << ", column " << i % hidden << "]: " << y[i] << " vs reference "
+           << y_ref[i];
+        mismatch = os.str();
+      }
+    }
+  }
+  return mismatch.empty() ? "ok" : mismatch;
+}
+
+// ---- synthetic and logits batches ---------------------------------------------------------------
+void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                 RunResult& result) {
+  const std::vector<Batch> batches =
+      make_logits_batches(e, e.workload.source == WorkloadSource::logits ? resolve_workload_path(e) : "");
+  result.num_tokens = batches.empty() ? 0 : batches.front().num_tokens;
+  const bool execute = opts.execute && e.execute.enabled;
+
+  // The executed layer's weights and input are shared by every variant.
+  ExpertWeights weights, shared;
+  std::vector<float> x, y;
+  if (execute) {
+    weights = make_expert_weights(e.model.experts, e.execute.hidden, e.execute.ffn, e.workload.seed);
+    if (e.model.shared_experts > 0)
+      shared = make_expert_weights(e.model.shared_experts, e.execute.hidden, e.execute.ffn, e.workload.seed + 17);
+    x = synthetic_hidden(result.num_tokens, e.execute.hidden, e.workload.seed);
+    y.assign(x.size(), 0.0f);
+  }
+  const ExpertWeights* shared_ptr = e.model.shared_experts > 0 ? &shared : nullptr;
+
+  for (const RouterVariant& v : variants) {
+    VariantResult vr;
+    vr.variant = v;
+    RouterState state;
+    for (size_t b = 0; b < batches.size(); ++b) {
+      const RouteRequest req = request_for(e, batches[b], static_cast<int>(b));
+      const Routing r = route_omp(v.router, req, &state);
+      vr.per_batch.push_back(compute_balance_metrics(r, batches[b].logits.data(), v.router.layout, v.router.block_size));
+    }
+    vr.final_bias = state.expert_bias;
+    vr.modeled = model_placements(e, result.hardware, v.router, vr.last().load, vr.last().capacity, result.num_tokens);
+
+    if (execute && !batches.empty()) {
+      // The executed layer replays the last batch with a fresh router state (time_layer).
+      const Batch& last = batches.back();
+      const RouteRequest req = request_for(e, last, static_cast<int>(batches.size() - 1));
+      vr.measured = time_layer(v.router, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
+      vr.output_digest = float_digest(y.data(), y.size());
+      vr.executed = true;
+      RouterConfig balanced = v.router;
+      balanced.gating = Gating::balanced;
+      vr.measured_balanced_layer_s =
+          time_layer(balanced, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype).layer_s;
+      if (opts.verify) vr.verify_message = verify_layer(v.router, req, weights, shared_ptr, x, e.execute.hidden);
+    }
+    result.variants.push_back(std::move(vr));
+    if (opts.progress) opts.progress(result.variants.size(), variants.size());
+  }
+}
+
+}  // namespace moesim::run_detail

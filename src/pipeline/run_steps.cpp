@@ -1,0 +1,326 @@
+// Step-structured runs: the decoder workload (prefill and decode steps, per layer), trace replay and
+// real load profiles, each record costed per placement, with phase totals (see run_internal.hpp).
+// Deterministic apart from measured times. Host only. Covered by tests/decoder/decoder_test.cpp and
+// tests/workload/*_test.cpp.
+#include "src/pipeline/run_internal.hpp"
+
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+#include "src/common/clock.hpp"
+#include "src/common/digest.hpp"
+#include "src/common/error.hpp"
+#include "src/common/median.hpp"
+#include "src/cost/placement.hpp"
+#include "src/cost/roofline.hpp"
+#include "src/decoder/decoder.hpp"
+#include "src/decoder/kv_cache.hpp"
+#include "kernels/moe_layer.hpp"
+#include "router/route.hpp"
+#include "src/workload/load_profile.hpp"
+#include "src/workload/logits_batches.hpp"
+#include "src/workload/logits_file.hpp"
+#include "src/workload/synthetic_logits.hpp"
+#include "src/workload/trace_replay.hpp"
+#if defined(MOESIM_HAS_CUDA)
+#include "kernels/cuda_backend.hpp"
+#endif
+
+
+namespace moesim::run_detail {
+
+int primary_devices(const Experiment& e) {
+  return e.placement.kind == PlacementKind::expert_parallel ? std::max(1, e.placement.devices) : 1;
+}
+
+const ModeledPlacement& primary_of(const std::vector<ModeledPlacement>& modeled) {
+  for (const ModeledPlacement& p : modeled)
+    if (p.placement == "expert_parallel") return p;
+  return modeled.front();
+}
+
+// Fills a record's modeled MoE cost from its routing metrics, and the derived totals.
+void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,
+                  StepRecord& rec) {
+  rec.modeled = model_placements(e, hw, router, m.load, m.capacity, rec.num_tokens);
+  const ModeledPlacement& p = primary_of(rec.modeled);
+  rec.batching_efficiency = p.cost.batching_efficiency;
+  rec.modeled_layer_s = p.cost.actual.quantized_s + (rec.has_attention ? rec.modeled_attention.quantized_s : 0.0);
+}
+
+namespace {
+
+CostBreakdown mean_breakdown(const std::vector<const CostBreakdown*>& cs) {
+  CostBreakdown m;
+  for (const CostBreakdown* c : cs) {
+    m.ideal_s += c->ideal_s;
+    m.quantized_s += c->quantized_s;
+    m.calibrated_s += c->calibrated_s;
+  }
+  const double n = static_cast<double>(std::max<size_t>(1, cs.size()));
+  m.ideal_s /= n;
+  m.quantized_s /= n;
+  m.calibrated_s /= n;
+  return m;
+}
+
+}  // namespace
+
+// The mean modeled MoE layer of `records` (decode records when there are any), per placement:
+// every time and per-device figure averaged; batching_efficiency = mean balanced / mean actual time.
+std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records) {
+  bool any_decode = false;
+  for (const StepRecord& r : records) any_decode = any_decode || r.phase == "decode";
+  std::vector<const StepRecord*> use;
+  for (const StepRecord& r : records)
+    if (!any_decode || r.phase == "decode") use.push_back(&r);
+  std::vector<ModeledPlacement> out;
+  if (use.empty()) return out;
+  for (size_t pi = 0; pi < use.front()->modeled.size(); ++pi) {
+    ModeledPlacement mp;
+    mp.placement = use.front()->modeled[pi].placement;
+    mp.devices = use.front()->modeled[pi].devices;
+    std::vector<const CostBreakdown*> actual, balanced;
+    LayerCost& c = mp.cost;
+    const double n = static_cast<double>(use.size());
+    std::vector<double> device_tokens;
+    c.rank_imbalance = 0;
+    c.balancedness = 0;
+    for (const StepRecord* r : use) {
+      const LayerCost& x = r->modeled[pi].cost;
+      actual.push_back(&x.actual);
+      balanced.push_back(&x.balanced);
+      c.compute_bound_experts += x.compute_bound_experts / n;
+      c.rank_imbalance += x.rank_imbalance / n;
+      c.balancedness += x.balancedness / n;
+      c.all_to_all_s += x.all_to_all_s / n;
+      c.all_to_all_bytes += x.all_to_all_bytes / n;
+      c.device_time_s.resize(x.device_time_s.size(), 0.0);
+      device_tokens.resize(x.device_tokens.size(), 0.0);
+      for (size_t d = 0; d < x.device_time_s.size(); ++d) c.device_time_s[d] += x.device_time_s[d] / n;
+      for (size_t d = 0; d < x.device_tokens.size(); ++d) device_tokens[d] += static_cast<double>(x.device_tokens[d]) / n;
+    }
+    for (double t : device_tokens) c.device_tokens.push_back(static_cast<int64_t>(std::llround(t)));
+    c.actual = mean_breakdown(actual);
+    c.balanced = mean_breakdown(balanced);
+    c.batching_efficiency = c.actual.quantized_s > 0 ? c.balanced.quantized_s / c.actual.quantized_s : 1.0;
+    out.push_back(mp);
+  }
+  return out;
+}
+
+// Phase totals. Each step's modeled time is the mean over its records' layers times model.layers (the
+// executed or recorded layers stand for the model's); measured time is the decoder's step wall time.
+void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr) {
+  std::vector<std::string> order;
+  for (const StepRecord& r : vr.records)
+    if (std::find(order.begin(), order.end(), r.phase) == order.end()) order.push_back(r.phase);
+  const double model_layers = e.model.layers;
+  for (const std::string& phase : order) {
+    PhaseSummary s;
+    s.phase = phase;
+    std::map<int, std::vector<const StepRecord*>> steps;
+    for (const StepRecord& r : vr.records) {
+      if (r.phase != phase) continue;
+      steps[r.step].push_back(&r);
+      s.tokens_unrouted += vr.per_batch[&r - vr.records.data()].tokens_unrouted;
+    }
+    s.steps = static_cast<int>(steps.size());
+    for (const auto& [step, recs] : steps) {
+      int64_t tokens = 0;
+      double attention = 0, moe = 0;
+      for (const StepRecord* r : recs) {
+        tokens = std::max(tokens, r->num_tokens);
+        attention += r->has_attention ? r->modeled_attention.quantized_s : 0.0;
+        moe += primary_of(r->modeled).cost.actual.quantized_s;
+      }
+      const double scale = model_layers / static_cast<double>(recs.size());
+      s.tokens += tokens;
+      s.modeled_attention_s += attention * scale;
+      s.modeled_moe_s += moe * scale;
+      if (step >= 0 && static_cast<size_t>(step) < step_wall_s.size()) s.measured_s += step_wall_s[step];
+      s.kv_cache_bytes = recs.back()->kv_cache_bytes * model_layers;
+    }
+    s.modeled_s = s.modeled_attention_s + s.modeled_moe_s;
+    s.modeled_tokens_per_s = s.modeled_s > 0 ? static_cast<double>(s.tokens) / s.modeled_s : 0.0;
+    s.measured_tokens_per_s = s.measured_s > 0 ? static_cast<double>(s.tokens) / s.measured_s : 0.0;
+    vr.phases.push_back(s);
+  }
+  vr.modeled = mean_placements(vr.records);
+}
+
+AttentionShape model_attention_shape(const Experiment& e) {
+  AttentionShape a;
+  a.hidden = e.model.hidden;
+  a.heads = e.model.heads;
+  a.kv_heads = e.model.kv_heads;
+  a.head_dim = e.model.head_dim;
+  a.dtype = e.model.dtype;
+  return a;
+}
+
+// ---- decoder ----------------------------------------------------------------------------------------
+void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                 RunResult& result) {
+  const Decoder decoder(e);
+  const DecoderShape& shape = decoder.shape();
+  result.has_decoder = true;
+  result.decoder_shape = shape;
+  result.prompt_len = decoder_prompt_lengths(e.workload);
+  result.num_tokens = e.workload.decode_steps > 0
+                          ? e.workload.batch
+                          : std::accumulate(result.prompt_len.begin(), result.prompt_len.end(), int64_t{0});
+  const AttentionShape attn = model_attention_shape(e);
+  const int64_t D = primary_devices(e);
+  const int dtype_bytes_model = dtype_bytes(e.model.dtype);
+  const bool execute = opts.execute && e.execute.enabled;
+
+  for (const RouterVariant& v : variants) {
+    const DecoderRun run = decoder.run(v.router);
+    result.topic = run.topic;
+    result.kv_cache_allocated_bytes = run.kv_cache_allocated_bytes;
+    VariantResult vr;
+    vr.variant = v;
+    for (const DecoderRecord& d : run.records) {
+      StepRecord rec;
+      rec.phase = to_string(d.phase);
+      rec.step = d.step;
+      rec.layer = d.layer;
+      rec.num_tokens = d.num_tokens;
+      rec.context_tokens = d.context_tokens;
+      rec.kv_cache_bytes =
+          KvCache::bytes_for(1, e.model.kv_heads, e.model.head_dim, static_cast<double>(d.context_tokens), dtype_bytes_model);
+      rec.kv_cache_bytes_executed = d.kv_cache_bytes;
+      // --no-execute (and execute.enabled false) leave measured times out, so that the report is the
+      // same at any thread count.
+      rec.has_measured = execute;
+      if (execute) rec.measured = d.measured;
+      // Attention is data-parallel over the expert-parallel devices (each holds 1/D of the sequences,
+      // the layout the placement model assumes), so one device's share is modeled.
+      rec.has_attention = true;
+      if (d.phase == DecoderPhase::decode) {
+        rec.modeled_attention = attention_decode_time(result.hardware, attn, ceil_div(e.workload.batch, D),
+                                                      ceil_div(d.context_tokens, D));
+      } else {
+        rec.modeled_attention =
+            attention_prefill_time(result.hardware, attn, ceil_div(d.num_tokens, D), ceil_div(d.attended_positions, D));
+      }
+      model_record(e, result.hardware, v.router, d.metrics, rec);
+      vr.per_batch.push_back(d.metrics);
+      vr.records.push_back(std::move(rec));
+    }
+    if (!run.router_states.empty()) vr.final_bias = run.router_states.back().expert_bias;
+    vr.final_hidden_digest = float_digest(run.final_hidden.data(), run.final_hidden.size());
+    summarize_phases(e, execute ? run.step_wall_s : std::vector<double>{}, vr);
+
+    if (execute) {
+      // Re-time the last step's last MoE layer on its real hidden states: the variant's routing (a fresh
+      // router state, as time_layer does) against balanced routing.
+      const DecoderMoeInput& in = run.last_moe_input;
+      const DecoderLayerWeights& lw = decoder.weights().layers[in.layer];
+      const ExpertWeights* shared_ptr = shape.shared_experts > 0 ? &lw.shared : nullptr;
+      RouteRequest req;
+      req.logits = in.logits.data();
+      req.num_tokens = in.num_tokens;
+      req.num_experts = shape.experts;
+      req.top_k = shape.top_k;
+      req.token_ids = in.token_ids.data();
+      req.sequence_length = in.sequence_length;
+      req.seed = in.seed;
+      std::vector<float> y(in.x.size(), 0.0f);
+      vr.measured = time_layer(v.router, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
+      vr.output_digest = float_digest(y.data(), y.size());
+      RouterConfig balanced = v.router;
+      balanced.gating = Gating::balanced;
+      vr.measured_balanced_layer_s =
+          time_layer(balanced, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype).layer_s;
+      vr.executed = true;
+      if (opts.verify) vr.verify_message = verify_layer(v.router, req, lw.experts, shared_ptr, in.x, shape.hidden);
+    }
+    result.variants.push_back(std::move(vr));
+    if (opts.progress) opts.progress(result.variants.size(), variants.size());
+  }
+}
+
+// ---- trace replay -----------------------------------------------------------------------------------
+void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result) {
+  result.workload_path = resolve_workload_path(e);
+  const Trace trace = read_trace_file(result.workload_path, e.model.experts);
+  result.trace_replayed = !trace.has_logits;
+  result.num_tokens = trace.batches.back().num_tokens;
+  for (const RouterVariant& v : variants) {
+    VariantResult vr;
+    vr.variant = v;
+    std::map<int, RouterState> states;  // per recorded layer, kept across steps
+    for (const TraceBatch& b : trace.batches) {
+      Routing r;
+      const float* logits = trace.has_logits ? b.logits.data() : nullptr;
+      if (trace.has_logits) {
+        RouteRequest req;
+        req.logits = logits;
+        req.num_tokens = b.num_tokens;
+        req.num_experts = e.model.experts;
+        req.top_k = e.model.top_k;
+        req.token_ids = b.token_ids.data();
+        req.seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
+        r = route_omp(v.router, req, &states[b.layer]);
+      } else {
+        r = recorded_routing(b, e.model.experts, e.model.top_k);
+      }
+      StepRecord rec;
+      rec.phase = b.phase.empty() ? "trace" : b.phase;
+      rec.step = static_cast<int>(b.step);
+      rec.layer = b.layer;
+      rec.num_tokens = b.num_tokens;
+      const BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
+      model_record(e, result.hardware, v.router, m, rec);
+      vr.per_batch.push_back(m);
+      vr.records.push_back(std::move(rec));
+    }
+    if (!states.empty()) vr.final_bias = states.rbegin()->second.expert_bias;
+    summarize_phases(e, {}, vr);
+    result.variants.push_back(std::move(vr));
+  }
+}
+
+// ---- real load profiles -----------------------------------------------------------------------------
+void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result) {
+  result.workload_path = resolve_workload_path(e);
+  const LoadProfile profile = read_load_profile(result.workload_path, e.workload.profile_key, e.model.experts);
+  result.profile_key = profile.key;
+  result.num_tokens = e.workload.batch;
+  const int k = e.model.top_k;
+  for (const RouterVariant& v : variants) {
+    VariantResult vr;
+    vr.variant = v;
+    for (size_t i = 0; i < profile.layers.size(); ++i) {
+      const std::vector<int64_t>& counts = profile.counts[i];
+      const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+      // The metrics are the recorded counts' own; the cost model sees the expected loads of a batch of
+      // workload.batch tokens with the same shape.
+      const BalanceMetrics m = metrics_from_loads(counts, total / k, k);
+      StepRecord rec;
+      rec.phase = "profile";
+      rec.step = 0;
+      rec.layer = profile.layers[i];
+      rec.num_tokens = e.workload.batch;
+      rec.modeled = model_placements(e, result.hardware, v.router, scale_loads(counts, e.workload.batch * k), 0,
+                                     e.workload.batch);
+      const ModeledPlacement& p = primary_of(rec.modeled);
+      rec.batching_efficiency = p.cost.batching_efficiency;
+      rec.modeled_layer_s = p.cost.actual.quantized_s;
+      vr.per_batch.push_back(m);
+      vr.records.push_back(std::move(rec));
+    }
+    summarize_phases(e, {}, vr);
+    result.variants.push_back(std::move(vr));
+  }
+}
+
+}  // namespace moesim::run_detail

@@ -1,0 +1,250 @@
+// Table, CSV and Markdown reports of a run (see report.hpp): one row per router variant with units in
+// the headers, and for step-structured runs (decoder, trace, load profile) a section of phase totals.
+// Deterministic apart from measured columns. Host only. Covered by tests/cli/cli_test.cpp and
+// tests/decoder/decoder_test.cpp (printed tables).
+#include "src/report/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "src/common/error.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/report/report_internal.hpp"
+#include "src/report/text_format.hpp"
+
+namespace moesim {
+namespace {
+
+using namespace report_detail;
+
+std::string fmt(double v, int precision = 3) { return text::fixed(v, precision); }
+
+std::string fmt_opt(const std::optional<double>& v, int precision = 3) { return v ? fmt(*v, precision) : "-"; }
+
+struct Column {
+  std::string header;  // with its unit
+  std::function<std::string(size_t)> cell;
+};
+
+std::vector<Column> columns(const RunResult& run) {
+  const std::vector<int> ranks = rank_variants(run);
+  std::vector<Column> cols;
+  const auto& vs = run.variants;
+  auto metric = [&](const std::string& name, int precision) {
+    // Step-structured runs (decoder, trace, profile) show the mean over every step and layer.
+    return [&, name, precision](size_t i) {
+      return fmt_opt(metric_value(run, vs[i], name, vs[i].records.empty() ? "value" : "mean"), precision);
+    };
+  };
+  cols.push_back({"strategy", [&](size_t i) { return vs[i].variant.label; }});
+  cols.push_back({"imbalance", metric("imbalance", 3)});
+  cols.push_back({"cv", metric("cv", 3)});
+  cols.push_back({"entropy_norm", metric("entropy_norm", 3)});
+  cols.push_back({"drop_rate", metric("drop_rate", 4)});
+  cols.push_back({"unrouted", metric("tokens_unrouted", 0)});
+  cols.push_back({"pad_waste", metric("padding_waste", 0)});
+  cols.push_back({"aux_loss", metric("aux_loss", 3)});
+  const bool ep = run.experiment.placement.kind == PlacementKind::expert_parallel;
+  cols.push_back({"model_us", [&](size_t i) { return fmt(find_placement(vs[i], "single")->cost.actual.quantized_s * 1e6, 1); }});
+  cols.push_back({"batch_eff", [&](size_t i) { return fmt(find_placement(vs[i], "single")->cost.batching_efficiency, 3); }});
+  if (ep) {
+    const std::string d = std::to_string(run.experiment.placement.devices);
+    cols.push_back({"ep" + d + "_us", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.actual.quantized_s * 1e6, 1); }});
+    cols.push_back({"ep" + d + "_eff", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.batching_efficiency, 3); }});
+    cols.push_back({"rank_imb", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.rank_imbalance, 3); }});
+  }
+  cols.push_back({"measured_ms", [&](size_t i) { return vs[i].executed ? fmt(vs[i].measured.layer_s * 1e3, 2) : "-"; }});
+  cols.push_back({"meas_eff", [&](size_t i) {
+                    return vs[i].executed && vs[i].measured.layer_s > 0
+                               ? fmt(vs[i].measured_balanced_layer_s / vs[i].measured.layer_s, 2)
+                               : "-";
+                  }});
+  cols.push_back({"rank", [ranks](size_t i) { return std::to_string(ranks[i]); }});
+  return cols;
+}
+
+std::string phase_title(const RunResult& run) {
+  const Experiment& e = run.experiment;
+  std::ostringstream t;
+  t << e.name << ": ";
+  if (run.has_decoder) {
+    const DecoderShape& s = run.decoder_shape;
+    const auto [lo, hi] = std::minmax_element(run.prompt_len.begin(), run.prompt_len.end());
+    t << "decoder, " << e.workload.batch << " sequences, prompts " << *lo;
+    if (*hi != *lo) t << ".." << *hi;
+    t << " tokens, " << e.workload.decode_steps << " decode steps, E=" << e.model.experts << ", k=" << e.model.top_k
+      << ", topics " << e.workload.topics << ", skew " << e.workload.skew << "; executed " << s.layers << " of "
+      << e.model.layers << " layers at hidden " << s.hidden << ", ffn " << s.ffn << ", " << s.heads << " heads / "
+      << s.kv_heads << " kv heads x " << s.head_dim;
+  } else if (e.workload.source == WorkloadSource::trace) {
+    t << "trace " << run.workload_path << " (" << (run.trace_replayed ? "recorded decisions replayed" : "re-routed from its logits")
+      << "), E=" << e.model.experts << ", k=" << e.model.top_k;
+  } else {
+    t << "load profile " << run.profile_key << " of " << run.workload_path << ", E=" << e.model.experts
+      << ", k=" << e.model.top_k << ", cost modeled for batches of " << run.num_tokens << " tokens";
+  }
+  t << "; modeled on " << run.hardware.name << " (" << to_string(e.model.dtype) << ", hidden " << e.model.hidden
+    << ", ffn " << e.model.ffn << ", critical batch " << fmt(critical_batch(run.hardware, e.model.dtype), 0) << ")";
+  return t.str();
+}
+
+// One row per (strategy, phase): the prefill/decode split of a step-structured run.
+std::vector<std::vector<std::string>> phase_rows(const RunResult& run) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"strategy", "phase", "steps", "tokens", "imb_p50", "imb_p95", "imb_max", "unrouted", "attn_us",
+                  "moe_us", "batch_eff", "model_tok/s", "meas_tok/s", "kv_cache_MiB"});
+  for (const VariantResult& v : run.variants) {
+    for (const PhaseSummary& p : v.phases) {
+      const std::vector<size_t> idx = phase_indices(v, p.phase);
+      std::vector<double> imb, eff;
+      for (size_t i : idx) {
+        imb.push_back(v.per_batch[i].imbalance);
+        eff.push_back(v.records[i].batching_efficiency);
+      }
+      const Aggregate a = aggregate(imb);
+      const double per_layer = p.steps > 0 ? 1e6 / (p.steps * static_cast<double>(run.experiment.model.layers)) : 0;
+      rows.push_back({v.variant.label, p.phase, std::to_string(p.steps), std::to_string(p.tokens), fmt(a.p50, 3),
+                      fmt(a.p95, 3), fmt(a.max, 3), std::to_string(p.tokens_unrouted),
+                      run.has_decoder ? fmt(p.modeled_attention_s * per_layer, 1) : "-", fmt(p.modeled_moe_s * per_layer, 1),
+                      fmt(aggregate(eff).mean, 3), fmt(p.modeled_tokens_per_s, 0),
+                      run.has_decoder && v.executed ? fmt(p.measured_tokens_per_s, 0) : "-",
+                      run.has_decoder ? fmt(p.kv_cache_bytes / (1024.0 * 1024.0), 1) : "-"});
+    }
+  }
+  return rows;
+}
+
+std::string phase_section(const RunResult& run, ReportFormat format) {
+  const std::vector<std::vector<std::string>> rows = phase_rows(run);
+  std::ostringstream os;
+  if (format == ReportFormat::markdown) {
+    os << "\n|";
+    for (const std::string& h : rows[0]) os << " " << h << " |";
+    os << "\n|";
+    for (size_t c = 0; c < rows[0].size(); ++c) os << (c < 2 ? " :--- |" : " ---: |");
+    os << "\n";
+    for (size_t r = 1; r < rows.size(); ++r) {
+      os << "|";
+      for (const std::string& cell : rows[r]) os << " " << cell << " |";
+      os << "\n";
+    }
+  } else {
+    std::vector<size_t> width(rows[0].size(), 0);
+    for (const auto& row : rows)
+      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    os << "\nper phase:\n";
+    for (const auto& row : rows) {
+      for (size_t c = 0; c < row.size(); ++c) {
+        const std::string pad(width[c] - row[c].size(), ' ');
+        os << (c ? "  " : "") << (c < 2 ? row[c] + pad : pad + row[c]);
+      }
+      os << "\n";
+    }
+  }
+  const bool decoder = run.has_decoder;
+  os << "\n"
+     << (run.experiment.workload.source == WorkloadSource::load_profile ? "recorded loads per layer"
+                                                                        : "loads summed over the run, per layer")
+     << " (max/mean, cv, entropy_norm):\n";
+  for (const VariantResult& v : run.variants) {
+    os << (format == ReportFormat::markdown ? "- " : "  ") << v.variant.label << ":";
+    for (const auto& [layer, m] : per_layer_totals(run, v))
+      os << "  L" << layer << " " << fmt(m.imbalance, 3) << " / " << fmt(m.cv, 3) << " / " << fmt(m.entropy_norm, 3);
+    os << "\n";
+  }
+  const char* unit = decoder ? "per step and layer"
+                     : run.experiment.workload.source == WorkloadSource::load_profile ? "per recorded layer"
+                                                                                     : "per recorded step and layer";
+  os << "\nimb_*: max/mean " << unit << "; unrouted: tokens with no expert, summed; batch_eff: mean over the "
+        "records, of the expert-parallel placement when the experiment uses one; "
+     << (decoder ? "attn_us, moe_us: modeled per layer and step at the model's real size; " : "moe_us: modeled per layer; ")
+     << "model_tok/s: tokens / modeled time of all " << run.experiment.model.layers << " layers"
+     << (decoder ? " (attention data-parallel over the placement's devices); meas_tok/s: executed decoder (" +
+                       std::to_string(run.decoder_shape.layers) + " layers, CPU); kv_cache_MiB: whole model's KV cache "
+                       "at the phase's end (model dtype)"
+                 : "")
+     << "\n";
+  return os.str();
+}
+
+}  // namespace
+
+std::string format_run(const RunResult& run, ReportFormat format) {
+  if (format == ReportFormat::json) return run_to_json(run).dump(2) + "\n";
+  const std::vector<Column> cols = columns(run);
+  const size_t n = run.variants.size();
+  std::vector<std::vector<std::string>> cells(n);
+  for (size_t i = 0; i < n; ++i)
+    for (const Column& c : cols) cells[i].push_back(c.cell(i));
+  std::ostringstream os;
+  if (format == ReportFormat::csv) {
+    for (size_t c = 0; c < cols.size(); ++c) os << (c ? "," : "") << cols[c].header;
+    os << "\n";
+    for (const auto& row : cells) {
+      for (size_t c = 0; c < row.size(); ++c) os << (c ? "," : "") << text::csv_cell(row[c]);
+      os << "\n";
+    }
+    return os.str();
+  }
+  const Experiment& e = run.experiment;
+  std::ostringstream title;
+  title << e.name << ": " << run.num_tokens << " tokens x " << e.workload.batches << " batch(es), E=" << e.model.experts
+        << ", k=" << e.model.top_k << ", modeled on " << run.hardware.name << " (" << to_string(e.model.dtype)
+        << ", hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", critical batch "
+        << fmt(critical_batch(run.hardware, e.model.dtype), 0) << "), executed at hidden " << e.execute.hidden
+        << ", ffn " << e.execute.ffn << " on " << (run.backend == ExecBackend::cuda ? run.device : "the CPU");
+  const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
+  if (stepped) {
+    title.str("");
+    title << phase_title(run);
+  }
+  if (format == ReportFormat::markdown) {
+    os << "**" << title.str() << "**\n\n|";
+    for (const Column& c : cols) os << " " << c.header << " |";
+    os << "\n|";
+    for (size_t c = 0; c < cols.size(); ++c) os << (c == 0 ? " :--- |" : " ---: |");
+    os << "\n";
+    for (const auto& row : cells) {
+      os << "|";
+      for (const auto& cell : row) os << " " << cell << " |";
+      os << "\n";
+    }
+    if (stepped) os << phase_section(run, format);
+    return os.str();
+  }
+  std::vector<size_t> width(cols.size());
+  for (size_t c = 0; c < cols.size(); ++c) {
+    width[c] = cols[c].header.size();
+    for (const auto& row : cells) width[c] = std::max(width[c], row[c].size());
+  }
+  os << title.str() << "\n";
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      os << (c ? "  " : "") << (c == 0 ? row[c] + pad : pad + row[c]);
+    }
+    os << "\n";
+  };
+  std::vector<std::string> header;
+  for (const Column& c : cols) header.push_back(c.header);
+  line(header);
+  for (const auto& row : cells) line(row);
+  os << "model_us: modeled MoE layer time (roofline with tile quantization and launch overhead); batch_eff: "
+        "balanced / actual modeled time (>1: idle experts load no weights in the memory-bound regime); "
+        "measured_ms: executed layer, median of "
+     << e.execute.repeats << "; meas_eff: measured balanced / actual; rank: by modeled time / (1 - drop_rate)\n";
+  if (stepped) {
+    os << "step-structured run: imbalance .. aux_loss are means over every step and layer; model_us and batch_eff "
+          "the mean "
+       << (run.has_decoder ? "decode-step MoE layer" : "MoE layer")
+       << (run.has_decoder ? "; measured_ms: the last step's last MoE layer re-timed on its hidden states" : "")
+       << "\n";
+    os << phase_section(run, format);
+  }
+  return os.str();
+}
+
+}  // namespace moesim

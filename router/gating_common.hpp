@@ -207,4 +207,26 @@ MOESIM_HD inline void gate_weights(const float* row, int num_experts, const int3
 }
 
 }  // namespace router_detail
+// The weight rule and the group-limited parameters of a router config: one translation of the config for
+// the fast path (route_driver.hpp) and the references (route.cpp).
+inline GateWeightRule gate_weight_rule(const RouterConfig& cfg) {
+  GateWeightRule rule;
+  rule.score = cfg.score;
+  rule.pre_softmax = cfg.pre_softmax;
+  rule.renormalize = cfg.renormalize;
+  rule.scaling = cfg.routed_scaling_factor;
+  return rule;
+}
+
+inline GroupLimitedParams group_limited_params(const RouterConfig& cfg) {
+  GroupLimitedParams p;
+  p.score = cfg.score;
+  p.groups = cfg.groups;
+  p.topk_groups = cfg.topk_groups;
+  p.fill = cfg.group_mask_fill;
+  p.renormalize = cfg.renormalize;
+  p.scaling = cfg.routed_scaling_factor;
+  return p;
+}
+
 }  // namespace moesim

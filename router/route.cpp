@@ -145,18 +145,8 @@ Routing route_ref(const RouterConfig& cfg, const RouteRequest& req, RouterState*
 
   r.capacity = expert_capacity(cfg, scope > 0 ? scope : n, k, num_e);
   if (n == 0) return r;
-  GateWeightRule rule;
-  rule.score = cfg.score;
-  rule.pre_softmax = cfg.pre_softmax;
-  rule.renormalize = cfg.renormalize;
-  rule.scaling = cfg.routed_scaling_factor;
-  GroupLimitedParams gp;
-  gp.score = cfg.score;
-  gp.groups = cfg.groups;
-  gp.topk_groups = cfg.topk_groups;
-  gp.fill = cfg.group_mask_fill;
-  gp.renormalize = cfg.renormalize;
-  gp.scaling = cfg.routed_scaling_factor;
+  const GateWeightRule rule = gate_weight_rule(cfg);
+  const GroupLimitedParams gp = group_limited_params(cfg);
 
   switch (cfg.gating) {
     case Gating::token_choice:

@@ -38,24 +38,15 @@ struct TokenOfAssignment {
   MOESIM_HD void operator()(int64_t i) const { token[i] = static_cast<int32_t>(i / top_k); }
 };
 
-inline GateWeightRule weight_rule(const RouterConfig& cfg) {
-  GateWeightRule rule;
-  rule.score = cfg.score;
-  rule.pre_softmax = cfg.pre_softmax;
-  rule.renormalize = cfg.renormalize;
-  rule.scaling = cfg.routed_scaling_factor;
-  return rule;
-}
-
-inline GroupLimitedParams group_params(const RouterConfig& cfg) {
-  GroupLimitedParams p;
-  p.score = cfg.score;
-  p.groups = cfg.groups;
-  p.topk_groups = cfg.topk_groups;
-  p.fill = cfg.group_mask_fill;
-  p.renormalize = cfg.renormalize;
-  p.scaling = cfg.routed_scaling_factor;
-  return p;
+// The buffers of a finished routing, copied out of the backend's memory; counts the batch in `state`.
+template <class Traits, class V32, class VF, class V8>
+Routing finish_routing(Routing r, V32&& token, V32&& expert, VF&& weight, V8&& kept, RouterState* state) {
+  r.token = Traits::copy_out(std::move(token));
+  r.expert = Traits::copy_out(std::move(expert));
+  r.weight = Traits::copy_out(std::move(weight));
+  r.kept = Traits::copy_out(std::move(kept));
+  if (state) ++state->batches_seen;
+  return r;
 }
 
 }  // namespace router_detail
@@ -95,12 +86,8 @@ Routing route_expert_choice(const RouterConfig& cfg, const RouteRequest& req, Ro
                        Traits::data(token), Traits::data(expert), Traits::data(weight),
                        ExpertChoiceScratch{Traits::data(score), Traits::data(perm)});
   thrust::fill(policy, Traits::data(kept), Traits::data(kept) + total, static_cast<uint8_t>(1));
-  r.token = Traits::copy_out(std::move(token));
-  r.expert = Traits::copy_out(std::move(expert));
-  r.weight = Traits::copy_out(std::move(weight));
-  r.kept = Traits::copy_out(std::move(kept));
-  if (state) ++state->batches_seen;
-  return r;
+  return router_detail::finish_routing<Traits>(std::move(r), std::move(token), std::move(expert), std::move(weight),
+                                               std::move(kept), state);
 }
 
 }  // namespace router_detail
@@ -137,7 +124,7 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
   auto kept = Traits::template make<uint8_t>(m);
   int32_t* ex = Traits::data(expert);
   float* w = Traits::data(weight);
-  const GateWeightRule rule = router_detail::weight_rule(cfg);
+  const GateWeightRule rule = gate_weight_rule(cfg);
 
   switch (cfg.gating) {
     case Gating::token_choice:
@@ -184,7 +171,7 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
       const GroupLimitedScratch scratch{Traits::data(score), Traits::data(selection), Traits::data(group_score),
                                         Traits::data(key)};
       group_limited_gating(policy, logits, biased ? Traits::data(bias) : nullptr, n, num_e, k,
-                           router_detail::group_params(cfg), ex, w, scratch);
+                           group_limited_params(cfg), ex, w, scratch);
       if (biased) {
         // The update counts this batch's assignments before any capacity drop.
         auto sorted = Traits::template make<int32_t>(m);
@@ -210,12 +197,8 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
   thrust::for_each(policy, thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(m),
                    router_detail::TokenOfAssignment{k, Traits::data(token)});
 
-  r.token = Traits::copy_out(std::move(token));
-  r.expert = Traits::copy_out(std::move(expert));
-  r.weight = Traits::copy_out(std::move(weight));
-  r.kept = Traits::copy_out(std::move(kept));
-  if (state) ++state->batches_seen;
-  return r;
+  return router_detail::finish_routing<Traits>(std::move(r), std::move(token), std::move(expert), std::move(weight),
+                                               std::move(kept), state);
 }
 
 }  // namespace moesim

@@ -150,6 +150,13 @@ ExecBackend resolve_backend(const std::string& name) {
   return ExecBackend::cpu;
 }
 
+bool parse_or_help(int argc, char** argv, const po::options_description& desc, const char* positional,
+                   int max_positional, const bool& help) {
+  parse_command_line(argc, argv, desc, positional, max_positional);
+  if (help) std::cout << desc << "\n";
+  return help;
+}
+
 void apply_threads(int threads) {
   if (threads < 0) throw InputError("--threads: expected 0 or a positive count, got " + std::to_string(threads));
   if (threads == 0) return;

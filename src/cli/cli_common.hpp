@@ -60,6 +60,11 @@ RunOptions run_options(const CommonOptions& opts, const std::string& progress_la
 // was not built); auto (cuda when a device is usable, else cpu). Other names throw InputError.
 ExecBackend resolve_backend(const std::string& name);
 
+// parse_command_line, then, when --help was given (`help`, bound in desc), prints desc: every
+// subcommand's preamble. True when the command should return kExitOk without running.
+bool parse_or_help(int argc, char** argv, const po::options_description& desc, const char* positional,
+                   int max_positional, const bool& help);
+
 // Applies --threads to OpenMP and OpenBLAS.
 void apply_threads(int threads);
 

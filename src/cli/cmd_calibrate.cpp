@@ -80,11 +80,7 @@ int cmd_calibrate(int argc, char** argv) {
       "quick", po::bool_switch(&quick), "small buffers and few shapes: a rough profile in about a second")(
       "note", po::value(&note), "text appended to the profile's source note (how and where it was measured)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)");
-  parse_command_line(argc, argv, desc, nullptr, 0);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
   if (backend != "cpu" && backend != "cuda") throw InputError("--backend: expected cpu or cuda, got '" + backend + "'");
   const bool gpu = backend == "cuda";
   if (!gpu && !base.empty()) throw InputError("--base: only with --backend cuda (a CPU profile is measured whole)");

@@ -31,11 +31,7 @@ int cmd_calibrate_link(int argc, char** argv) {
       "name", po::value(&name), "the profile's name (default: the base's name, or cpu-local)")(
       "quick", po::bool_switch(&quick), "fewer sizes and repeats (and a quick host calibration without --base)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP/BLAS threads of the host calibration (0: all cores)");
-  parse_command_line(argc, argv, desc, nullptr, 0);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
   if (!ep_launched_by_mpirun()) {
     throw InputError("calibrate-link measures the link between MPI ranks: run it as `mpirun -np 2 moesim "
                      "calibrate-link ...` (as root add --allow-run-as-root)");

@@ -44,11 +44,7 @@ int cmd_check(int argc, char** argv) {
       "set", po::value(&opts.overrides)->composing(), "override a config key in every file (repeatable)")(
       "threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")(
       "execute", po::bool_switch(&execute), "also run the executed pipeline (needed for measured_* metrics)");
-  parse_command_line(argc, argv, desc, "file", -1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "file", -1, help)) return kExitOk;
   if (opts.files.empty()) throw InputError("check: expected at least one experiment file");
   if (!(rtol >= 0) || !(atol >= 0)) throw InputError("--rtol/--atol: expected non-negative numbers");
   if (update && baseline.empty()) throw InputError("--update-baseline: expected --baseline FILE to write");

@@ -89,11 +89,7 @@ int cmd_compare(int argc, char** argv) {
       "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's)")(
       "vary", po::value(&varies)->composing(), "router variants as rows: --vary router.capacity_factor=1,1.25,2");
   add_common_options(desc, opts, true);
-  parse_command_line(argc, argv, desc, "file", 1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);

@@ -18,11 +18,7 @@ int cmd_config(int argc, char** argv) {
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
       "set", po::value(&opts.overrides)->composing(), "override a config key (repeatable)")(
       "out", po::value(&opts.out), "write the YAML to FILE (atomically) instead of stdout");
-  parse_command_line(argc, argv, desc, "file", 1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   Experiment e = load_experiment_for(opts);
   // A workload.path relative to the experiment's folder is printed absolute, so that the YAML runs the
   // same from any folder and wherever it is saved.

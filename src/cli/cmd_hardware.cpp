@@ -19,11 +19,7 @@ int cmd_hardware(int argc, char** argv) {
       "name", po::value(&names), "a built-in profile name or a profile YAML file")(
       "format", po::value(&opts.format)->default_value("table"), "table | json")(
       "out", po::value(&opts.out), "write to FILE (atomically) instead of stdout");
-  parse_command_line(argc, argv, desc, "name", 1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "name", 1, help)) return kExitOk;
   const ReportFormat format = parse_report_format(opts.format);
   if (format != ReportFormat::table && format != ReportFormat::json)
     throw InputError("--format: expected table or json for hardware, got '" + opts.format + "'");

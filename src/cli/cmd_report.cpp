@@ -18,11 +18,7 @@ int cmd_report(int argc, char** argv) {
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&files), "a run/compare JSON (moesim run --format json --out FILE)")(
       "html", po::value(&html), "write a self-contained HTML page here (atomically)");
-  parse_command_line(argc, argv, desc, "file", 1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   if (files.empty()) throw InputError("report: expected a run JSON file");
   if (html.empty()) throw InputError("--html: expected an output file for the HTML page");
   std::ifstream in(files.front());

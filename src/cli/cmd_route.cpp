@@ -85,11 +85,7 @@ int cmd_route(int argc, char** argv) {
       "memory-limit", po::value(&opts.memory_limit),
       "refuse inputs whose memory estimate exceeds this (e.g. 4GiB; default 75% of physical memory)");
   add_common_options(desc, opts, false);
-  parse_command_line(argc, argv, desc, nullptr, 0);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
   if (logits_path.empty()) throw InputError("--logits: expected a .npy or .csv file of router logits");
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);

@@ -14,11 +14,7 @@ int cmd_run(int argc, char** argv) {
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)");
   add_common_options(desc, opts, true);
-  parse_command_line(argc, argv, desc, "file", 1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);

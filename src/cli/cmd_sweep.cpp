@@ -28,11 +28,7 @@ int cmd_sweep(int argc, char** argv) {
       "measure", po::bool_switch(&measure), "also run the executed CPU pipeline at each point (measured columns)")(
       "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)");
   add_common_options(desc, opts, false);
-  parse_command_line(argc, argv, desc, "file", 1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   if (varies.empty()) throw InputError("sweep: expected at least one --vary KEY=VALUES");
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);

@@ -29,11 +29,7 @@ int cmd_validate(int argc, char** argv) {
       "host profile: a name or file (default: ./configs/hardware/cpu-local.yaml if present, else built-in cpu-local)")(
       "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)");
   add_common_options(desc, opts, false);
-  parse_command_line(argc, argv, desc, "file", 1);
-  if (help) {
-    std::cout << desc << "\n";
-    return kExitOk;
-  }
+  if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   if (format == ReportFormat::markdown)

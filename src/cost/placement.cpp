@@ -232,6 +232,24 @@ void assign_load(ExpertPlacement& placement, const std::vector<int64_t>& load) {
   split_load(placement, load, placement.load);
 }
 
+LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router, CostedSize size, int64_t num_tokens,
+                                std::vector<int64_t> load, int64_t capacity) {
+  const bool model = size == CostedSize::model;
+  LayerCostInput in;
+  in.hidden = model ? e.model.hidden : e.execute.hidden;
+  in.ffn = model ? e.model.ffn : e.execute.ffn;
+  in.dtype = model ? e.model.dtype : e.execute.dtype;
+  in.num_experts = e.model.experts;
+  in.top_k = e.model.top_k;
+  in.shared_experts = e.model.shared_experts;
+  in.num_tokens = num_tokens;
+  in.load = std::move(load);
+  in.layout = router.layout;
+  in.capacity = capacity;
+  in.block_size = router.block_size;
+  return in;
+}
+
 LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
   validate(in);
   const ExpertRoofline rm(hw, in.hidden, in.ffn, in.dtype);

@@ -49,6 +49,16 @@ struct LayerCostInput {
   std::vector<int64_t> placement_load;  // [num_experts] loads the placement is planned from; empty = load
 };
 
+// The size a layer is costed at: the model's real dimensions and dtype, or the executed ones
+// (execute.hidden, execute.ffn, execute.dtype).
+enum class CostedSize { model, executed };
+
+// An experiment's MoE layer for one routed batch: the expert shape at `size`, experts, top_k and shared
+// experts of the model, the router's layout, capacity and block size, the batch's loads; single device
+// (set placement and placement_load for expert parallelism).
+LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router, CostedSize size, int64_t num_tokens,
+                                std::vector<int64_t> load, int64_t capacity);
+
 struct LayerCost {
   CostBreakdown actual, balanced;   // the layer's time with the routing's loads / with balanced loads
   double batching_efficiency = 1.0; // balanced.quantized_s / actual.quantized_s (1 when both are 0)

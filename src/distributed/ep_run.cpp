@@ -98,18 +98,8 @@ std::string placement_rule(const PlacementConfig& p) {
 LayerCost model_step(const Experiment& e, const HardwareProfile& hw, const PlacementConfig& pc,
                      const std::vector<int64_t>& load, const std::vector<int64_t>& plan_load, int64_t capacity,
                      int64_t num_tokens, bool model_size) {
-  LayerCostInput in;
-  in.hidden = model_size ? e.model.hidden : e.execute.hidden;
-  in.ffn = model_size ? e.model.ffn : e.execute.ffn;
-  in.dtype = model_size ? e.model.dtype : e.execute.dtype;
-  in.num_experts = e.model.experts;
-  in.top_k = e.model.top_k;
-  in.shared_experts = e.model.shared_experts;
-  in.num_tokens = num_tokens;
-  in.load = load;
-  in.layout = e.router.layout;
-  in.capacity = capacity;
-  in.block_size = e.router.block_size;
+  LayerCostInput in =
+      layer_cost_input(e, e.router, model_size ? CostedSize::model : CostedSize::executed, num_tokens, load, capacity);
   in.placement = pc;
   in.placement_load = plan_load;
   return model_moe_layer(hw, in);

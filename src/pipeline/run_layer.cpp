@@ -50,18 +50,7 @@ RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index) {
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
                                                int64_t capacity, int64_t num_tokens) {
-  LayerCostInput in;
-  in.hidden = e.model.hidden;
-  in.ffn = e.model.ffn;
-  in.num_experts = e.model.experts;
-  in.top_k = e.model.top_k;
-  in.shared_experts = e.model.shared_experts;
-  in.dtype = e.model.dtype;
-  in.num_tokens = num_tokens;
-  in.load = load;
-  in.layout = router.layout;
-  in.capacity = capacity;
-  in.block_size = router.block_size;
+  LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, load, capacity);
   std::vector<ModeledPlacement> out;
   in.placement = PlacementConfig{};
   out.push_back({"single", 1, model_moe_layer(hw, in)});

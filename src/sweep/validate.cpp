@@ -91,18 +91,8 @@ ValidateResult run_validation(const Experiment& base, const HardwareRef& hardwar
     const RunResult run = run_experiment(e, own_variant(e), opts);
     const VariantResult& v = run.variants.front();
     const BalanceMetrics& m = v.last();
-    LayerCostInput in;
-    in.hidden = e.execute.hidden;
-    in.ffn = e.execute.ffn;
-    in.num_experts = e.model.experts;
-    in.top_k = e.model.top_k;
-    in.shared_experts = e.model.shared_experts;
+    LayerCostInput in = layer_cost_input(e, v.variant.router, CostedSize::executed, run.num_tokens, m.load, m.capacity);
     in.dtype = Dtype::fp32;  // the CPU backend's GEMMs are fp32
-    in.num_tokens = run.num_tokens;
-    in.load = m.load;
-    in.layout = v.variant.router.layout;
-    in.capacity = m.capacity;
-    in.block_size = v.variant.router.block_size;
     const LayerCost cost = model_moe_layer(hw, in);
     ValidatePoint p;
     p.num_tokens = run.num_tokens;

@@ -8,6 +8,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "src/report/text_format.hpp"
+
 namespace moesim {
 namespace {
 
@@ -62,11 +64,7 @@ std::string slots_text(const ExpertPlacement& p, int rank) {
   return os.str();
 }
 
-std::string fixed(double v, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << v;
-  return os.str();
-}
+using text::fixed;
 
 // Columns of the per-(step, rank) rows shared by table, csv and markdown.
 std::vector<std::string> row_header() {

@@ -1,6 +1,6 @@
-// `moesim check FILE... [--baseline results.json] [--rtol R] [--atol A] [--update-baseline]`:
+// `moesim check FILE... [--baseline results.json] [--rtol R] [--atol A] [--update-baseline [--force]]`:
 // exit 0 when every expect: bound and baseline comparison holds, 1 with one line per failing metric,
-// 2 for bad input.
+// 2 for bad input. --update-baseline writes nothing while a bound fails, unless --force.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -31,7 +31,7 @@ std::map<std::string, nlohmann::json> read_baselines(const std::string& path) {
 
 int cmd_check(int argc, char** argv) {
   CommonOptions opts;
-  bool help = false, update = false, execute = false;
+  bool help = false, update = false, force = false, execute = false;
   std::string baseline;
   double rtol = 0.0, atol = 1e-9;
   po::options_description desc("moesim check FILE... [options]");
@@ -40,7 +40,9 @@ int cmd_check(int argc, char** argv) {
       "baseline", po::value(&baseline), "compare against this JSON (from run/compare/check --update-baseline)")(
       "rtol", po::value(&rtol), "relative tolerance for baseline comparisons (default 0)")(
       "atol", po::value(&atol), "absolute tolerance for baseline comparisons (default 1e-9)")(
-      "update-baseline", po::bool_switch(&update), "rewrite --baseline with this run's results")(
+      "update-baseline", po::bool_switch(&update),
+      "rewrite --baseline with this run's results; nothing is written when an expect: bound fails")(
+      "force", po::bool_switch(&force), "with --update-baseline: write the baseline even when a bound fails")(
       "set", po::value(&opts.overrides)->composing(), "override a config key in every file (repeatable)")(
       "threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")(
       "execute", po::bool_switch(&execute), "also run the executed pipeline (needed for measured_* metrics)");
@@ -48,6 +50,7 @@ int cmd_check(int argc, char** argv) {
   if (opts.files.empty()) throw InputError("check: expected at least one experiment file");
   if (!(rtol >= 0) || !(atol >= 0)) throw InputError("--rtol/--atol: expected non-negative numbers");
   if (update && baseline.empty()) throw InputError("--update-baseline: expected --baseline FILE to write");
+  if (force && !update) throw InputError("--force: expected --update-baseline (it only forces writing the baseline)");
   apply_threads(opts.threads);
 
   std::map<std::string, nlohmann::json> baselines;
@@ -91,7 +94,10 @@ int cmd_check(int argc, char** argv) {
     checked += e.expect.size();
     runs.push_back(run_to_json(run));
   }
-  if (update) {
+  if (update && !failures.empty() && !force) {
+    std::cout << "check: the baseline " << baseline << " was not written: " << failures.size()
+              << " expect: bound(s) fail (--force writes it anyway)\n";
+  } else if (update) {
     const nlohmann::json out = runs.size() == 1 ? runs[0] : nlohmann::json{{"schema_version", kReportSchemaVersion}, {"runs", runs}};
     write_file_atomic(baseline, out.dump(2) + "\n");
     std::cout << "check: wrote the baseline " << baseline << " (" << runs.size() << " run(s))\n";

@@ -2,6 +2,8 @@
 // in the bad and in the good direction, and malformed input (expect block, baseline).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_cli.hpp"
@@ -59,6 +61,20 @@ TEST(Check, BaselineDriftOnlyFailsInTheBadDirection) {
   const auto tolerant =
       run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set workload.skew=1.6 --rtol 10");
   EXPECT_EQ(tolerant.exit_code, 0) << tolerant.out << tolerant.err;
+}
+
+TEST(Check, FailingBoundWritesNoBaselineUnlessForced) {
+  const std::string dir = testing::make_temp_dir();
+  write_text(dir + "/bad.yaml", std::string(kBase) + "expect:\n  imbalance: {max: 1.05}\n");
+  const std::string baseline = dir + "/baseline.json";
+  const auto refused = run_cli("check " + dir + "/bad.yaml --baseline " + baseline + " --update-baseline");
+  EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(baseline)) << refused.out;
+  EXPECT_NE(refused.out.find("was not written"), std::string::npos) << refused.out;
+  const auto forced = run_cli("check " + dir + "/bad.yaml --baseline " + baseline + " --update-baseline --force");
+  EXPECT_EQ(forced.exit_code, 1) << forced.out << forced.err;
+  EXPECT_TRUE(std::filesystem::exists(baseline)) << forced.out;
+  EXPECT_EQ(run_cli("check " + dir + "/bad.yaml --force").exit_code, 2);
 }
 
 TEST(Check, BadInputIsExitTwo) {

@@ -100,22 +100,41 @@ int64_t padding_waste(const std::vector<int64_t>& load, int64_t capacity, Layout
 }
 
 // The four router losses from the logits. P[e] = mean over tokens of softmax(logits)[e].
-void fill_losses(BalanceMetrics& m, const float* logits, int64_t num_tokens, int top_k) {
+// Each token's own top-1 expert under the strategy that routed it, counted per expert (before any
+// capacity drop). Token-major routings (every gating but expert choice: assignment t*k + j is the
+// token's j-th choice) take slot 0, the gate's first choice. Otherwise (expert choice) a token's top-1
+// is its assignment of largest gate weight, ties to the one listed first (the lower expert); a token
+// no expert picked has none.
+std::vector<int64_t> own_top1_counts(const Routing& r) {
+  std::vector<int64_t> top1(r.num_experts, 0);
+  const int64_t n = r.num_tokens, k = r.top_k;
+  bool token_major = r.num_assignments() == n * k;
+  for (int64_t i = 0; token_major && i < r.num_assignments(); ++i) token_major = r.token[i] == i / k;
+  if (token_major) {
+    for (int64_t t = 0; t < n; ++t) ++top1[r.expert[t * k]];
+    return top1;
+  }
+  // A routing without weights (a replayed trace may carry none) takes the first listed assignment.
+  const bool weighted = static_cast<int64_t>(r.weight.size()) == r.num_assignments();
+  std::vector<int64_t> best(static_cast<size_t>(n), -1);
+  for (int64_t i = 0; i < r.num_assignments(); ++i) {
+    const int64_t b = best[r.token[i]];
+    if (b < 0 || (weighted && r.weight[i] > r.weight[b])) best[r.token[i]] = i;
+  }
+  for (int64_t b : best)
+    if (b >= 0) ++top1[r.expert[b]];
+  return top1;
+}
+
+void fill_losses(BalanceMetrics& m, const float* logits, const std::vector<int64_t>& top1, int64_t num_tokens,
+                 int top_k) {
   const int num_experts = static_cast<int>(m.load.size());
   std::vector<double> prob_sum(num_experts, 0.0), row(num_experts);
-  std::vector<int64_t> top1(num_experts, 0);
   double z_sum = 0.0;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* z = logits + t * num_experts;
-    int arg = 0;
     double zmax = z[0];
-    for (int e = 1; e < num_experts; ++e) {
-      if (z[e] > zmax) {  // strict: ties go to the lower expert index
-        zmax = z[e];
-        arg = e;
-      }
-    }
-    ++top1[arg];
+    for (int e = 1; e < num_experts; ++e) zmax = z[e] > zmax ? z[e] : zmax;
     double s = 0.0;
     for (int e = 0; e < num_experts; ++e) {
       row[e] = std::exp(static_cast<double>(z[e]) - zmax);
@@ -141,7 +160,8 @@ void fill_losses(BalanceMetrics& m, const float* logits, int64_t num_tokens, int
   // assignments to expert i (Megatron-LM switch_load_balancing_loss_func divides by k); 1 at balance.
   m.aux_loss_switch = num_experts * switch_sum;
   // GShard, Lepikhin et al. 2020, Algorithm 1: l_aux from the top-1 counts c_e / S and the mean gates
-  // m_e, scaled to E * sum_e as the fairseq/DeepSpeed/Tutel implementations do; 1 at balance.
+  // m_e, scaled to E * sum_e as the fairseq/DeepSpeed/Tutel implementations do; 1 at balance. c_e counts
+  // each token's top-1 under its own strategy (own_top1_counts), so the loss follows the router.
   m.aux_loss_gshard = num_experts * gshard;
   // ST-MoE router z-loss, Zoph et al. 2022, eq. 5: (1/B) sum_i (log sum_j exp x_ij)^2.
   m.z_loss = z_sum / n;
@@ -187,7 +207,7 @@ BalanceMetrics compute_balance_metrics(const Routing& r, const float* logits, La
   m.tokens_unrouted = 0;
   for (uint8_t f : routed) m.tokens_unrouted += f ? 0 : 1;
   m.padding_waste = padding_waste(m.load, r.capacity, layout, block_size);
-  if (logits != nullptr && r.num_tokens > 0) fill_losses(m, logits, r.num_tokens, r.top_k);
+  if (logits != nullptr && r.num_tokens > 0) fill_losses(m, logits, own_top1_counts(r), r.num_tokens, r.top_k);
   return m;
 }
 

@@ -35,7 +35,7 @@ struct BalanceMetrics {
   bool has_logits = false;        // the loss fields below are meaningful
   double aux_loss = 0.0;          // HF Mixtral form, k at perfect balance
   double aux_loss_switch = 0.0;   // Switch/Megatron form, 1 at perfect balance
-  double aux_loss_gshard = 0.0;   // GShard top-1 form, 1 at perfect balance
+  double aux_loss_gshard = 0.0;   // GShard top-1 form over each token's own top-1 expert, 1 at perfect balance
   double z_loss = 0.0;            // ST-MoE router z-loss
   int64_t padding_waste = 0;      // rows computed but empty under the layout
   double top20_share = 0.0;       // share of kept assignments on the ceil(0.2 E) most loaded experts

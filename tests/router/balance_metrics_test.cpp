@@ -12,6 +12,7 @@
 #include <random>
 
 #include "src/common/error.hpp"
+#include "router/route.hpp"
 
 namespace moesim {
 namespace {
@@ -76,8 +77,8 @@ TEST(BalanceMetrics, UniformAssignmentIsPerfectlyBalanced) {
   EXPECT_DOUBLE_EQ(m.aux_loss, 2.0);
   // aux_loss_switch = E * sum_e demand/(N k) * P = 4 * 4 * (4/16) * (1/4) = 1.
   EXPECT_DOUBLE_EQ(m.aux_loss_switch, 1.0);
-  // All logits tie, so every token's top-1 is expert 0: counts [8, 0, 0, 0];
-  // aux_loss_gshard = 4 * (8/8) * (1/4) = 1.
+  // Each token's own top-1 is its first choice, 2t mod 4: counts [4, 0, 4, 0];
+  // aux_loss_gshard = 4 * (4/8 * 1/4 + 4/8 * 1/4) = 1.
   EXPECT_DOUBLE_EQ(m.aux_loss_gshard, 1.0);
   // z_loss = (logsumexp of four zeros)^2 = (ln 4)^2 = 1.9218120556728056.
   EXPECT_NEAR(m.z_loss, 1.9218120556728056, 1e-14);
@@ -107,7 +108,7 @@ TEST(BalanceMetrics, SkewedCaseByHand) {
   EXPECT_NEAR(m.aux_loss, 2.75, 2.75 * kLogitTol);
   // aux_loss_switch = aux_loss / k = 1.375.
   EXPECT_NEAR(m.aux_loss_switch, 1.375, 1.375 * kLogitTol);
-  // top-1 is expert 0 for every token: counts [8,0,0,0]; aux_loss_gshard = 4 * 1 * 1/2 = 2.
+  // every token's first choice is expert 0: counts [8,0,0,0]; aux_loss_gshard = 4 * 1 * 1/2 = 2.
   EXPECT_NEAR(m.aux_loss_gshard, 2.0, 2.0 * kLogitTol);
   // logsumexp = ln(4 + 2 + 1 + 1) = ln 8; z_loss = (ln 8)^2 = 4.324077125263812.
   EXPECT_NEAR(m.z_loss, 4.324077125263812, 4.33 * kLogitTol);
@@ -238,8 +239,9 @@ TEST(BalanceMetrics, AllTokensOnOneExpertAndTopKEqualsE) {
   EXPECT_EQ(m3.utilization, (std::vector<double>{1.0, 1.0, 1.0}));
 }
 
-TEST(BalanceMetrics, GshardTopOneTiesGoToLowerExpert) {
-  // Two tokens; token 0 ties experts 1 and 2 (top-1 = 1), token 1 ties 0 and 2 (top-1 = 0).
+TEST(BalanceMetrics, GshardCountsEachTokensOwnFirstChoice) {
+  // Two tokens whose logits tie; the routing chose expert 1 for token 0 and expert 0 for token 1, and
+  // those are the top-1 counts, whatever the logits' argmax.
   const std::vector<float> logits = {0.0f, 1.0f, 1.0f, 1.0f, 0.0f, 1.0f};
   const Routing r = make_routing(2, 3, 1, {{1}, {0}});
   const BalanceMetrics m = compute_balance_metrics(r, logits.data(), Layout::dropless, 1);
@@ -248,6 +250,95 @@ TEST(BalanceMetrics, GshardTopOneTiesGoToLowerExpert) {
   const double p0 = (a + b) / 2, p1 = (b + a) / 2;
   // top-1 counts [1, 1, 0]: gshard = 3 * (p0/2 + p1/2).
   EXPECT_NEAR(m.aux_loss_gshard, 3.0 * (p0 / 2 + p1 / 2), 1e-12);
+}
+
+// aux_loss_gshard follows the strategy that routed the batch, worked by hand for three gatings whose
+// top-1 differs from the logits' argmax. Every row's logits are ln [3, 1, 1, 1] (E = 4), so P = [1/2, 1/6,
+// 1/6, 1/6] and the argmax is expert 0 for every token: the old, strategy-blind form was 4 * 1/2 = 2.
+std::vector<float> argmax_zero_logits(int64_t n) {
+  std::vector<float> z;
+  for (int64_t t = 0; t < n; ++t)
+    for (double w : {3.0, 1.0, 1.0, 1.0}) z.push_back(static_cast<float>(std::log(w)));
+  return z;
+}
+
+BalanceMetrics route_and_measure(Gating g, int64_t n, int k, const std::vector<float>& logits,
+                                 const std::vector<int64_t>& token_ids = {}, double capacity_factor = 0) {
+  RouterConfig cfg;
+  cfg.gating = g;
+  cfg.capacity_factor = capacity_factor;
+  RouteRequest req;
+  req.logits = logits.data();
+  req.num_tokens = n;
+  req.num_experts = 4;
+  req.top_k = k;
+  req.token_ids = token_ids.empty() ? nullptr : token_ids.data();
+  const Routing r = route_ref(cfg, req, nullptr);
+  return compute_balance_metrics(r, logits.data(), Layout::dropless, 1);
+}
+
+TEST(BalanceMetrics, GshardOfBalancedGatingByHand) {
+  // Balanced, k = 1: token t -> expert t mod 4; 8 tokens give top-1 counts [2, 2, 2, 2].
+  // gshard = 4 * (2/8 * 1/2 + 3 * 2/8 * 1/6) = 4 * (1/8 + 1/8) = 1.
+  const BalanceMetrics m = route_and_measure(Gating::balanced, 8, 1, argmax_zero_logits(8));
+  EXPECT_NEAR(m.aux_loss_gshard, 1.0, kLogitTol);
+  // k = 2: the first choice of token t is expert 2t mod 4: counts [4, 0, 4, 0];
+  // gshard = 4 * (4/8 * 1/2 + 4/8 * 1/6) = 4/3.
+  const BalanceMetrics m2 = route_and_measure(Gating::balanced, 8, 2, argmax_zero_logits(8));
+  EXPECT_NEAR(m2.aux_loss_gshard, 4.0 / 3.0, kLogitTol);
+}
+
+TEST(BalanceMetrics, GshardOfHashGatingByHand) {
+  // Hash gating is a function of the token id only: four tokens with one id share one expert h, and
+  // four with another id share h' (checked below, whatever the hash). With h != h' both 0: counts 4 and
+  // 4, gshard = 4 * (4/8 * P[h] + 4/8 * P[h']).
+  const std::vector<int64_t> ids = {7, 7, 7, 7, 11, 11, 11, 11};
+  RouterConfig cfg;
+  cfg.gating = Gating::hash;
+  const std::vector<float> logits = argmax_zero_logits(8);
+  RouteRequest req;
+  req.logits = logits.data();
+  req.num_tokens = 8;
+  req.num_experts = 4;
+  req.top_k = 1;
+  req.token_ids = ids.data();
+  const Routing r = route_ref(cfg, req, nullptr);
+  const int h = r.expert[0], h2 = r.expert[4];
+  for (int t = 0; t < 8; ++t) ASSERT_EQ(r.expert[t], t < 4 ? h : h2);
+  const double P[4] = {0.5, 1.0 / 6, 1.0 / 6, 1.0 / 6};
+  const double want = h == h2 ? 4.0 * P[h] : 4.0 * (0.5 * P[h] + 0.5 * P[h2]);
+  EXPECT_NEAR(compute_balance_metrics(r, logits.data(), Layout::dropless, 1).aux_loss_gshard, want, kLogitTol);
+  // The hash does not look at the logits: unless both ids land on expert 0, the value is not the
+  // argmax form's 2.
+  if (h != 0 || h2 != 0) EXPECT_LT(want, 2.0 - 1e-3);
+}
+
+TEST(BalanceMetrics, GshardOfExpertChoiceByHand) {
+  // Expert choice, E = 2, 4 tokens, k = 1: capacity ceil(4 * 1 / 2) = 2 tokens per expert. Logits
+  // [3,0], [2,0], [1,0], [0,0]: expert 0 takes the tokens with the highest softmax share, 0 and 1;
+  // expert 1 takes 3 (share 1/2) and 2 (share 1 - s(1)). Each token has one expert, so top-1 counts are
+  // [2, 2] while the argmax is expert 0 for all four. P0 = (s(3) + s(2) + s(1) + s(0)) / 4, P1 = 1 - P0
+  // (s the logistic): gshard = 2 * (2/4 P0 + 2/4 P1) = 1; the argmax form gives 2 P0 = 1.532.
+  const std::vector<float> logits = {3, 0, 2, 0, 1, 0, 0, 0};
+  RouterConfig cfg;
+  cfg.gating = Gating::expert_choice;
+  RouteRequest req;
+  req.logits = logits.data();
+  req.num_tokens = 4;
+  req.num_experts = 2;
+  req.top_k = 1;
+  const Routing r = route_ref(cfg, req, nullptr);
+  std::vector<int> expert_of(4, -1);
+  for (int64_t i = 0; i < r.num_assignments(); ++i) expert_of[r.token[i]] = r.expert[i];
+  ASSERT_EQ(expert_of, (std::vector<int>{0, 0, 1, 1}));
+  const BalanceMetrics m = compute_balance_metrics(r, logits.data(), Layout::dropless, 1);
+  EXPECT_NEAR(m.aux_loss_gshard, 1.0, 1e-6);
+  // Capacity factor 0.5: one token per expert (0 and 3); tokens 1 and 2 have no top-1 and count in N
+  // only: gshard = 2 * (1/4 P0 + 1/4 P1) = 1/2.
+  cfg.capacity_factor = 0.5;
+  const Routing half = route_ref(cfg, req, nullptr);
+  EXPECT_EQ(compute_balance_metrics(half, logits.data(), Layout::dropless, 1).tokens_unrouted, 2);
+  EXPECT_NEAR(compute_balance_metrics(half, logits.data(), Layout::dropless, 1).aux_loss_gshard, 0.5, 1e-6);
 }
 
 TEST(BalanceMetrics, MetricsFromLoads) {
@@ -339,7 +430,7 @@ RefMetrics reference_metrics(const Routing& r, const std::vector<float>& logits,
     for (int e = 0; e < E; ++e) s += std::exp(static_cast<long double>(row[e]));
     for (int e = 0; e < E; ++e) P[e] += std::exp(static_cast<long double>(row[e])) / s / N;
     z += std::log(s) * std::log(s) / N;
-    top1[std::max_element(row, row + E) - row] += 1.0 / N;  // first maximum = lower index
+    top1[r.expert[t * k]] += 1.0 / N;  // the token's own first choice (token-major routing)
     for (int j = 0; j < k; ++j) f[j][r.expert[t * k + j]] += 1.0 / N;
   }
   m.aux = 0;

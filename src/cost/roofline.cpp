@@ -101,14 +101,20 @@ CostBreakdown expert_time(const ExpertRoofline& model, int64_t n) {
 
 namespace {
 
-// Wqkv and Wo parameters of one attention layer.
-double attention_weight_params(const AttentionShape& s) {
+// Widths of one attention layer: query and K/V projections (heads x head_dim) and the Wqkv + Wo parameters.
+struct AttentionWidths {
+  double q = 0, kv = 0, weight_params = 0;
+};
+
+AttentionWidths attention_widths(const AttentionShape& s) {
   MOESIM_REQUIRE(s.hidden > 0 && s.heads > 0 && s.kv_heads > 0 && s.head_dim > 0,
                  "attention shape must be positive");
-  const double q_width = static_cast<double>(s.heads) * s.head_dim;
-  const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
+  AttentionWidths w;
+  w.q = static_cast<double>(s.heads) * s.head_dim;
+  w.kv = static_cast<double>(s.kv_heads) * s.head_dim;
   const double h = static_cast<double>(s.hidden);
-  return h * (q_width + 2.0 * kv_width) + q_width * h;
+  w.weight_params = h * (w.q + 2.0 * w.kv) + w.q * h;
+  return w;
 }
 
 // The three columns of an attention layer from its bytes and FLOPs: the roofline's max, plus 3 launches
@@ -130,12 +136,11 @@ CostBreakdown attention_columns(const HardwareProfile& hw, Dtype dtype, double t
 
 CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionShape& s, int64_t batch,
                                     int64_t context_tokens) {
-  const double weight_params = attention_weight_params(s);
+  const AttentionWidths w = attention_widths(s);
+  const double weight_params = w.weight_params, q_width = w.q, kv_width = w.kv;
   MOESIM_REQUIRE(batch >= 0 && context_tokens >= 0, "batch and context_tokens must be >= 0");
   if (batch == 0) return CostBreakdown{};
   const double bytes = dtype_bytes(s.dtype);
-  const double q_width = static_cast<double>(s.heads) * s.head_dim;
-  const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
   const double b = static_cast<double>(batch), ctx = static_cast<double>(context_tokens);
   // Bytes: weights once, the whole KV cache read, the new K/V rows written, x read and y written.
   const double traffic = weight_params * bytes + ctx * 2.0 * kv_width * bytes + b * 2.0 * kv_width * bytes +
@@ -147,12 +152,11 @@ CostBreakdown attention_decode_time(const HardwareProfile& hw, const AttentionSh
 
 CostBreakdown attention_prefill_time(const HardwareProfile& hw, const AttentionShape& s, int64_t tokens,
                                      int64_t attended_positions) {
-  const double weight_params = attention_weight_params(s);
+  const AttentionWidths w = attention_widths(s);
+  const double weight_params = w.weight_params, q_width = w.q, kv_width = w.kv;
   MOESIM_REQUIRE(tokens >= 0 && attended_positions >= 0, "tokens and attended_positions must be >= 0");
   if (tokens == 0) return CostBreakdown{};
   const double bytes = dtype_bytes(s.dtype);
-  const double q_width = static_cast<double>(s.heads) * s.head_dim;
-  const double kv_width = static_cast<double>(s.kv_heads) * s.head_dim;
   const double n = static_cast<double>(tokens);
   // Bytes: weights once; K/V written and read once; x read and y written.
   const double traffic = weight_params * bytes + 2.0 * n * 2.0 * kv_width * bytes + n * 2.0 * s.hidden * bytes;

@@ -233,10 +233,10 @@ struct LayerRouting {
 
 // One layer of one step: attention with the KV cache and its residual, RMSNorm, router logits and
 // routing, dispatch, SwiGLU experts (routed and shared) and combine with its residual; x is updated in
-// place. Returns the layer's record; the routing request is kept in `req_out`.
+// place. Returns the layer's record; `req` receives the routing request (for the last MoE input).
 DecoderRecord run_layer(const DecoderLayerWeights& lw, const DecoderShape& s, int layer, const StepBatch& sb,
                         KvCache& cache, StepBuffers& buf, const LayerRouting& routing, RouterState& state,
-                        RouteRequest& req_out) {
+                        RouteRequest& req) {
   const int64_t N = sb.num_tokens, H = s.hidden, E = s.experts;
   DecoderRecord rec;
   rec.layer = layer;
@@ -260,7 +260,6 @@ DecoderRecord run_layer(const DecoderLayerWeights& lw, const DecoderShape& s, in
   sgemm_fixed_order_omp(buf.xn.data(), lw.router.data(), buf.logits.data(), N, H, E);
   for (int64_t t = 0; t < N; ++t)
     for (int64_t ex = 0; ex < E; ++ex) buf.logits[t * E + ex] += lw.popularity_bias[ex];
-  RouteRequest& req = req_out;
   req = RouteRequest{};
   req.logits = buf.logits.data();
   req.num_tokens = N;

@@ -262,30 +262,33 @@ std::vector<float> argmax_zero_logits(int64_t n) {
   return z;
 }
 
-BalanceMetrics route_and_measure(Gating g, int64_t n, int k, const std::vector<float>& logits,
-                                 const std::vector<int64_t>& token_ids = {}, double capacity_factor = 0) {
+// route_ref of `logits` [n, E] under one gating (capacity factor cf, token ids for hash), no state.
+Routing route_small(Gating g, const std::vector<float>& logits, int64_t n, int E, int k,
+                    const std::vector<int64_t>& token_ids = {}, double cf = 0) {
   RouterConfig cfg;
   cfg.gating = g;
-  cfg.capacity_factor = capacity_factor;
+  cfg.capacity_factor = cf;
   RouteRequest req;
   req.logits = logits.data();
   req.num_tokens = n;
-  req.num_experts = 4;
+  req.num_experts = E;
   req.top_k = k;
   req.token_ids = token_ids.empty() ? nullptr : token_ids.data();
-  const Routing r = route_ref(cfg, req, nullptr);
-  return compute_balance_metrics(r, logits.data(), Layout::dropless, 1);
+  return route_ref(cfg, req, nullptr);
+}
+
+double gshard_of(const Routing& r, const std::vector<float>& logits) {
+  return compute_balance_metrics(r, logits.data(), Layout::dropless, 1).aux_loss_gshard;
 }
 
 TEST(BalanceMetrics, GshardOfBalancedGatingByHand) {
   // Balanced, k = 1: token t -> expert t mod 4; 8 tokens give top-1 counts [2, 2, 2, 2].
   // gshard = 4 * (2/8 * 1/2 + 3 * 2/8 * 1/6) = 4 * (1/8 + 1/8) = 1.
-  const BalanceMetrics m = route_and_measure(Gating::balanced, 8, 1, argmax_zero_logits(8));
-  EXPECT_NEAR(m.aux_loss_gshard, 1.0, kLogitTol);
+  const std::vector<float> logits = argmax_zero_logits(8);
+  EXPECT_NEAR(gshard_of(route_small(Gating::balanced, logits, 8, 4, 1), logits), 1.0, kLogitTol);
   // k = 2: the first choice of token t is expert 2t mod 4: counts [4, 0, 4, 0];
   // gshard = 4 * (4/8 * 1/2 + 4/8 * 1/6) = 4/3.
-  const BalanceMetrics m2 = route_and_measure(Gating::balanced, 8, 2, argmax_zero_logits(8));
-  EXPECT_NEAR(m2.aux_loss_gshard, 4.0 / 3.0, kLogitTol);
+  EXPECT_NEAR(gshard_of(route_small(Gating::balanced, logits, 8, 4, 2), logits), 4.0 / 3.0, kLogitTol);
 }
 
 TEST(BalanceMetrics, GshardOfHashGatingByHand) {
@@ -293,21 +296,13 @@ TEST(BalanceMetrics, GshardOfHashGatingByHand) {
   // four with another id share h' (checked below, whatever the hash). With h != h' both 0: counts 4 and
   // 4, gshard = 4 * (4/8 * P[h] + 4/8 * P[h']).
   const std::vector<int64_t> ids = {7, 7, 7, 7, 11, 11, 11, 11};
-  RouterConfig cfg;
-  cfg.gating = Gating::hash;
   const std::vector<float> logits = argmax_zero_logits(8);
-  RouteRequest req;
-  req.logits = logits.data();
-  req.num_tokens = 8;
-  req.num_experts = 4;
-  req.top_k = 1;
-  req.token_ids = ids.data();
-  const Routing r = route_ref(cfg, req, nullptr);
+  const Routing r = route_small(Gating::hash, logits, 8, 4, 1, ids);
   const int h = r.expert[0], h2 = r.expert[4];
   for (int t = 0; t < 8; ++t) ASSERT_EQ(r.expert[t], t < 4 ? h : h2);
   const double P[4] = {0.5, 1.0 / 6, 1.0 / 6, 1.0 / 6};
   const double want = h == h2 ? 4.0 * P[h] : 4.0 * (0.5 * P[h] + 0.5 * P[h2]);
-  EXPECT_NEAR(compute_balance_metrics(r, logits.data(), Layout::dropless, 1).aux_loss_gshard, want, kLogitTol);
+  EXPECT_NEAR(gshard_of(r, logits), want, kLogitTol);
   // The hash does not look at the logits: unless both ids land on expert 0, the value is not the
   // argmax form's 2.
   if (h != 0 || h2 != 0) EXPECT_LT(want, 2.0 - 1e-3);
@@ -320,25 +315,16 @@ TEST(BalanceMetrics, GshardOfExpertChoiceByHand) {
   // [2, 2] while the argmax is expert 0 for all four. P0 = (s(3) + s(2) + s(1) + s(0)) / 4, P1 = 1 - P0
   // (s the logistic): gshard = 2 * (2/4 P0 + 2/4 P1) = 1; the argmax form gives 2 P0 = 1.532.
   const std::vector<float> logits = {3, 0, 2, 0, 1, 0, 0, 0};
-  RouterConfig cfg;
-  cfg.gating = Gating::expert_choice;
-  RouteRequest req;
-  req.logits = logits.data();
-  req.num_tokens = 4;
-  req.num_experts = 2;
-  req.top_k = 1;
-  const Routing r = route_ref(cfg, req, nullptr);
+  const Routing r = route_small(Gating::expert_choice, logits, 4, 2, 1);
   std::vector<int> expert_of(4, -1);
   for (int64_t i = 0; i < r.num_assignments(); ++i) expert_of[r.token[i]] = r.expert[i];
   ASSERT_EQ(expert_of, (std::vector<int>{0, 0, 1, 1}));
-  const BalanceMetrics m = compute_balance_metrics(r, logits.data(), Layout::dropless, 1);
-  EXPECT_NEAR(m.aux_loss_gshard, 1.0, 1e-6);
+  EXPECT_NEAR(gshard_of(r, logits), 1.0, 1e-6);
   // Capacity factor 0.5: one token per expert (0 and 3); tokens 1 and 2 have no top-1 and count in N
   // only: gshard = 2 * (1/4 P0 + 1/4 P1) = 1/2.
-  cfg.capacity_factor = 0.5;
-  const Routing half = route_ref(cfg, req, nullptr);
+  const Routing half = route_small(Gating::expert_choice, logits, 4, 2, 1, {}, 0.5);
   EXPECT_EQ(compute_balance_metrics(half, logits.data(), Layout::dropless, 1).tokens_unrouted, 2);
-  EXPECT_NEAR(compute_balance_metrics(half, logits.data(), Layout::dropless, 1).aux_loss_gshard, 0.5, 1e-6);
+  EXPECT_NEAR(gshard_of(half, logits), 0.5, 1e-6);
 }
 
 TEST(BalanceMetrics, MetricsFromLoads) {

@@ -1,6 +1,7 @@
-// `moesim check FILE... [--baseline results.json] [--rtol R] [--atol A] [--update-baseline [--force]]`:
-// exit 0 when every expect: bound and baseline comparison holds, 1 with one line per failing metric,
-// 2 for bad input. --update-baseline writes nothing while a bound fails, unless --force.
+// `moesim check FILE... [--baseline results.json] [--metrics a,b] [--allow-change KEY] [--rtol R] [--atol A]
+// [--update-baseline [--force]]`: exit 0 when every expect: bound and baseline comparison holds, 1 with
+// one line per failing metric, 2 for bad input, a baseline of another experiment included.
+// --update-baseline writes nothing while a bound fails, unless --force. docs/gate-your-ci.md.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -8,9 +9,14 @@
 #include <sstream>
 
 #include "src/cli/cli_common.hpp"
+#include "src/common/digest.hpp"
 #include "src/common/error.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/pipeline/run_experiment.hpp"
 #include "src/report/atomic_write.hpp"
 #include "src/report/check.hpp"
+#include "src/report/provenance.hpp"
+#include "src/report/report.hpp"
 
 namespace moesim::cli {
 namespace {
@@ -27,19 +33,47 @@ std::map<std::string, nlohmann::json> read_baselines(const std::string& path) {
   return parse_baselines(text.str(), path);
 }
 
+// Exit 2 before anything runs when the baseline was recorded from another effective experiment than
+// `e`: the same identity as check.hpp experiment_difference, from the experiment before it runs.
+void refuse_foreign_baseline(const Experiment& e, const nlohmann::json& base, const std::string& path,
+                             const std::vector<std::string>& allowed) {
+  const std::string file_read = resolve_workload_path(e);
+  nlohmann::json now;
+  now["experiment"] = experiment_json(e, file_read);
+  now["hardware"]["digest"] = hardware_digest(load_hardware_profile(e.hardware, e.source_file));
+  if (!file_read.empty()) now["workload"]["file_digest"] = file_digest(file_read);
+  for (const std::string& key : allowed) {
+    if (!names_config_key(now["experiment"]["config"], key))
+      throw InputError("--allow-change: expected a key or section of the experiment, as moesim config prints it, got '" +
+                       key + "'");
+  }
+  const auto d = experiment_difference(base, now, allowed);
+  if (!d) return;
+  throw InputError(path + ": recorded from another experiment than " + e.source_file + ": " + d->key + " is " +
+                   d->baseline_value + " there and " + d->run_value + " here (--allow-change " +
+                   d->key.substr(0, d->key.find(' ')) + " compares anyway)");
+}
+
 }  // namespace
 
 int cmd_check(int argc, char** argv) {
   CommonOptions opts;
   bool help = false, update = false, force = false, execute = false;
-  std::string baseline;
-  double rtol = 0.0, atol = 1e-9;
+  std::string baseline, metrics_list;
+  std::vector<std::string> allow_change;
+  double rtol = kBaselineRtol, atol = kBaselineAtol;
   po::options_description desc("moesim check FILE... [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&opts.files), "experiment YAML files with expect: blocks")(
       "baseline", po::value(&baseline), "compare against this JSON (from run/compare/check --update-baseline)")(
-      "rtol", po::value(&rtol), "relative tolerance for baseline comparisons (default 0)")(
-      "atol", po::value(&atol), "absolute tolerance for baseline comparisons (default 1e-9)")(
+      "metrics", po::value(&metrics_list),
+      "compare these metrics (comma-separated) against the baseline; default: those the expect: block names, "
+      "else imbalance, drop_rate, tokens_unrouted, cv, entropy_norm, batching_efficiency, modeled_time_s")(
+      "allow-change", po::value(&allow_change)->composing(),
+      "compare with a baseline whose experiment differs in this key or section (repeatable)")(
+      "rtol", po::value(&rtol), "relative tolerance of float metrics against the baseline (default 1e-6)")(
+      "atol", po::value(&atol), "absolute tolerance of float metrics against the baseline (default 1e-12); "
+      "counts compare exactly")(
       "update-baseline", po::bool_switch(&update),
       "rewrite --baseline with this run's results; nothing is written when an expect: bound fails")(
       "force", po::bool_switch(&force), "with --update-baseline: write the baseline even when a bound fails")(
@@ -51,6 +85,15 @@ int cmd_check(int argc, char** argv) {
   if (!(rtol >= 0) || !(atol >= 0)) throw InputError("--rtol/--atol: expected non-negative numbers");
   if (update && baseline.empty()) throw InputError("--update-baseline: expected --baseline FILE to write");
   if (force && !update) throw InputError("--force: expected --update-baseline (it only forces writing the baseline)");
+  if (baseline.empty() && (!metrics_list.empty() || !allow_change.empty()))
+    throw InputError(std::string(metrics_list.empty() ? "--allow-change" : "--metrics") +
+                     ": expected --baseline FILE (it selects what a baseline comparison reads)");
+  std::vector<std::string> requested_metrics;
+  for (std::stringstream in(metrics_list); in.good();) {
+    std::string m;
+    std::getline(in, m, ',');
+    if (!m.empty()) requested_metrics.push_back(m);
+  }
   apply_threads(opts.threads);
 
   std::map<std::string, nlohmann::json> baselines;
@@ -66,6 +109,12 @@ int cmd_check(int argc, char** argv) {
   for (const Experiment& e : experiments) {
     std::vector<std::string> labels;
     const auto b = baselines.find(e.name);
+    if (!baselines.empty() && b == baselines.end()) {
+      std::string names;
+      for (const auto& [name, run] : baselines) names += (names.empty() ? "" : ", ") + name;
+      throw InputError(baseline + ": expected a run of experiment '" + e.name + "' (" + e.source_file +
+                       "), got runs of: " + names);
+    }
     if (b != baselines.end()) labels = baseline_labels(b->second, baseline);
     bool needs_execute = execute;
     for (const Expectation& x : e.expect) needs_execute |= x.metric.rfind("measured_", 0) == 0;
@@ -84,11 +133,13 @@ int cmd_check(int argc, char** argv) {
     } catch (const Error& ex) {
       throw InputError(baseline + ": " + ex.what());
     }
+    const std::vector<std::string> metrics = baseline_metrics(e, requested_metrics);
+    if (b != baselines.end()) refuse_foreign_baseline(e, b->second, baseline, allow_change);
     const RunResult run = run_experiment(e, variants, ro);
     auto f = check_expectations(run);
     failures.insert(failures.end(), f.begin(), f.end());
     if (b != baselines.end()) {
-      auto g = check_against_baseline(run, b->second, rtol, atol);
+      auto g = check_against_baseline(run, b->second, metrics, rtol, atol);
       failures.insert(failures.end(), g.begin(), g.end());
     }
     checked += e.expect.size();
@@ -98,7 +149,10 @@ int cmd_check(int argc, char** argv) {
     std::cout << "check: the baseline " << baseline << " was not written: " << failures.size()
               << " expect: bound(s) fail (--force writes it anyway)\n";
   } else if (update) {
-    const nlohmann::json out = runs.size() == 1 ? runs[0] : nlohmann::json{{"schema_version", kReportSchemaVersion}, {"runs", runs}};
+    const nlohmann::json out =
+        runs.size() == 1
+            ? runs[0]
+            : nlohmann::json{{"schema_version", kReportSchemaVersion}, {"provenance", provenance_json()}, {"runs", runs}};
     write_file_atomic(baseline, out.dump(2) + "\n");
     std::cout << "check: wrote the baseline " << baseline << " (" << runs.size() << " run(s))\n";
   }

@@ -12,6 +12,7 @@
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "src/cost/hardware_profile.hpp"
 #include "src/report/route_report.hpp"
 #include "src/report/text_format.hpp"
 #include "router/balance_metrics.hpp"
@@ -144,6 +145,8 @@ int cmd_route(int argc, char** argv) {
   report.memory_estimate_bytes = need;
   report.memory_limit_bytes = limit;
   report.metrics = bm;
+  report.experiment = e;
+  report.hardware_digest = hardware_digest(load_hardware_profile(e.hardware, e.source_file));
   emit(opts, format_route(report, format));
   return kExitOk;
 }

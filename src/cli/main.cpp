@@ -9,7 +9,9 @@
 
 #include "src/cli/cli_common.hpp"
 #include "src/cli/commands.hpp"
+#include "src/common/build_info.hpp"
 #include "src/common/error.hpp"
+#include "src/report/provenance.hpp"
 
 int main(int argc, char** argv) {
   using namespace moesim;
@@ -18,10 +20,12 @@ int main(int argc, char** argv) {
     return argc < 2 ? kExitBadInput : kExitOk;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::cout << "moesim " << MOESIM_VERSION << "\n";
+    const std::string commit = build_commit();
+    std::cout << "moesim " << MOESIM_VERSION << (commit.empty() ? "" : " (commit " + commit + ")") << "\n";
     return kExitOk;
   }
   const std::string cmd = argv[1];
+  set_result_command(cmd);
   try {
     if (const cli::Command* c = cli::find_command(cmd)) return c->handler(argc - 1, argv + 1);
     std::cerr << "moesim: unknown command '" << cmd << "'; expected " << cli::command_names() << "\n";

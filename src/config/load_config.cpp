@@ -9,6 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -181,6 +182,39 @@ std::string experiment_to_yaml(const Experiment& e) {
   emit_experiment(out, e);
   return std::string(out.c_str()) + "\n";
 }
+
+namespace {
+
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      nlohmann::json j = nlohmann::json::object();
+      for (const auto& kv : n) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      return j;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& item : n) j.push_back(yaml_to_json(item));
+      return j;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string text = n.Scalar();
+      if (n.Tag() == "!") return text;  // quoted: a string whatever it reads as
+      if (text == "true" || text == "false") return text == "true";
+      long long i = 0;
+      if (YAML::convert<long long>::decode(n, i)) return i;
+      double d = 0;
+      if (YAML::convert<double>::decode(n, d) && std::isfinite(d)) return d;
+      return text;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+nlohmann::json experiment_to_json(const Experiment& e) { return yaml_to_json(YAML::Load(experiment_to_yaml(e))); }
 
 void apply_override(Experiment& e, const std::string& key_eq_value) {
   const std::string source = e.source_file.empty() ? "<effective>" : "<effective " + e.source_file + ">";

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "src/config/experiment.hpp"
 
 namespace moesim {
@@ -23,6 +25,10 @@ Experiment default_experiment(const std::vector<std::string>& overrides);
 
 // Every key of the effective experiment as YAML; loading it back gives an equal Experiment.
 std::string experiment_to_yaml(const Experiment& e);
+
+// The same tree as JSON, as results record it (docs/json-schema.md, `experiment.config`): plain YAML
+// scalars become booleans, integers or numbers where they read as such, quoted ones stay strings.
+nlohmann::json experiment_to_json(const Experiment& e);
 
 // Applies one "KEY.PATH=VALUE" override to an already validated experiment and re-validates it;
 // on error `e` is left unchanged and ConfigError is thrown.

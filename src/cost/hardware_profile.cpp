@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "src/common/digest.hpp"
 #include "src/common/embedded.hpp"
 #include "src/common/error.hpp"
 
@@ -329,6 +331,42 @@ double critical_batch(const HardwareProfile& hw, Dtype dtype) {
   // DESIGN.md "Cost model": B* = F * bytes_per_weight / (2 * BW). A weight GEMM with n tokens does 2 n
   // FLOPs per weight it loads, so it turns compute-bound once 2 n / bytes_per_weight > F / BW.
   return *f * dtype_bytes(dtype) / (2.0 * hw.memory_bandwidth_bytes_per_s);
+}
+
+std::string hardware_digest(const HardwareProfile& hw) {
+  std::string text = "name=" + hw.name + "\n";
+  auto add = [&](const char* key, double v) {
+    char line[96];
+    std::snprintf(line, sizeof line, "%s=%.17g\n", key, v);
+    text += line;
+  };
+  auto add_peak = [&](const char* key, const std::optional<double>& v) {
+    if (v) add(key, *v);
+    else text += std::string(key) + "=none\n";
+  };
+  add_peak("peak_fp32", hw.peak_fp32_flops_per_s);
+  add_peak("peak_tf32", hw.peak_tf32_flops_per_s);
+  add_peak("peak_bf16", hw.peak_bf16_flops_per_s);
+  add_peak("peak_fp16", hw.peak_fp16_flops_per_s);
+  add_peak("peak_fp8", hw.peak_fp8_flops_per_s);
+  add_peak("peak_int8", hw.peak_int8_flops_per_s);
+  add("memory_bandwidth", hw.memory_bandwidth_bytes_per_s);
+  add("memory_bytes", hw.memory_bytes);
+  add("sm_count", hw.sm_count);
+  add("smem_per_sm", hw.smem_per_sm_bytes);
+  add("l2_bytes", hw.l2_bytes);
+  add("launch_overhead", hw.launch_overhead_s);
+  add("link_bandwidth", hw.link_bandwidth_bytes_per_s);
+  add("link_latency", hw.link_latency_s);
+  add("devices_per_node", hw.devices_per_node);
+  add("inter_node_bandwidth", hw.inter_node_bandwidth_bytes_per_s);
+  add("tile_m", hw.tile_m);
+  add("tile_n", hw.tile_n);
+  add("efficiency_flops", hw.efficiency_flops);
+  add("efficiency_bw", hw.efficiency_bw);
+  add("memory_compute_overlap", hw.memory_compute_overlap);
+  add("calibrated", hw.calibrated ? 1 : 0);
+  return bytes_digest(text);
 }
 
 }  // namespace moesim

@@ -69,6 +69,11 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
 // YAML file, got 'NAME'", ORIGIN being ref.origin, or "EXPERIMENT_FILE: hardware" when that is empty.
 HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string& experiment_file);
 
+// The digest (common/digest.hpp) of every value of the profile the cost model reads: the name, the
+// peaks, bandwidths, sizes, tiles, efficiencies, overlap and `calibrated`, each printed to 17
+// significant digits. The description and source notes are left out, so editing a note keeps it.
+std::string hardware_digest(const HardwareProfile& hw);
+
 // Names of the built-in profiles (configs/hardware/*.yaml compiled into the binary), sorted.
 std::vector<std::string> builtin_hardware_names();
 

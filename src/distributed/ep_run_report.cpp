@@ -1,5 +1,6 @@
-// The reports of an expert-parallel run (see ep_run.hpp): JSON (every step, rank and phase time, the
-// placement epochs, the cost model, the rebalancing gain), the table (header, per-(step, rank) rows,
+// The reports of an expert-parallel run (see ep_run.hpp): JSON (the single-process run schema, with
+// every step, rank and phase time, the placement epochs, the cost model and the rebalancing gain under
+// `expert_parallel`), the table (header, per-(step, rank) rows,
 // per-step and per-rank summaries, the model at its real size) and the same rows as csv or markdown. Pure
 // functions of the EpRunResult. Host only. Covered by the mpi-labelled CTest entries (tests/mpi/CMakeLists.txt).
 #include "src/distributed/ep_run.hpp"
@@ -8,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "src/report/report.hpp"
 #include "src/report/text_format.hpp"
 
 namespace moesim {
@@ -243,36 +245,53 @@ std::string table_closing(const EpRunResult& r) {
 
 }  // namespace
 
+namespace {
+
+// The run as a single-process result sees it: one strategy (the experiment's own router), one routed
+// batch per step, modeled at the model's real size expert-parallel over the job's ranks.
+RunResult as_run_result(const EpRunResult& r) {
+  RunResult run;
+  run.experiment = r.experiment;
+  run.hardware = r.hardware;
+  run.num_tokens = r.num_tokens;
+  VariantResult v;
+  v.variant = own_variant(r.experiment).front();
+  for (const EpStep& s : r.steps) v.per_batch.push_back(s.metrics);
+  // Without a peak for model.dtype the profile cannot cost the real size; the last step at the executed
+  // size stands in (expert_parallel.modeled_model_size is then absent).
+  const LayerCost cost = r.has_model_size || r.steps.empty() ? r.modeled_model_size : r.steps.back().modeled;
+  v.modeled.push_back({"expert_parallel", r.num_ranks, cost});
+  v.verify_message = r.verify_message;
+  run.variants.push_back(std::move(v));
+  return run;
+}
+
+}  // namespace
+
 nlohmann::json ep_run_to_json(const EpRunResult& r) {
   const Experiment& e = r.experiment;
-  nlohmann::json j;
-  j["schema_version"] = kReportSchemaVersion;
-  j["moesim_version"] = MOESIM_VERSION;
+  // The single-process schema (report.hpp run_to_json), with the per-rank blocks under expert_parallel.
+  nlohmann::json j = run_to_json(as_run_result(r));
   j["mode"] = "expert_parallel_mpi";
-  j["experiment"] = {{"name", e.name}, {"source", e.source_file}};
-  j["ranks"] = r.num_ranks;
-  j["ranks_per_host"] = r.ranks_per_host;
-  j["host_cores"] = r.host_cores;
-  j["num_tokens"] = r.num_tokens;
-  j["gating"] = to_string(e.router.gating);
-  j["routing"] = r.routing_local ? "local" : "replicated";
-  j["model"] = {{"hidden", e.model.hidden}, {"ffn", e.model.ffn}, {"experts", e.model.experts},
-                {"top_k", e.model.top_k}, {"shared_experts", e.model.shared_experts}, {"dtype", to_string(e.model.dtype)}};
-  j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats}};
-  j["hardware"] = {{"name", r.hardware.name},
-                   {"calibrated", r.hardware.calibrated},
-                   {"link_bandwidth_bytes_per_s", r.hardware.link_bandwidth_bytes_per_s},
-                   {"link_latency_s", r.hardware.link_latency_s}};
+  nlohmann::json ep;
+  ep["ranks"] = r.num_ranks;
+  ep["ranks_per_host"] = r.ranks_per_host;
+  ep["host_cores"] = r.host_cores;
+  ep["num_tokens"] = r.num_tokens;
+  ep["routing"] = r.routing_local ? "local" : "replicated";
+  ep["link"] = {{"calibrated", r.hardware.calibrated},
+                {"link_bandwidth_bytes_per_s", r.hardware.link_bandwidth_bytes_per_s},
+                {"link_latency_s", r.hardware.link_latency_s}};
   nlohmann::json epochs = nlohmann::json::array();
   for (size_t i = 0; i < r.placements.size(); ++i) {
     const ExpertPlacement& p = r.placements[i];
     epochs.push_back({{"first_step", r.epoch_first_step[i]}, {"expert", p.expert}, {"device", p.device},
                       {"replicas", p.replicas}});
   }
-  j["placement"] = {{"rule", r.placement_rule},
-                    {"replicas", e.placement.replicas},
-                    {"rebalance_every", e.placement.rebalance_every},
-                    {"epochs", epochs}};
+  ep["placement"] = {{"rule", r.placement_rule},
+                     {"replicas", e.placement.replicas},
+                     {"rebalance_every", e.placement.rebalance_every},
+                     {"epochs", epochs}};
   nlohmann::json steps = nlohmann::json::array();
   for (const EpStep& s : r.steps) {
     nlohmann::json ranks = nlohmann::json::array();
@@ -306,19 +325,20 @@ nlohmann::json ep_run_to_json(const EpRunResult& r) {
     }
     steps.push_back(js);
   }
-  j["steps"] = steps;
-  if (r.has_model_size) j["modeled_model_size"] = cost_json(r.modeled_model_size);
+  ep["steps"] = steps;
+  if (r.has_model_size) ep["modeled_model_size"] = cost_json(r.modeled_model_size);
   const Gain g = rebalance_gain(r);
   if (g.steps > 0) {
-    j["rebalance_gain"] = {{"steps", g.steps},
-                           {"rank_imbalance", g.rank_imbalance},
-                           {"static_rank_imbalance", g.static_rank_imbalance},
-                           {"modeled_layer_s", g.modeled_s},
-                           {"static_modeled_layer_s", g.static_modeled_s},
-                           {"layer_s", g.layer_s},
-                           {"static_layer_s", g.static_layer_s}};
+    ep["rebalance_gain"] = {{"steps", g.steps},
+                            {"rank_imbalance", g.rank_imbalance},
+                            {"static_rank_imbalance", g.static_rank_imbalance},
+                            {"modeled_layer_s", g.modeled_s},
+                            {"static_modeled_layer_s", g.static_modeled_s},
+                            {"layer_s", g.layer_s},
+                            {"static_layer_s", g.static_layer_s}};
   }
-  if (!r.verify_message.empty()) j["verify"] = {{"ok", r.verify_ok}, {"message", r.verify_message}};
+  if (!r.verify_message.empty()) ep["verify"] = {{"ok", r.verify_ok}, {"message", r.verify_message}};
+  j["expert_parallel"] = ep;
   return j;
 }
 

@@ -126,6 +126,7 @@ struct RunResult {
   // trace: whether the recorded decisions were replayed (no logits) or re-routed.
   bool trace_replayed = false;
   std::string workload_path;            // trace / load_profile / logits: the file read
+  std::string workload_digest;          // its bytes' digest (common/digest.hpp file_digest)
   std::string profile_key;              // load_profile: the profile used
   ExecBackend backend = ExecBackend::cpu;  // where the executed layer ran
   std::string device;                      // cuda: the device's description (cuda_device_description)

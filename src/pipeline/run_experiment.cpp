@@ -121,6 +121,7 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
       run_batches(e, variants, opts, result);
       break;
   }
+  if (!result.workload_path.empty()) result.workload_digest = file_digest(result.workload_path);
   return result;
 }
 

@@ -1,6 +1,7 @@
 // Expectation and baseline checks (see check.hpp).
 #include "src/report/check.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -8,6 +9,7 @@
 
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "src/report/provenance.hpp"
 #include "src/report/report.hpp"
 #include "src/report/text_format.hpp"
 
@@ -30,7 +32,125 @@ bool matches(const std::string& wanted, const VariantResult& v) {
   return wanted.empty() || wanted == v.variant.label || wanted == to_string(v.variant.router.gating);
 }
 
+bool is_measured(const std::string& metric) { return metric.rfind("measured_", 0) == 0; }
+
+// Whether `key` is one of `allowed` or lies under one ("workload" allows workload.skew).
+bool allowed_key(const std::string& key, const std::vector<std::string>& allowed) {
+  for (const std::string& a : allowed)
+    if (key == a || (key.size() > a.size() && key.compare(0, a.size(), a) == 0 && key[a.size()] == '.')) return true;
+  return false;
+}
+
+// Keys of experiment.config that cannot move a gated metric, or are compared another way.
+bool skipped_key(const std::string& key) {
+  return key == "name" || key == "expect" || key == "execute.enabled" || key == "execute.repeats" ||
+         key == "workload.path";
+}
+
+const nlohmann::json kAbsent = nlohmann::json::value_t::discarded;
+
+std::string value_text(const nlohmann::json& v) { return v.is_discarded() ? "absent" : shown(v); }
+
+// The first differing key under two config (sub)trees, in key order; maps recurse, anything else is
+// one value.
+std::optional<ExperimentDifference> first_difference(const nlohmann::json& a, const nlohmann::json& b,
+                                                     const std::string& prefix,
+                                                     const std::vector<std::string>& allowed) {
+  if (a.is_object() && b.is_object()) {
+    std::set<std::string> keys;
+    for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
+    for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
+    for (const std::string& k : keys) {
+      const std::string path = prefix.empty() ? k : prefix + "." + k;
+      if (skipped_key(path) || allowed_key(path, allowed)) continue;
+      const nlohmann::json& x = a.contains(k) ? a[k] : kAbsent;
+      const nlohmann::json& y = b.contains(k) ? b[k] : kAbsent;
+      if (auto d = first_difference(x, y, path, allowed)) return d;
+    }
+    return std::nullopt;
+  }
+  if (a == b && !a.is_discarded() && !b.is_discarded()) return std::nullopt;
+  return ExperimentDifference{prefix, value_text(a), value_text(b)};
+}
+
+const nlohmann::json& at_path(const nlohmann::json& j, std::initializer_list<const char*> path) {
+  const nlohmann::json* at = &j;
+  for (const char* k : path) {
+    if (!at->is_object() || !at->contains(k)) return kAbsent;
+    at = &(*at)[k];
+  }
+  return *at;
+}
+
 }  // namespace
+
+bool names_config_key(const nlohmann::json& config, const std::string& key) {
+  const nlohmann::json* at = &config;
+  for (std::stringstream parts(key); parts.good();) {
+    std::string part;
+    std::getline(parts, part, '.');
+    if (!at->is_object() || !at->contains(part)) return false;
+    at = &(*at)[part];
+  }
+  return !key.empty();
+}
+
+const std::vector<std::string>& default_baseline_metrics() {
+  static const std::vector<std::string> m = {"imbalance",    "drop_rate",           "tokens_unrouted", "cv",
+                                             "entropy_norm", "batching_efficiency", "modeled_time_s"};
+  return m;
+}
+
+bool is_count_metric(const std::string& m) {
+  static const std::set<std::string> counts = {"dropped",        "tokens_unrouted", "padding_waste",
+                                               "active_experts", "dead_experts",    "capacity"};
+  return counts.count(m) > 0;
+}
+
+std::vector<std::string> baseline_metrics(const Experiment& e, const std::vector<std::string>& requested) {
+  const std::vector<std::string>& known = scalar_metric_names();
+  std::vector<std::string> out;
+  auto add = [&](const std::string& m) {
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  };
+  if (!requested.empty()) {
+    for (const std::string& m : requested) {
+      if (std::find(known.begin(), known.end(), m) == known.end()) {
+        std::string names;
+        for (const std::string& k : known)
+          if (!is_measured(k)) names += (names.empty() ? "" : ", ") + k;
+        fail("--metrics: expected metric names from " + names + ", got '" + m + "'");
+      }
+      if (is_measured(m))
+        fail("--metrics: " + m + " depends on the machine's load, so no baseline compares it; bound it in expect:");
+      add(m);
+    }
+    return out;
+  }
+  for (const Expectation& x : e.expect)
+    if (!is_measured(x.metric)) add(x.metric);
+  return out.empty() ? default_baseline_metrics() : out;
+}
+
+std::optional<ExperimentDifference> experiment_difference(const nlohmann::json& baseline, const nlohmann::json& run,
+                                                          const std::vector<std::string>& allowed) {
+  if (auto d = first_difference(at_path(baseline, {"experiment", "config"}), at_path(run, {"experiment", "config"}),
+                                "", allowed))
+    return d;
+  if (!allowed_key("workload.path", allowed)) {
+    const nlohmann::json& was = at_path(baseline, {"workload", "file_digest"});
+    const nlohmann::json& now = at_path(run, {"workload", "file_digest"});
+    if (was != now || was.is_discarded() != now.is_discarded())
+      return ExperimentDifference{"workload.path (the file's contents)", value_text(was), value_text(now)};
+  }
+  if (!allowed_key("hardware", allowed)) {
+    const nlohmann::json& was = at_path(baseline, {"hardware", "digest"});
+    const nlohmann::json& now = at_path(run, {"hardware", "digest"});
+    if (was != now || was.is_discarded() != now.is_discarded())
+      return ExperimentDifference{"hardware (the profile's values)", value_text(was), value_text(now)};
+  }
+  return std::nullopt;
+}
 
 std::string CheckFailure::line() const {
   return file + ": " + strategy + ": " + metric + " = " + num(value) + ", expected " + bound;
@@ -94,11 +214,24 @@ std::vector<CheckFailure> check_expectations(const RunResult& run) {
 }
 
 std::vector<std::string> baseline_labels(const nlohmann::json& b, const std::string& name) {
-  if (!b.is_object() || !b.contains("schema_version") || !b.contains("strategies") || !b["strategies"].is_array())
+  if (!b.is_object() || !b.contains("schema_version"))
     fail(name + ": expected a moesim run JSON (schema_version, strategies[]), got something else");
-  if (b["schema_version"] != kReportSchemaVersion)
-    fail(name + ": schema_version: expected " + std::to_string(kReportSchemaVersion) + ", got " +
-         shown(b["schema_version"]));
+  if (b["schema_version"] != kReportSchemaVersion) {
+    const nlohmann::json& v = b["schema_version"];
+    const bool older = v.is_number_integer() && v.get<int64_t>() < kReportSchemaVersion;
+    fail(name + ": schema_version: expected " + std::to_string(kReportSchemaVersion) + ", got " + shown(v) +
+         (older ? " (an older moesim wrote it: record it again with check --update-baseline)" : ""));
+  }
+  const nlohmann::json& command = at_path(b, {"provenance", "command"});
+  if (!command.is_string())
+    fail(name + ": provenance.command: expected the command that wrote the baseline (run, compare or check)");
+  if (!is_run_result_command(command.get<std::string>()))
+    fail(name + ": provenance.command: expected the JSON of moesim run, compare or check, got a result of moesim " +
+         command.get<std::string>().substr(0, 40));
+  if (!b.contains("strategies") || !b["strategies"].is_array())
+    fail(name + ": expected a moesim run JSON (schema_version, strategies[]), got something else");
+  if (!at_path(b, {"experiment", "config"}).is_object())
+    fail(name + ": experiment.config: expected the effective experiment the baseline was recorded from");
   std::vector<std::string> labels;
   for (const auto& s : b["strategies"]) {
     if (!s.is_object() || !s.contains("strategy") || !s["strategy"].is_string() || !s.contains("metrics") ||
@@ -133,29 +266,33 @@ std::map<std::string, nlohmann::json> parse_baselines(const std::string& text, c
   return by_name;
 }
 
-std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline, double rtol,
-                                                 double atol) {
+std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline,
+                                                 const std::vector<std::string>& metrics, double rtol, double atol) {
   std::vector<CheckFailure> failures;
   for (const auto& s : baseline["strategies"]) {
     const std::string label = s["strategy"].get<std::string>();
     for (const VariantResult& v : run.variants) {
       if (v.variant.label != label) continue;
-      for (const std::string& metric : scalar_metric_names()) {
-        const int dir = metric_direction(metric);
-        if (dir == 0) continue;
-        // Batch metrics sit under "metrics"; modeled ones under modeled.<placement>.
-        const nlohmann::json* base = nullptr;
-        if (s["metrics"].contains(metric)) base = &s["metrics"][metric];
+      for (const std::string& metric : metrics) {
+        const nlohmann::json& base = s["metrics"].contains(metric) ? s["metrics"][metric] : kAbsent;
         const std::optional<double> now = metric_value(run, v, metric, "value");
-        if (!base || !base->is_number() || !now) continue;
-        const double was = base->get<double>();
-        const double slack = atol + rtol * std::fabs(was);
-        const bool worse = dir < 0 ? *now > was + slack : *now < was - slack;
-        if (worse) {
-          failures.push_back({run.experiment.source_file, label, metric, *now,
-                              std::string(dir < 0 ? "at most" : "at least") + " baseline " + num(was) + " (rtol " +
-                                  num(rtol) + ", atol " + num(atol) + ")"});
+        if (!base.is_number() && !now) continue;  // the metric does not apply to this strategy
+        if (!base.is_number() || !now) {
+          failures.push_back({run.experiment.source_file, label, metric, now ? *now : NAN,
+                              std::string(now ? "no value, as in the baseline" : "a value, as in the baseline (") +
+                                  (now ? "" : num(base.get<double>()) + ")")});
+          continue;
         }
+        const double was = base.get<double>();
+        const bool exact = is_count_metric(metric);
+        const double slack = exact ? 0.0 : atol + rtol * std::fabs(was);
+        const int dir = metric_direction(metric);
+        const bool worse = dir < 0 ? *now > was + slack : dir > 0 ? *now < was - slack : std::fabs(*now - was) > slack;
+        if (!worse) continue;
+        const std::string how = dir < 0 ? "at most" : dir > 0 ? "at least" : "equal to";
+        const std::string tolerance = exact ? "exact count" : "rtol " + num(rtol) + ", atol " + num(atol);
+        failures.push_back({run.experiment.source_file, label, metric, *now,
+                            how + " baseline " + num(was) + " (" + tolerance + ")"});
       }
     }
   }

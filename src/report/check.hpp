@@ -1,6 +1,7 @@
 // `check`: the regression gate on balance metrics. Evaluates an experiment's `expect:` bounds against
-// a run, and compares a run against a baseline (the JSON that run/compare write) with a tolerance,
-// flagging only moves in the bad direction of each metric. Host only.
+// a run, and compares a run against a baseline (the JSON that run/compare/check write) of the same
+// effective experiment, on a focused set of routing-dependent metrics, flagging only moves in the bad
+// direction of each metric (docs/gate-your-ci.md). Host only.
 // Covered by tests/report/check_test.cpp and the regression suite in configs/regression/.
 #pragma once
 
@@ -22,6 +23,41 @@ struct CheckFailure {
   std::string line() const;  // "FILE: STRATEGY: METRIC = VALUE, expected BOUND"
 };
 
+// Baseline tolerances by default: above the rounding noise of a float metric printed to 17 digits and
+// recomputed by another compiler or BLAS kernel, far below any change a router or workload makes.
+constexpr double kBaselineRtol = 1e-6;
+constexpr double kBaselineAtol = 1e-12;
+
+// The metrics a baseline comparison reads when neither --metrics nor an expect: block names any:
+// imbalance, drop_rate, tokens_unrouted, cv, entropy_norm, batching_efficiency, modeled_time_s. Every
+// one moves with the routing; z_loss (the logits only) and critical_batch (the hardware only) do not.
+const std::vector<std::string>& default_baseline_metrics();
+
+// The metrics to compare against a baseline: `requested` (--metrics) when given, each checked against
+// the vocabulary (measured ones refused: they depend on the machine's load); else the metrics e's
+// expect: block names, measured ones left out; else the default set. Throws InputError.
+std::vector<std::string> baseline_metrics(const Experiment& e, const std::vector<std::string>& requested);
+
+// Counts (dropped, tokens_unrouted, padding_waste, active_experts, dead_experts, capacity): compared
+// exactly against a baseline, whatever the tolerance.
+bool is_count_metric(const std::string& metric);
+
+// Where a baseline's experiment differs from a run's: the first differing key of experiment.config in
+// key order, with both values as JSON text. Keys that cannot move a gated metric are skipped (name,
+// expect, execute.enabled, execute.repeats); a file the workload read is compared by its bytes'
+// digest (workload.file_digest), not its path; a hardware profile by its contents (hardware.digest).
+struct ExperimentDifference {
+  std::string key, baseline_value, run_value;
+};
+// `run` needs experiment.config, hardware.digest and workload.file_digest (when a file was read), as
+// run_to_json writes them. A key in `allowed`, or under one (a section), is skipped.
+std::optional<ExperimentDifference> experiment_difference(const nlohmann::json& baseline_run,
+                                                          const nlohmann::json& run,
+                                                          const std::vector<std::string>& allowed);
+
+// Whether `key` ("workload", "workload.skew") names a section or key of a config tree.
+bool names_config_key(const nlohmann::json& config, const std::string& key);
+
 // +1 when larger is better (entropy_norm, batching_efficiency, ...), -1 when smaller is better,
 // 0 when the metric is not gated against a baseline (capacity, critical_batch, and measured times,
 // which depend on the machine's load; `expect:` may still bound them).
@@ -34,11 +70,16 @@ std::vector<RouterVariant> check_variants(const Experiment& e, const std::vector
 // Bounds of the experiment's expect: block against the run.
 std::vector<CheckFailure> check_expectations(const RunResult& run);
 
-// The run against one baseline run JSON: every gated scalar metric of every strategy present in both.
+// The run against one baseline run JSON: `metrics` of every strategy present in both. Counts compare
+// exactly, other metrics within atol + rtol |baseline|; a metric with a good direction fails only when
+// it moves the bad way, one without (capacity, critical_batch) when it moves either way.
 std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline_run,
-                                                 double rtol, double atol);
+                                                 const std::vector<std::string>& metrics, double rtol,
+                                                 double atol);
 
-// Strategy labels in a baseline run JSON; throws InputError (naming `name`) when it is not one.
+// Strategy labels in a baseline run JSON; throws InputError (naming `name`) when it is not one: another
+// schema_version, a result of another command (provenance.command: sweep, validate, route), a shape
+// that is not a run's.
 std::vector<std::string> baseline_labels(const nlohmann::json& baseline_run, const std::string& name);
 
 // Baseline runs by experiment name from the text of a baseline file: one run JSON, or

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -13,6 +14,8 @@
 #include <sstream>
 
 #include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/report/provenance.hpp"
 #include "src/report/text_format.hpp"
 #include "src/cost/hardware_profile.hpp"
 
@@ -210,12 +213,21 @@ nlohmann::json workload_details_json(const RunResult& run) {
                             {"head_dim", e.model.head_dim}};
   }
   if (!run.workload_path.empty()) w["path"] = run.workload_path;
+  if (!run.workload_digest.empty()) w["file_digest"] = run.workload_digest;
   if (e.workload.source == WorkloadSource::trace) w["replayed"] = run.trace_replayed;
   if (!run.profile_key.empty()) w["profile_key"] = run.profile_key;
   return w;
 }
 
 }  // namespace
+
+nlohmann::json experiment_json(const Experiment& e, const std::string& file_read) {
+  nlohmann::json config = experiment_to_json(e);
+  // As `moesim config` prints it: the file that was read, absolute, so the tree runs from any folder.
+  if (!file_read.empty())
+    config["workload"]["path"] = std::filesystem::absolute(file_read).lexically_normal().string();
+  return {{"name", e.name}, {"source", e.source_file}, {"config", config}};
+}
 
 ReportFormat parse_report_format(const std::string& s) {
   if (s == "table") return ReportFormat::table;
@@ -294,7 +306,8 @@ nlohmann::json run_to_json(const RunResult& run) {
   nlohmann::json j;
   j["schema_version"] = kReportSchemaVersion;
   j["moesim_version"] = MOESIM_VERSION;
-  j["experiment"] = {{"name", e.name}, {"source", e.source_file}};
+  j["provenance"] = provenance_json();
+  j["experiment"] = experiment_json(e, run.workload_path);
   j["model"] = {{"hidden", e.model.hidden}, {"ffn", e.model.ffn},       {"experts", e.model.experts},
                 {"top_k", e.model.top_k},   {"shared_experts", e.model.shared_experts},
                 {"dtype", to_string(e.model.dtype)}};
@@ -305,7 +318,7 @@ nlohmann::json run_to_json(const RunResult& run) {
     const double b = critical_batch(run.hardware, d);
     if (b > 0 && std::isfinite(b)) cb[to_string(d)] = b;
   }
-  j["hardware"] = {{"name", run.hardware.name}, {"critical_batch", cb},
+  j["hardware"] = {{"name", run.hardware.name}, {"digest", hardware_digest(run.hardware)}, {"critical_batch", cb},
                    {"critical_batch_model_dtype", critical_batch(run.hardware, e.model.dtype)}};
   j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats},
                   {"backend", run.backend == ExecBackend::cuda ? "cuda" : "cpu"}};

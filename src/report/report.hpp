@@ -13,7 +13,9 @@
 
 namespace moesim {
 
-constexpr int kReportSchemaVersion = 1;
+// The version of every JSON result's layout (docs/json-schema.md). Fields are added without a bump; a
+// field renamed, removed or given another meaning bumps it.
+constexpr int kReportSchemaVersion = 2;
 
 enum class ReportFormat { table, json, csv, markdown };
 ReportFormat parse_report_format(const std::string& s);  // throws InputError
@@ -36,6 +38,11 @@ std::vector<int> rank_variants(const RunResult& run);
 // One batch's metrics as JSON: every scalar of the metric vocabulary (null where it does not
 // apply), plus the load, demand and utilization arrays.
 nlohmann::json metrics_to_json(const BalanceMetrics& m);
+
+// A result's `experiment` block: {"name", "source", "config"}, config being the effective experiment as
+// `moesim config` prints it (config/load_config.hpp experiment_to_json), with workload.path the
+// absolute path of `file_read` when the run read a file.
+nlohmann::json experiment_json(const Experiment& e, const std::string& file_read);
 
 nlohmann::json run_to_json(const RunResult& run);
 std::string format_run(const RunResult& run, ReportFormat format);

@@ -10,7 +10,7 @@
 
 namespace moesim {
 
-// `run` is a run JSON (schema_version 1); throws InputError naming `source_name` when it is not one.
+// `run` is a run JSON (schema_version 2); throws InputError naming `source_name` when it is not one.
 std::string render_html_report(const nlohmann::json& run, const std::string& source_name);
 
 }  // namespace moesim

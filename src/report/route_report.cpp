@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/report/provenance.hpp"
 #include "src/report/text_format.hpp"
 
 namespace moesim {
@@ -13,6 +14,10 @@ namespace moesim {
 std::string format_route(const RouteReport& r, ReportFormat format) {
   nlohmann::json j;
   j["schema_version"] = kReportSchemaVersion;
+  j["moesim_version"] = MOESIM_VERSION;
+  j["provenance"] = provenance_json();
+  j["experiment"] = experiment_json(r.experiment, r.file);
+  j["hardware"] = {{"name", r.experiment.hardware.name}, {"digest", r.hardware_digest}};
   j["file"] = r.file;
   j["num_tokens"] = r.num_tokens;
   j["num_experts"] = r.num_experts;

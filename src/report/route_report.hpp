@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "src/config/experiment.hpp"
 #include "src/report/report.hpp"
 #include "router/balance_metrics.hpp"
 
@@ -18,6 +19,8 @@ struct RouteReport {
   double capacity_factor = 0;
   double memory_estimate_bytes = 0, memory_limit_bytes = 0;
   BalanceMetrics metrics;
+  Experiment experiment;            // the effective experiment the logits were routed under
+  std::string hardware_digest;      // its profile's (nothing is modeled; recorded for the baseline identity)
 };
 
 // json: the fields above and `metrics` (metrics_to_json); table, csv and markdown: a text listing, one

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/report/provenance.hpp"
 #include "src/report/report.hpp"
 #include "src/report/text_format.hpp"
 
@@ -139,7 +141,9 @@ std::string format_json(const SweepResult& s) {
   nlohmann::json j;
   j["schema_version"] = kReportSchemaVersion;
   j["moesim_version"] = MOESIM_VERSION;
-  j["experiment"] = {{"name", s.experiment}, {"source", s.source_file}};
+  j["provenance"] = provenance_json();
+  j["experiment"] = experiment_json(s.base, "");
+  j["hardware"] = {{"name", s.hardware.name}, {"digest", hardware_digest(s.hardware)}};
   nlohmann::json axes = nlohmann::json::array();
   for (const SweepAxis& a : s.axes) axes.push_back({{"key", a.key}, {"keys", a.keys}, {"values", a.values}});
   j["axes"] = axes;
@@ -154,6 +158,7 @@ std::string format_json(const SweepResult& s) {
     row["values"] = values;
     row["gating"] = r.gating;
     row["hardware"] = r.hardware;
+    row["hardware_digest"] = r.hardware_digest;
     row["placement"] = r.placement;
     row["devices"] = r.devices;
     row["num_tokens"] = r.num_tokens;

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/report/provenance.hpp"
+#include "src/report/report.hpp"
 #include "src/report/text_format.hpp"
 
 namespace moesim {
@@ -57,8 +59,10 @@ std::string format_csv(const ValidateResult& r) {
 std::string format_json(const ValidateResult& r) {
   nlohmann::json j;
   j["schema_version"] = kReportSchemaVersion;
-  j["experiment"] = {{"name", r.experiment}, {"source", r.source_file}};
-  j["hardware"] = r.hardware;
+  j["moesim_version"] = MOESIM_VERSION;
+  j["provenance"] = provenance_json();
+  j["experiment"] = experiment_json(r.base, "");
+  j["hardware"] = {{"name", r.hardware}, {"digest", r.hardware_digest}};
   j["shape"] = {{"hidden", r.hidden}, {"ffn", r.ffn}, {"experts", r.experts}, {"top_k", r.top_k},
                 {"shared_experts", r.shared_experts}, {"gating", r.gating}, {"dtype", "fp32"}};
   j["repeats"] = r.repeats;

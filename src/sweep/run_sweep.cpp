@@ -32,6 +32,7 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.values = values;
   row.gating = to_string(v.variant.router.gating);
   row.hardware = run.hardware.name;
+  row.hardware_digest = hardware_digest(run.hardware);
   row.placement = p.placement;
   row.devices = p.devices;
   row.num_tokens = run.num_tokens;
@@ -61,6 +62,8 @@ SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes
   SweepResult out;
   out.experiment = base.name;
   out.source_file = base.source_file;
+  out.base = base;
+  out.hardware = load_hardware_profile(base.hardware, base.source_file);
   out.axes = axes;
   const std::vector<SweepPoint> points = sweep_points(axes);
   // Every point is built (and so validated) before the first one runs.

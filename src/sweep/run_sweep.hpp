@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
 #include "src/cost/roofline.hpp"
 #include "src/sweep/sweep.hpp"
 
@@ -30,6 +31,7 @@ struct SweepRow {
   std::vector<std::string> values;  // [axes] the varied values, in axis order
   std::string gating;
   std::string hardware;
+  std::string hardware_digest;      // cost/hardware_profile.hpp hardware_digest of that profile
   std::string placement;            // "single" or "expert_parallel"
   int devices = 1;
   int64_t num_tokens = 0;           // tokens per routed batch
@@ -50,6 +52,8 @@ struct SweepRow {
 struct SweepResult {
   std::string experiment;           // the experiment's name
   std::string source_file;
+  Experiment base;                  // the effective experiment the axes vary
+  HardwareProfile hardware;         // its profile (a hardware axis names each row's in SweepRow)
   std::vector<SweepAxis> axes;
   std::vector<SweepRow> rows;       // one per point, in sweep_points order
 };

@@ -52,6 +52,9 @@ ValidateResult run_validation(const Experiment& base, const HardwareRef& hardwar
   out.experiment = base.name;
   out.source_file = base.source_file;
   out.hardware = hw.name;
+  out.hardware_digest = hardware_digest(hw);
+  out.base = base;
+  out.base.hardware = hardware;
   out.hidden = base.execute.hidden;
   out.ffn = base.execute.ffn;
   out.experts = base.model.experts;

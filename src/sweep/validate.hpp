@@ -30,6 +30,8 @@ struct ValidatePoint {
 
 struct ValidateResult {
   std::string experiment, source_file, hardware;
+  std::string hardware_digest;     // cost/hardware_profile.hpp hardware_digest
+  Experiment base;                 // the effective experiment, its hardware the profile validated
   int64_t hidden = 0, ffn = 0;     // the executed (and modeled) expert size
   int experts = 0, top_k = 0, shared_experts = 0, repeats = 0;
   std::string gating;

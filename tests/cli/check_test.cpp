@@ -48,19 +48,135 @@ TEST(Check, BaselineDriftOnlyFailsInTheBadDirection) {
   const auto same = run_cli("check " + dir + "/exp.yaml --baseline " + baseline);
   EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
 
-  // Worse: more skew raises imbalance above the baseline.
-  const auto worse = run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set workload.skew=3");
+  // Worse: more skew raises imbalance above the baseline. The baseline is of another experiment, so the
+  // changed key has to be allowed.
+  const std::string allow = " --allow-change workload.skew";
+  const auto worse = run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set workload.skew=3" + allow);
   EXPECT_EQ(worse.exit_code, 1) << worse.out << worse.err;
   EXPECT_NE(worse.out.find("imbalance"), std::string::npos) << worse.out;
 
   // Better: no skew lowers imbalance; lower is better, so no imbalance failure. Entropy rises too.
-  const auto better = run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set workload.skew=0");
+  const auto better = run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set workload.skew=0" + allow);
   EXPECT_EQ(better.out.find(": imbalance ="), std::string::npos) << better.out;
 
   // A generous tolerance absorbs the worse run's drift in imbalance.
   const auto tolerant =
-      run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set workload.skew=1.6 --rtol 10");
+      run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set workload.skew=1.6 --rtol 10" + allow);
   EXPECT_EQ(tolerant.exit_code, 0) << tolerant.out << tolerant.err;
+}
+
+// A baseline is compared only with a run of the same effective experiment: a changed key, a profile
+// whose values changed under the same name, or a workload file whose bytes changed exits 2 naming it.
+TEST(Check, ForeignBaselineIsRefusedNamingTheKey) {
+  const std::string dir = testing::make_temp_dir();
+  write_text(dir + "/hw.yaml", "base: h100-sxm\nefficiency_bw: 0.8\n");
+  write_text(dir + "/logits.csv", "3,1,0,0\n2,2,1,0\n0,1,4,1\n1,0,0,5\n2,2,2,2\n0,3,1,0\n");
+  write_text(dir + "/exp.yaml", std::string(kBase) + "hardware: " + dir + "/hw.yaml\n");
+  write_text(dir + "/file.yaml",
+             "name: from_file\nmodel: {experts: 4, top_k: 1}\nworkload: {source: logits, path: logits.csv}\n"
+             "router: {capacity_factor: 0}\nexecute: {enabled: false}\n");
+  const std::string baseline = dir + "/baseline.json", file_baseline = dir + "/file_baseline.json";
+  ASSERT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --update-baseline").exit_code, 0);
+  ASSERT_EQ(run_cli("check " + dir + "/file.yaml --baseline " + file_baseline + " --update-baseline").exit_code, 0);
+  ASSERT_EQ(run_cli("check " + dir + "/file.yaml --baseline " + file_baseline).exit_code, 0);
+
+  const auto key = run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set router.capacity_factor=2");
+  EXPECT_EQ(key.exit_code, 2) << key.out << key.err;
+  EXPECT_NE(key.err.find("router.capacity_factor is 0 there and 2 here"), std::string::npos) << key.err;
+  EXPECT_NE(key.err.find("--allow-change router.capacity_factor"), std::string::npos) << key.err;
+  // A whole section may be allowed; a key that is not in the experiment may not.
+  EXPECT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set router.capacity_factor=2 "
+                    "--allow-change router").exit_code, 1);
+  const auto typo = run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --allow-change router.capacity");
+  EXPECT_EQ(typo.exit_code, 2) << typo.out << typo.err;
+  EXPECT_NE(typo.err.find("--allow-change: expected a key"), std::string::npos) << typo.err;
+  // Keys that cannot move a gated metric are not part of the identity.
+  EXPECT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + baseline + " --set execute.repeats=5").exit_code, 0);
+
+  write_text(dir + "/hw.yaml", "base: h100-sxm\nefficiency_bw: 0.7\n");
+  const auto hw = run_cli("check " + dir + "/exp.yaml --baseline " + baseline);
+  EXPECT_EQ(hw.exit_code, 2) << hw.out << hw.err;
+  EXPECT_NE(hw.err.find("hardware (the profile's values)"), std::string::npos) << hw.err;
+  write_text(dir + "/hw.yaml", "base: h100-sxm\nefficiency_bw: 0.8\ndescription: a note edited\n");
+  EXPECT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + baseline).exit_code, 0);
+
+  write_text(dir + "/logits.csv", "3,1,0,0\n2,2,1,0\n0,1,4,1\n1,0,0,5\n2,2,2,2\n0,3,1,9\n");
+  const auto file = run_cli("check " + dir + "/file.yaml --baseline " + file_baseline);
+  EXPECT_EQ(file.exit_code, 2) << file.out << file.err;
+  EXPECT_NE(file.err.find("workload.path (the file's contents)"), std::string::npos) << file.err;
+
+  // A baseline with no run of the experiment is refused, not passed with nothing compared.
+  std::string other_text = kBase;
+  other_text.replace(other_text.find("checked"), 7, "other");
+  write_text(dir + "/other.yaml", other_text);
+  const auto other = run_cli("check " + dir + "/other.yaml --baseline " + baseline);
+  EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
+  EXPECT_NE(other.err.find("expected a run of experiment 'other'"), std::string::npos) << other.err;
+}
+
+// The compared metrics: the default set (no z_loss), --metrics, the expect: block's; counts compare
+// exactly whatever the tolerance, floats within the default rtol.
+TEST(Check, ComparedMetricsAndTolerances) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string dropping =
+      "name: dropping\nworkload: {batch: 512, skew: 1.5, seed: 3}\nrouter: {capacity_factor: 1}\nexecute: {enabled: false}\n";
+  write_text(dir + "/exp.yaml", dropping);
+  const std::string recorded = dir + "/recorded.json";
+  ASSERT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + recorded + " --update-baseline").exit_code, 0);
+  const nlohmann::json base = nlohmann::json::parse(testing::read_text(recorded));
+  const nlohmann::json& m = base["strategies"][0]["metrics"];
+  ASSERT_GT(m["dropped"].get<double>(), 1.0) << m.dump();
+  auto edited = [&](const std::string& name, const std::string& metric, double value) {
+    nlohmann::json b = base;
+    b["strategies"][0]["metrics"][metric] = value;
+    write_text(dir + "/" + name, b.dump());
+    return dir + "/" + name;
+  };
+  // z_loss depends on the logits only: a better baseline z_loss is not compared by default.
+  const std::string z = edited("z.json", "z_loss", m["z_loss"].get<double>() / 2);
+  EXPECT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + z).exit_code, 0);
+  const auto z_named = run_cli("check " + dir + "/exp.yaml --baseline " + z + " --metrics z_loss");
+  EXPECT_EQ(z_named.exit_code, 1) << z_named.out;
+  EXPECT_NE(z_named.out.find(": z_loss = "), std::string::npos) << z_named.out;
+  // A count one below the run's fails even under a tolerance that would absorb it as a float.
+  const std::string d = edited("d.json", "dropped", m["dropped"].get<double>() - 1);
+  const auto dropped = run_cli("check " + dir + "/exp.yaml --baseline " + d + " --metrics dropped --rtol 1");
+  EXPECT_EQ(dropped.exit_code, 1) << dropped.out << dropped.err;
+  EXPECT_NE(dropped.out.find("(exact count)"), std::string::npos) << dropped.out;
+  // imbalance 1e-9 relative better in the baseline: rounding noise, under the default rtol 1e-6; 1e-4 is not.
+  const double imb = m["imbalance"].get<double>();
+  EXPECT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + edited("i9.json", "imbalance", imb * (1 - 1e-9))).exit_code, 0);
+  const auto i4 = run_cli("check " + dir + "/exp.yaml --baseline " + edited("i4.json", "imbalance", imb * (1 - 1e-4)));
+  EXPECT_EQ(i4.exit_code, 1) << i4.out;
+  EXPECT_NE(i4.out.find("(rtol 1e-06, atol 1e-12)"), std::string::npos) << i4.out;
+  // An expect: block names the compared metrics: here only drop_rate, so the imbalance edit passes.
+  write_text(dir + "/exp.yaml", dropping + "expect:\n  - {metric: drop_rate, max: 0.9}\n");
+  EXPECT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + dir + "/i4.json").exit_code, 0);
+}
+
+// A baseline written by another command, or by an older moesim, exits 2 naming what it is.
+TEST(Check, BaselineOfAnotherCommandOrSchemaIsExitTwo) {
+  const std::string dir = testing::make_temp_dir();
+  write_text(dir + "/exp.yaml", kBase);
+  const auto sweep = run_cli("sweep " + dir + "/exp.yaml --vary workload.batch=64,128 --format json --out " + dir + "/s.json");
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  const auto s = run_cli("check " + dir + "/exp.yaml --baseline " + dir + "/s.json");
+  EXPECT_EQ(s.exit_code, 2) << s.out << s.err;
+  EXPECT_NE(s.err.find("s.json: provenance.command: expected the JSON of moesim run, compare or check, got a result "
+                       "of moesim sweep"), std::string::npos) << s.err;
+  const std::string b = dir + "/b.json";
+  ASSERT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + b + " --update-baseline").exit_code, 0);
+  nlohmann::json old = nlohmann::json::parse(testing::read_text(b));
+  old["schema_version"] = 1;
+  write_text(dir + "/old.json", old.dump());
+  const auto o = run_cli("check " + dir + "/exp.yaml --baseline " + dir + "/old.json");
+  EXPECT_EQ(o.exit_code, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("old.json: schema_version: expected 2, got 1 (an older moesim wrote it"), std::string::npos) << o.err;
+  const std::string text = testing::read_text(b);
+  write_text(dir + "/cut.json", text.substr(0, text.size() / 2));
+  const auto cut = run_cli("check " + dir + "/exp.yaml --baseline " + dir + "/cut.json");
+  EXPECT_EQ(cut.exit_code, 2) << cut.out << cut.err;
+  EXPECT_NE(cut.err.find("cut.json: expected JSON"), std::string::npos) << cut.err;
 }
 
 TEST(Check, FailingBoundWritesNoBaselineUnlessForced) {

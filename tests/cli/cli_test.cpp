@@ -33,7 +33,7 @@ TEST(Cli, RunJsonHasSchemaAndMetrics) {
   const auto r = run_cli("run --format json" + kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["schema_version"], 1);
+  EXPECT_EQ(j["schema_version"], 2);
   const auto& s = j["strategies"][0];
   const auto load = s["metrics"]["load"].get<std::vector<int64_t>>();
   const int64_t kept = std::accumulate(load.begin(), load.end(), int64_t{0});
@@ -61,7 +61,10 @@ TEST(Cli, SameSeedSameJsonAtOneAndTwoThreads) {
   const auto a = run_cli(args + " --threads 1");
   const auto b = run_cli(args + " --threads 2");
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(testing::without_provenance(a.out), testing::without_provenance(b.out));
+  // The provenance records what differs: the thread count.
+  EXPECT_EQ(nlohmann::json::parse(a.out)["provenance"]["threads"], 1);
+  EXPECT_EQ(nlohmann::json::parse(b.out)["provenance"]["threads"], 2);
 }
 
 TEST(Cli, VerifyAgreesWithReferences) {
@@ -163,7 +166,7 @@ TEST(Cli, OutIsReplacedOnlyOnSuccess) {
   EXPECT_EQ(testing::read_text(out), "previous");
   const auto good = run_cli("run --no-execute --format json --out " + out + kSmall);
   ASSERT_EQ(good.exit_code, 0) << good.err;
-  EXPECT_EQ(nlohmann::json::parse(testing::read_text(out))["schema_version"], 1);
+  EXPECT_EQ(nlohmann::json::parse(testing::read_text(out))["schema_version"], 2);
 }
 
 }  // namespace

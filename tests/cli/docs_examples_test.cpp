@@ -1,11 +1,18 @@
 // The texts a user copies from: every subcommand's --help runs and its --set example is accepted, the
 // config sketch in docs/design.md loads, `moesim config` output runs again from another folder (a
 // relative workload.path included), and the unknown-command message names every command of the table.
-// Runs the built binary. Host only.
+// docs/gate-your-ci.md runs as written: every `$ moesim ...` line of its console blocks, its printed
+// output and exit code. Runs the built binary. Host only.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +66,50 @@ TEST(DocsExamples, ConfigOutputRunsAgainWithARelativeWorkloadPath) {
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_EQ(nlohmann::json::parse(a.out)["strategies"], nlohmann::json::parse(b.out)["strategies"]);
+}
+
+// One `$ moesim ARGS` line of a console block, with the output printed under it (stdout, then
+// stderr) and the exit code of its `[exit N]` line (0 without one).
+struct ConsoleStep {
+  std::string args, output;
+  int exit_code = 0;
+};
+
+std::vector<ConsoleStep> console_steps(const std::string& doc) {
+  std::vector<ConsoleStep> steps;
+  std::istringstream in(doc);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("```", 0) == 0) {
+      inside = !inside && line == "```console";
+      continue;
+    }
+    if (!inside) continue;
+    if (line.rfind("$ moesim ", 0) == 0) {
+      steps.push_back({line.substr(9), "", 0});
+    } else if (!steps.empty() && std::regex_match(line, std::regex("\\[exit [0-9]+\\]"))) {
+      steps.back().exit_code = std::stoi(line.substr(6));
+    } else if (!steps.empty()) {
+      steps.back().output += line + "\n";
+    }
+  }
+  return steps;
+}
+
+TEST(DocsExamples, GateYourCiRunsAsWritten) {
+  const std::vector<ConsoleStep> steps = console_steps(testing::read_text(kRoot + "/docs/gate-your-ci.md"));
+  ASSERT_GE(steps.size(), 6u);
+  // A scratch folder where the page's relative paths (docs/examples/...) resolve.
+  const std::string dir = testing::make_temp_dir();
+  std::filesystem::create_directory_symlink(kRoot + "/docs", dir + "/docs");
+  for (const ConsoleStep& step : steps) {
+    const std::string cmd = "cd '" + dir + "' && '" MOESIM_BINARY "' " + step.args + " > out.txt 2> err.txt";
+    const int status = std::system(cmd.c_str());
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const std::string output = testing::read_text(dir + "/out.txt") + testing::read_text(dir + "/err.txt");
+    EXPECT_EQ(code, step.exit_code) << "$ moesim " << step.args << "\n" << output;
+    EXPECT_EQ(output, step.output) << "$ moesim " << step.args;
+  }
 }
 
 TEST(DocsExamples, UnknownCommandNamesEveryCommand) {

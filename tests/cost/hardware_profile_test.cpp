@@ -238,3 +238,24 @@ TEST(HardwareProfile, LoadsFromAFileBesideTheExperiment) {
 
 }  // namespace
 }  // namespace moesim
+
+namespace moesim {
+namespace {
+
+// The digest follows every value the cost model reads and ignores the notes.
+TEST(HardwareProfile, DigestFollowsValuesNotNotes) {
+  const std::string base = "name: x\npeak_tflops: {fp16: 100}\nmemory_bandwidth_gbs: 1000\nsm_count: 10\n";
+  const std::string d = hardware_digest(parse_hardware_profile(base, "a.yaml"));
+  EXPECT_EQ(d.rfind("fnv1a64:", 0), 0u) << d;
+  EXPECT_EQ(hardware_digest(parse_hardware_profile(base + "description: another note\nsource: somewhere\n", "b.yaml")), d);
+  for (const std::string& change : {std::string("efficiency_bw: 0.9\n"), std::string("tile_m: 64\n"),
+                                    std::string("launch_overhead_us: 5\n"), std::string("memory_compute_overlap: 0.5\n"),
+                                    std::string("calibrated: true\n")})
+    EXPECT_NE(hardware_digest(parse_hardware_profile(base + change, "c.yaml")), d) << change;
+  EXPECT_NE(hardware_digest(parse_hardware_profile(
+                "name: x\npeak_tflops: {fp16: 100, fp8: 200}\nmemory_bandwidth_gbs: 1000\nsm_count: 10\n", "d.yaml")),
+            d);
+}
+
+}  // namespace
+}  // namespace moesim

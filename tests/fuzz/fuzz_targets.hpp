@@ -24,6 +24,7 @@
 #include "src/cost/hardware_profile.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "src/report/check.hpp"
+#include "src/report/report.hpp"
 #include "router/balance_metrics.hpp"
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_file.hpp"
@@ -174,6 +175,7 @@ inline void fuzz_baseline(const uint8_t* data, size_t size) {
     o.execute = false;
     return run_experiment(base, own_variant(base), o);
   }();
+  static const nlohmann::json run_json = run_to_json(run);
   const std::string text(reinterpret_cast<const char*>(data), size);
   const std::string name = "fuzz.json";
   guarded(name, [&] {
@@ -185,7 +187,11 @@ inline void fuzz_baseline(const uint8_t* data, size_t size) {
         // cmd_check names the baseline file in front of a bad label's message.
         throw InputError(name + ": " + e.what());
       }
-      for (const CheckFailure& f : check_against_baseline(run, baseline, 0.0, 1e-9)) {
+      if (const auto d = experiment_difference(baseline, run_json, {})) {
+        if ((d->key + d->baseline_value + d->run_value).find('\n') != std::string::npos)
+          finding("multi-line experiment difference: " + d->key);
+      }
+      for (const CheckFailure& f : check_against_baseline(run, baseline, default_baseline_metrics(), 0.0, 1e-9)) {
         if (f.line().find('\n') != std::string::npos) finding("multi-line check failure: " + f.line());
       }
     }

@@ -9,7 +9,17 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 namespace moesim::testing {
+
+std::string without_provenance(const std::string& json_text) {
+  nlohmann::json j = nlohmann::json::parse(json_text);
+  j.erase("provenance");
+  if (j.contains("runs") && j["runs"].is_array())
+    for (nlohmann::json& r : j["runs"]) r.erase("provenance");
+  return j.dump(2);
+}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -18,6 +18,10 @@ CliResult run_cli(const std::string& args);
 // A fresh temporary folder for a test's files.
 std::string make_temp_dir();
 
+// A JSON result's text without its `provenance` blocks (the invocation's time, threads, commit):
+// what must be the same byte for byte between two runs of the same inputs.
+std::string without_provenance(const std::string& json_text);
+
 std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text);
 

@@ -93,7 +93,8 @@ TEST(ValidateCli, ShippedCpuLocalPrintsAMedianError) {
       "--set execute.repeats=1 --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["hardware"], "cpu-local");
+  EXPECT_EQ(j["hardware"]["name"], "cpu-local");
+  EXPECT_EQ(j["experiment"]["config"]["hardware"], "cpu-local");  // the profile validated, not the file's
   ASSERT_EQ(j["points"].size(), 5u);  // 1, 4, 16, 64, 256
   for (const auto& p : j["points"]) {
     EXPECT_GT(p["measured_s"].get<double>(), 0.0);

@@ -1,0 +1,51 @@
+// The provenance block of every JSON result (see provenance.hpp).
+#include "src/report/provenance.hpp"
+
+#include <ctime>
+
+#if defined(MOESIM_HAS_OPENMP)
+#include <omp.h>
+#endif
+
+#include "src/common/build_info.hpp"
+
+namespace moesim {
+namespace {
+
+std::string& command_slot() {
+  static std::string command;
+  return command;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char out[32];
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+}  // namespace
+
+void set_result_command(const std::string& command) { command_slot() = command; }
+const std::string& result_command() { return command_slot(); }
+
+nlohmann::json provenance_json() {
+  int threads = 1;
+#if defined(MOESIM_HAS_OPENMP)
+  threads = omp_get_max_threads();
+#endif
+  const std::string commit = build_commit();
+  return {{"moesim_version", MOESIM_VERSION},
+          {"commit", commit.empty() ? nlohmann::json(nullptr) : nlohmann::json(commit)},
+          {"command", result_command()},
+          {"threads", threads},
+          {"date_utc", utc_now()}};
+}
+
+bool is_run_result_command(const std::string& command) {
+  return command == "run" || command == "compare" || command == "check";
+}
+
+}  // namespace moesim

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
+#include "src/common/clock.hpp"
 #include "src/common/error.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/cost/roofline.hpp"
@@ -23,15 +23,6 @@ namespace {
 std::string num(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-  return buf;
-}
-
-std::string utc_date() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
   return buf;
 }
 
@@ -48,7 +39,7 @@ std::string quoted(const std::string& s) {
 }  // namespace
 
 std::string calibration_profile_yaml(const CalibrationResult& r, const std::string& name, const std::string& note) {
-  const std::string date = utc_date();
+  const std::string date = utc_now("%Y-%m-%d");
   const std::string how = "moesim calibrate, " + date + ", " + std::to_string(r.threads) + " threads";
   std::ostringstream os;
   os << "# " << name << ": this machine, measured by `moesim calibrate` on " << date << " (" << num(r.seconds, 3)
@@ -237,7 +228,7 @@ std::string device_profile_yaml(const DeviceMeasurements& m, const std::string& 
   const HardwareProfile datasheet = parse_hardware_profile(base_yaml, "--base");
   const DeviceFit fit = fit_device(m, datasheet);
   YAML::Node root = YAML::Load(base_yaml);
-  const std::string date = utc_date();
+  const std::string date = utc_now("%Y-%m-%d");
   const std::string how = "moesim calibrate --backend cuda, " + date + ", " + m.device + ", " + to_string(m.dtype) +
                           " experts " + std::to_string(m.hidden) + " x " + std::to_string(m.ffn) +
                           (note.empty() ? "" : "; " + note);

@@ -1,13 +1,12 @@
 // The provenance block of every JSON result (see provenance.hpp).
 #include "src/report/provenance.hpp"
 
-#include <ctime>
-
 #if defined(MOESIM_HAS_OPENMP)
 #include <omp.h>
 #endif
 
 #include "src/common/build_info.hpp"
+#include "src/common/clock.hpp"
 
 namespace moesim {
 namespace {
@@ -15,15 +14,6 @@ namespace {
 std::string& command_slot() {
   static std::string command;
   return command;
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char out[32];
-  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return out;
 }
 
 }  // namespace
@@ -41,7 +31,7 @@ nlohmann::json provenance_json() {
           {"commit", commit.empty() ? nlohmann::json(nullptr) : nlohmann::json(commit)},
           {"command", result_command()},
           {"threads", threads},
-          {"date_utc", utc_now()}};
+          {"date_utc", utc_now("%Y-%m-%dT%H:%M:%SZ")}};
 }
 
 bool is_run_result_command(const std::string& command) {

@@ -121,10 +121,11 @@ class CudaMoeLayer {
 // The pipeline's executed-layer timing on the device (time_layer in src/pipeline/run_experiment.cpp):
 // uploads the weights once, runs forward() once to warm up and `repeats` times timed, each with a fresh
 // RouterState (timing must not evolve a bias), and returns the median of each phase. y: the last run's
-// output; *routing_out (when non-null): its routing. dtype: ExecuteConfig::dtype (cuda_supports_dtype).
+// output; *routing_out (when non-null): its routing; *per_repeat (when non-null): every timed repeat's
+// times, in order (the pipeline's spread). dtype: ExecuteConfig::dtype (cuda_supports_dtype).
 CudaLayerTimes time_layer_cuda(const RouterConfig& cfg, const RouteRequest& req, const ExpertWeights& w,
                                const ExpertWeights* shared, Dtype dtype, const float* x, float* y, int repeats,
-                               Routing* routing_out);
+                               Routing* routing_out, std::vector<CudaLayerTimes>* per_repeat = nullptr);
 
 // One-shot moe_forward_omp on the device (uploads the weights each call; tests and --verify).
 void moe_forward_cuda(const ExpertWeights& w, const ExpertWeights* shared, const float* x, const Routing& r,

@@ -355,14 +355,16 @@ void moe_forward_cuda(const ExpertWeights& w, const ExpertWeights* shared, const
 
 CudaLayerTimes time_layer_cuda(const RouterConfig& cfg, const RouteRequest& req, const ExpertWeights& w,
                                const ExpertWeights* shared, Dtype dtype, const float* x, float* y, int repeats,
-                               Routing* routing_out) {
+                               Routing* routing_out, std::vector<CudaLayerTimes>* per_repeat) {
   MOESIM_REQUIRE(repeats >= 0, "repeats must be >= 0, got " << repeats);
   CudaMoeLayer layer(w, shared, dtype);
   std::vector<double> t_router, t_dispatch, t_experts, t_combine, t_layer;
+  if (per_repeat != nullptr) per_repeat->clear();
   for (int rep = -1; rep < repeats; ++rep) {
     RouterState state;
     CudaLayerOutput out = layer.forward(cfg, req, &state, x, y);
     if (rep >= 0) {
+      if (per_repeat != nullptr) per_repeat->push_back(out.times);
       t_router.push_back(out.times.router_s);
       t_dispatch.push_back(out.times.dispatch_s);
       t_experts.push_back(out.times.experts_s);

@@ -21,7 +21,7 @@ const std::vector<std::string>& known_expect_metrics() {
       "capacity",    "dropped",          "drop_rate",    "tokens_unrouted", "aux_loss",
       "aux_loss_switch", "aux_loss_gshard", "z_loss",    "padding_waste",  "top20_share",
       "bottom20_share",  "dead_experts",  "rank_imbalance", "batching_efficiency", "modeled_time_s",
-      "critical_batch"};
+      "critical_batch", "measured_layer_s", "measured_batching_efficiency"};
   return metrics;
 }
 

@@ -29,9 +29,20 @@ inline std::vector<RouterVariant> own_variant(const Experiment& e) {
   return {RouterVariant{to_string(e.router.gating), e.router}};
 }
 
-// Wall-clock medians over `execute.repeats` timed repeats after one warm-up, in seconds.
+// Wall-clock times over `execute.repeats` timed repeats after one warm-up, in seconds: the median of
+// each phase, and the fastest and slowest repeat beside it (min <= median <= max).
 struct MeasuredTimes {
-  double router_s = 0, dispatch_s = 0, experts_s = 0, combine_s = 0, layer_s = 0;
+  double router_s = 0, dispatch_s = 0, experts_s = 0, combine_s = 0, layer_s = 0;  // medians
+  double router_min_s = 0, dispatch_min_s = 0, experts_min_s = 0, combine_min_s = 0, layer_min_s = 0;
+  double router_max_s = 0, dispatch_max_s = 0, experts_max_s = 0, combine_max_s = 0, layer_max_s = 0;
+  int repeats = 0;  // timed repeats behind each median
+};
+
+// Whether a variant's measured times are too noisy to compare (src/pipeline/measured_noise.hpp,
+// docs/design.md "Measured spread and noise"); reason: every rule that fired, "; "-separated.
+struct MeasuredNoise {
+  bool noisy = false;
+  std::string reason;  // "" when not noisy
 };
 
 struct ModeledPlacement {
@@ -85,8 +96,13 @@ struct VariantResult {
   std::vector<ModeledPlacement> modeled;
   bool executed = false;
   MeasuredTimes measured;
-  // Measured balanced counterfactual: the same executed layer with `balanced` routing.
+  // Measured balanced counterfactual: the same executed layer with `balanced` routing (median, and the
+  // fastest and slowest repeat).
   double measured_balanced_layer_s = 0;
+  double measured_balanced_layer_min_s = 0, measured_balanced_layer_max_s = 0;
+  // The noise flag of measured and the balanced counterfactual together: when up, measured batching
+  // efficiency is shown as "-" in tables (JSON keeps the number beside the flag).
+  MeasuredNoise measured_noise;
   // common/digest.hpp digests. output_digest: the executed layer's output under this variant's routing
   // (the same at any thread count for one BLAS kernel; CPU and CUDA equal on exact inputs). decoder:
   // final_hidden_digest of the decoder's last hidden states, the same on every machine.

@@ -18,6 +18,7 @@
 #include "src/cost/roofline.hpp"
 #include "src/decoder/decoder.hpp"
 #include "src/decoder/kv_cache.hpp"
+#include "src/pipeline/measured_noise.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
 #include "src/workload/load_profile.hpp"
@@ -99,6 +100,8 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
   result.experiment = e;
   result.hardware = load_hardware_profile(e.hardware, e.source_file);
   check_memory(e, opts);
+  // The load average the noise rule judges is read before any executed work of this process.
+  host_load_at_start();
 #if defined(MOESIM_HAS_CUDA)
   if (opts.backend == ExecBackend::cuda) {
     result.backend = ExecBackend::cuda;

@@ -25,11 +25,18 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
                                                const RouterConfig& router, const std::vector<int64_t>& load,
                                                int64_t capacity, int64_t num_tokens);
 
-// Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median phase
-// times (CUDA: CUDA-event times, `dtype` the GEMM precision).
+// Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median, fastest and
+// slowest time of each phase (CUDA: CUDA-event times, `dtype` the GEMM precision).
 MeasuredTimes time_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
                          const ExpertWeights* shared, const std::vector<float>& x, int repeats,
                          std::vector<float>& y, Routing* routing_out, ExecBackend backend, Dtype dtype);
+
+// A variant's measured block: time_layer under its routing (measured, output_digest) and under balanced
+// routing (measured_balanced_layer_*), then the noise flag of both (measured_noise.hpp; on CUDA the
+// spread and repeat rules only). Sets executed.
+void time_variant(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
+                  const ExpertWeights* shared, const std::vector<float>& x, int repeats, ExecBackend backend,
+                  Dtype dtype, VariantResult& vr);
 
 // The --verify comparison of one executed layer: route_omp against route_ref, then the fast layer
 // against the serial reference. Returns "ok" or the first mismatch.

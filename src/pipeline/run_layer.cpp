@@ -1,7 +1,7 @@
 // The executed layer of a run and the synthetic and logits workloads: route requests per batch, the
 // modeled cost per placement, timing the executed layer (router, dispatch, experts, combine; CPU or
-// CUDA) and --verify against the serial references (see run_internal.hpp). Host only. Covered by
-// tests/cli/cli_test.cpp and tests/pipeline.
+// CUDA) with its spread and noise flag, and --verify against the serial references (see
+// run_internal.hpp). Host only. Covered by tests/cli/cli_test.cpp and tests/pipeline.
 #include "src/pipeline/run_internal.hpp"
 
 
@@ -21,6 +21,7 @@
 #include "src/cost/roofline.hpp"
 #include "src/decoder/decoder.hpp"
 #include "src/decoder/kv_cache.hpp"
+#include "src/pipeline/measured_noise.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
 #include "src/workload/load_profile.hpp"
@@ -84,22 +85,59 @@ std::string first_routing_mismatch(const Routing& a, const Routing& b) {
   return "";
 }
 
+// Each phase's time per timed repeat, in seconds.
+struct PhaseSamples {
+  std::vector<double> router, dispatch, experts, combine, layer;
+};
+
+double lowest(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
+double highest(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
+
+MeasuredTimes summarize(const PhaseSamples& s) {
+  MeasuredTimes t;
+  t.router_s = median(s.router);
+  t.dispatch_s = median(s.dispatch);
+  t.experts_s = median(s.experts);
+  t.combine_s = median(s.combine);
+  t.layer_s = median(s.layer);
+  t.router_min_s = lowest(s.router);
+  t.dispatch_min_s = lowest(s.dispatch);
+  t.experts_min_s = lowest(s.experts);
+  t.combine_min_s = lowest(s.combine);
+  t.layer_min_s = lowest(s.layer);
+  t.router_max_s = highest(s.router);
+  t.dispatch_max_s = highest(s.dispatch);
+  t.experts_max_s = highest(s.experts);
+  t.combine_max_s = highest(s.combine);
+  t.layer_max_s = highest(s.layer);
+  t.repeats = static_cast<int>(s.layer.size());
+  return t;
+}
+
 }  // namespace
 
-// Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median phase
-// times (CUDA: CUDA-event times, `dtype` the GEMM precision).
+// Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median, fastest and
+// slowest time of each phase (CUDA: CUDA-event times, `dtype` the GEMM precision).
 MeasuredTimes time_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
                          const ExpertWeights* shared, const std::vector<float>& x, int repeats,
                          std::vector<float>& y, Routing* routing_out, ExecBackend backend, Dtype dtype) {
+  PhaseSamples samples;
 #if defined(MOESIM_HAS_CUDA)
   if (backend == ExecBackend::cuda) {
-    const CudaLayerTimes t = time_layer_cuda(router, req, w, shared, dtype, x.data(), y.data(), repeats, routing_out);
-    return {t.router_s, t.dispatch_s, t.experts_s, t.combine_s, t.layer_s};
+    std::vector<CudaLayerTimes> per_repeat;
+    time_layer_cuda(router, req, w, shared, dtype, x.data(), y.data(), repeats, routing_out, &per_repeat);
+    for (const CudaLayerTimes& t : per_repeat) {
+      samples.router.push_back(t.router_s);
+      samples.dispatch.push_back(t.dispatch_s);
+      samples.experts.push_back(t.experts_s);
+      samples.combine.push_back(t.combine_s);
+      samples.layer.push_back(t.layer_s);
+    }
+    return summarize(samples);
   }
 #endif
   (void)backend;
   (void)dtype;
-  std::vector<double> t_router, t_dispatch, t_experts, t_combine, t_layer;
   for (int rep = -1; rep < repeats; ++rep) {
     RouterState state;  // a fresh state per repeat: timing must not evolve the bias
     const auto t0 = Clock::now();
@@ -112,15 +150,42 @@ MeasuredTimes time_layer(const RouterConfig& router, const RouteRequest& req, co
     moe_forward_omp(w, shared, x.data(), r, plan, y.data(), &phases);
     const double layer_s = seconds_since(t0);
     if (rep >= 0) {
-      t_router.push_back(router_s);
-      t_dispatch.push_back(plan_s + phases.dispatch_s);
-      t_experts.push_back(phases.experts_s);
-      t_combine.push_back(phases.combine_s);
-      t_layer.push_back(layer_s);
+      samples.router.push_back(router_s);
+      samples.dispatch.push_back(plan_s + phases.dispatch_s);
+      samples.experts.push_back(phases.experts_s);
+      samples.combine.push_back(phases.combine_s);
+      samples.layer.push_back(layer_s);
     }
     if (routing_out) *routing_out = std::move(r);
   }
-  return {median(t_router), median(t_dispatch), median(t_experts), median(t_combine), median(t_layer)};
+  return summarize(samples);
+}
+
+void time_variant(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,
+                  const ExpertWeights* shared, const std::vector<float>& x, int repeats, ExecBackend backend,
+                  Dtype dtype, VariantResult& vr) {
+  std::vector<float> y(x.size(), 0.0f);
+  vr.measured = time_layer(router, req, w, shared, x, repeats, y, nullptr, backend, dtype);
+  vr.output_digest = float_digest(y.data(), y.size());
+  RouterConfig balanced = router;
+  balanced.gating = Gating::balanced;
+  const MeasuredTimes b = time_layer(balanced, req, w, shared, x, repeats, y, nullptr, backend, dtype);
+  vr.measured_balanced_layer_s = b.layer_s;
+  vr.measured_balanced_layer_min_s = b.layer_min_s;
+  vr.measured_balanced_layer_max_s = b.layer_max_s;
+  vr.executed = true;
+
+  NoiseInputs in;
+  in.repeats = vr.measured.repeats;
+  in.actual = {vr.measured.layer_min_s, vr.measured.layer_s, vr.measured.layer_max_s};
+  in.balanced = {b.layer_min_s, b.layer_s, b.layer_max_s};
+  // CUDA events time the device, which the host's load does not slow: only the spread and repeat rules.
+  if (backend == ExecBackend::cpu) {
+    in.threads = host_threads();
+    in.cores = host_load_at_start().cores;
+    in.load_average = host_load_at_start().load_average;
+  }
+  vr.measured_noise = judge_measured_noise(in);
 }
 
 // The --verify comparison of one executed layer: route_omp against route_ref, then the fast layer
@@ -159,13 +224,12 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
 
   // The executed layer's weights and input are shared by every variant.
   ExpertWeights weights, shared;
-  std::vector<float> x, y;
+  std::vector<float> x;
   if (execute) {
     weights = make_expert_weights(e.model.experts, e.execute.hidden, e.execute.ffn, e.workload.seed);
     if (e.model.shared_experts > 0)
       shared = make_expert_weights(e.model.shared_experts, e.execute.hidden, e.execute.ffn, e.workload.seed + 17);
     x = synthetic_hidden(result.num_tokens, e.execute.hidden, e.workload.seed);
-    y.assign(x.size(), 0.0f);
   }
   const ExpertWeights* shared_ptr = e.model.shared_experts > 0 ? &shared : nullptr;
 
@@ -185,13 +249,7 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
       // The executed layer replays the last batch with a fresh router state (time_layer).
       const Batch& last = batches.back();
       const RouteRequest req = request_for(e, last, static_cast<int>(batches.size() - 1));
-      vr.measured = time_layer(v.router, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
-      vr.output_digest = float_digest(y.data(), y.size());
-      vr.executed = true;
-      RouterConfig balanced = v.router;
-      balanced.gating = Gating::balanced;
-      vr.measured_balanced_layer_s =
-          time_layer(balanced, req, weights, shared_ptr, x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype).layer_s;
+      time_variant(v.router, req, weights, shared_ptr, x, e.execute.repeats, opts.backend, e.execute.dtype, vr);
       if (opts.verify) vr.verify_message = verify_layer(v.router, req, weights, shared_ptr, x, e.execute.hidden);
     }
     result.variants.push_back(std::move(vr));

@@ -233,14 +233,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
       req.token_ids = in.token_ids.data();
       req.sequence_length = in.sequence_length;
       req.seed = in.seed;
-      std::vector<float> y(in.x.size(), 0.0f);
-      vr.measured = time_layer(v.router, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype);
-      vr.output_digest = float_digest(y.data(), y.size());
-      RouterConfig balanced = v.router;
-      balanced.gating = Gating::balanced;
-      vr.measured_balanced_layer_s =
-          time_layer(balanced, req, lw.experts, shared_ptr, in.x, e.execute.repeats, y, nullptr, opts.backend, e.execute.dtype).layer_s;
-      vr.executed = true;
+      time_variant(v.router, req, lw.experts, shared_ptr, in.x, e.execute.repeats, opts.backend, e.execute.dtype, vr);
       if (opts.verify) vr.verify_message = verify_layer(v.router, req, lw.experts, shared_ptr, in.x, shape.hidden);
     }
     result.variants.push_back(std::move(vr));

@@ -363,9 +363,30 @@ nlohmann::json run_to_json(const RunResult& run) {
     for (const ModeledPlacement& p : v.modeled) modeled[p.placement] = placement_json(p);
     r["modeled"] = modeled;
     if (v.executed) {
-      r["measured"] = {{"router_s", v.measured.router_s},   {"dispatch_s", v.measured.dispatch_s},
-                       {"experts_s", v.measured.experts_s}, {"combine_s", v.measured.combine_s},
-                       {"layer_s", v.measured.layer_s},     {"balanced_layer_s", v.measured_balanced_layer_s},
+      // Medians under the original keys; *_min_s / *_max_s the fastest and slowest repeat; noisy and
+      // noise_reason the noise flag (docs/design.md, "Measured spread and noise").
+      const MeasuredTimes& m = v.measured;
+      r["measured"] = {{"router_s", m.router_s},
+                       {"dispatch_s", m.dispatch_s},
+                       {"experts_s", m.experts_s},
+                       {"combine_s", m.combine_s},
+                       {"layer_s", m.layer_s},
+                       {"balanced_layer_s", v.measured_balanced_layer_s},
+                       {"router_min_s", m.router_min_s},
+                       {"dispatch_min_s", m.dispatch_min_s},
+                       {"experts_min_s", m.experts_min_s},
+                       {"combine_min_s", m.combine_min_s},
+                       {"layer_min_s", m.layer_min_s},
+                       {"balanced_layer_min_s", v.measured_balanced_layer_min_s},
+                       {"router_max_s", m.router_max_s},
+                       {"dispatch_max_s", m.dispatch_max_s},
+                       {"experts_max_s", m.experts_max_s},
+                       {"combine_max_s", m.combine_max_s},
+                       {"layer_max_s", m.layer_max_s},
+                       {"balanced_layer_max_s", v.measured_balanced_layer_max_s},
+                       {"repeats", m.repeats},
+                       {"noisy", v.measured_noise.noisy},
+                       {"noise_reason", v.measured_noise.reason},
                        {"output_digest", v.output_digest}};
     }
     if (!v.final_hidden_digest.empty()) r["final_hidden_digest"] = v.final_hidden_digest;

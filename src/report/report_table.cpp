@@ -57,13 +57,33 @@ std::vector<Column> columns(const RunResult& run) {
     cols.push_back({"rank_imb", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.rank_imbalance, 3); }});
   }
   cols.push_back({"measured_ms", [&](size_t i) { return vs[i].executed ? fmt(vs[i].measured.layer_s * 1e3, 2) : "-"; }});
+  // Noisy measured times show no efficiency; noise_legend says why (the JSON keeps the number).
   cols.push_back({"meas_eff", [&](size_t i) {
-                    return vs[i].executed && vs[i].measured.layer_s > 0
+                    return vs[i].executed && vs[i].measured.layer_s > 0 && !vs[i].measured_noise.noisy
                                ? fmt(vs[i].measured_balanced_layer_s / vs[i].measured.layer_s, 2)
                                : "-";
                   }});
   cols.push_back({"rank", [ranks](size_t i) { return std::to_string(ranks[i]); }});
   return cols;
+}
+
+// One line per distinct noise reason, naming the strategies it holds for: why their meas_eff is "-".
+// Empty when no strategy's measured times are noisy.
+std::string noise_legend(const RunResult& run, const std::string& bullet) {
+  std::vector<std::pair<std::string, std::string>> groups;  // reason, strategies
+  for (const VariantResult& v : run.variants) {
+    if (!v.executed || !v.measured_noise.noisy) continue;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v.measured_noise.reason; });
+    if (g == groups.end())
+      groups.push_back({v.measured_noise.reason, v.variant.label});
+    else
+      g->second += ", " + v.variant.label;
+  }
+  std::string out;
+  for (const auto& [reason, labels] : groups)
+    out += bullet + "meas_eff -: " + labels + ": " + reason +
+           " (noise); rerun on an idle machine with execute.repeats >= 3\n";
+  return out;
 }
 
 std::string phase_title(const RunResult& run) {
@@ -212,6 +232,8 @@ std::string format_run(const RunResult& run, ReportFormat format) {
       for (const auto& cell : row) os << " " << cell << " |";
       os << "\n";
     }
+    const std::string noise = noise_legend(run, "- ");
+    if (!noise.empty()) os << "\n" << noise;
     if (stepped) os << phase_section(run, format);
     return os.str();
   }
@@ -236,6 +258,7 @@ std::string format_run(const RunResult& run, ReportFormat format) {
         "balanced / actual modeled time (>1: idle experts load no weights in the memory-bound regime); "
         "measured_ms: executed layer, median of "
      << e.execute.repeats << "; meas_eff: measured balanced / actual; rank: by modeled time / (1 - drop_rate)\n";
+  os << noise_legend(run, "");
   if (stepped) {
     os << "step-structured run: imbalance .. aux_loss are means over every step and layer; model_us and batch_eff "
           "the mean "

@@ -31,6 +31,28 @@ double measured_efficiency(const SweepRow& r) {
   return r.measured && r.measured_layer_s > 0 ? r.measured_balanced_layer_s / r.measured_layer_s : NAN;
 }
 
+// The table's measured efficiency: none where the point's measured times are noisy (noise_legend).
+double shown_measured_efficiency(const SweepRow& r) { return r.measured_noise.noisy ? NAN : measured_efficiency(r); }
+
+// Why some points show meas_eff "-": how many, and the first one's values and reason. Empty when none.
+std::string noise_legend(const SweepResult& s) {
+  size_t noisy = 0;
+  const SweepRow* first = nullptr;
+  for (const SweepRow& r : s.rows) {
+    if (!r.measured || !r.measured_noise.noisy) continue;
+    if (noisy++ == 0) first = &r;
+  }
+  if (first == nullptr) return "";
+  std::string where;
+  for (size_t a = 0; a < s.axes.size(); ++a) where += (a ? ", " : "") + s.axes[a].key + "=" + first->values[a];
+  std::ostringstream os;
+  os << "meas_eff -: " << noisy << " of " << s.rows.size() << " point(s) with noisy measured times";
+  if (noisy > 1) os << " (each point's reason: --format json, rows[].measured.noise_reason), the first";
+  os << " " << where << ": " << first->measured_noise.reason
+     << " (noise); rerun on an idle machine with execute.repeats >= 3\n";
+  return os.str();
+}
+
 struct Column {
   std::string header;
   std::function<std::string(const SweepRow&)> cell;
@@ -59,7 +81,7 @@ std::vector<Column> table_columns(const SweepResult& s) {
   if (any_measured(s)) {
     cols.push_back({"meas_experts_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_experts_s * 1e3, 3) : "-"; }});
     cols.push_back({"meas_layer_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_layer_s * 1e3, 3) : "-"; }});
-    cols.push_back({"meas_eff", [](const SweepRow& r) { return fixed(measured_efficiency(r), 3); }});
+    cols.push_back({"meas_eff", [](const SweepRow& r) { return fixed(shown_measured_efficiency(r), 3); }});
   }
   return cols;
 }
@@ -103,7 +125,8 @@ std::string format_table(const SweepResult& s) {
         "bal_*: the same tokens under perfectly balanced routing; batch_eff = bal_quant / quant;\n"
         "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
   if (any_measured(s))
-    os << "meas_*: one executed layer at the execute: size on this CPU (not x layers); meas_eff = balanced / actual\n";
+    os << "meas_*: one executed layer at the execute: size on this CPU (not x layers); meas_eff = balanced / actual\n"
+       << noise_legend(s);
   return os.str();
 }
 
@@ -115,7 +138,10 @@ std::string format_csv(const SweepResult& s) {
         "time_ideal_s,time_quantized_s,time_calibrated_s,"
         "balanced_ideal_s,balanced_quantized_s,balanced_calibrated_s,"
         "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate";
-  if (measured) os << ",measured_layer_s,measured_experts_s,measured_balanced_layer_s,measured_batching_efficiency";
+  if (measured)
+    os << ",measured_layer_s,measured_experts_s,measured_balanced_layer_s,measured_batching_efficiency,"
+          "measured_layer_min_s,measured_layer_max_s,measured_balanced_layer_min_s,measured_balanced_layer_max_s,"
+          "measured_noisy";
   os << "\n";
   for (const SweepRow& r : s.rows) {
     for (const std::string& v : r.values) os << csv_cell(v) << ",";
@@ -128,9 +154,12 @@ std::string format_csv(const SweepResult& s) {
     if (measured) {
       if (r.measured)
         os << "," << real(r.measured_layer_s) << "," << real(r.measured_experts_s) << ","
-           << real(r.measured_balanced_layer_s) << "," << real(measured_efficiency(r));
+           << real(r.measured_balanced_layer_s) << "," << real(measured_efficiency(r)) << ","
+           << real(r.measured_layer_min_s) << "," << real(r.measured_layer_max_s) << ","
+           << real(r.measured_balanced_layer_min_s) << "," << real(r.measured_balanced_layer_max_s) << ","
+           << (r.measured_noise.noisy ? "true" : "false");
       else
-        os << ",,,,";
+        os << ",,,,,,,,,";
     }
     os << "\n";
   }
@@ -177,7 +206,13 @@ std::string format_json(const SweepResult& s) {
       row["measured"] = {{"layer_s", r.measured_layer_s},
                          {"experts_s", r.measured_experts_s},
                          {"balanced_layer_s", r.measured_balanced_layer_s},
-                         {"batching_efficiency", measured_efficiency(r)}};
+                         {"batching_efficiency", measured_efficiency(r)},
+                         {"layer_min_s", r.measured_layer_min_s},
+                         {"layer_max_s", r.measured_layer_max_s},
+                         {"balanced_layer_min_s", r.measured_balanced_layer_min_s},
+                         {"balanced_layer_max_s", r.measured_balanced_layer_max_s},
+                         {"noisy", r.measured_noise.noisy},
+                         {"noise_reason", r.measured_noise.reason}};
     }
     rows.push_back(row);
   }

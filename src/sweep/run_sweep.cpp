@@ -52,6 +52,11 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
     row.measured_layer_s = v.measured.layer_s;
     row.measured_experts_s = v.measured.experts_s;
     row.measured_balanced_layer_s = v.measured_balanced_layer_s;
+    row.measured_layer_min_s = v.measured.layer_min_s;
+    row.measured_layer_max_s = v.measured.layer_max_s;
+    row.measured_balanced_layer_min_s = v.measured_balanced_layer_min_s;
+    row.measured_balanced_layer_max_s = v.measured_balanced_layer_max_s;
+    row.measured_noise = v.measured_noise;
   }
   return row;
 }

@@ -13,6 +13,7 @@
 #include "src/config/experiment.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/cost/roofline.hpp"
+#include "src/pipeline/results.hpp"
 #include "src/sweep/sweep.hpp"
 
 namespace moesim {
@@ -47,6 +48,9 @@ struct SweepRow {
   double measured_layer_s = 0;      // one executed layer at the execute: size (not x layers)
   double measured_experts_s = 0;
   double measured_balanced_layer_s = 0;
+  double measured_layer_min_s = 0, measured_layer_max_s = 0;  // fastest and slowest repeat
+  double measured_balanced_layer_min_s = 0, measured_balanced_layer_max_s = 0;
+  MeasuredNoise measured_noise;     // src/pipeline/measured_noise.hpp: when up, the table shows no meas_eff
 };
 
 struct SweepResult {

@@ -193,6 +193,25 @@ TEST(Check, FailingBoundWritesNoBaselineUnlessForced) {
   EXPECT_EQ(run_cli("check " + dir + "/bad.yaml --force").exit_code, 2);
 }
 
+TEST(Check, NoisyMeasuredBoundStillGatesAndSaysWhy) {
+  // execute.repeats 1 is noisy by rule; the bound is still evaluated, and its failure names the reason.
+  const std::string dir = testing::make_temp_dir();
+  write_text(dir + "/noisy.yaml",
+             "name: noisy\n"
+             "workload: {batch: 64, seed: 3}\n"
+             "execute: {enabled: true, hidden: 16, ffn: 32, repeats: 1}\n"
+             "expect:\n"
+             "  - {metric: measured_batching_efficiency, max: 0}\n"
+             "  - {metric: measured_layer_s, min: 0}\n");
+  const auto r = run_cli("check " + dir + "/noisy.yaml");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("noisy.yaml: token_choice: measured_batching_efficiency = "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("expected max 0 (measured times noisy: execute.repeats 1 < 3: a median of 1 has no spread"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(": 1 failure(s)"), std::string::npos) << r.out;  // the met bound stays met
+}
+
 TEST(Check, BadInputIsExitTwo) {
   const std::string dir = testing::make_temp_dir();
   write_text(dir + "/malformed.yaml", std::string(kBase) + "expect:\n  imbalance: {maximum: 2}\n");

@@ -249,6 +249,12 @@ TEST(DecoderPipeline, RecordsPhasesAndJson) {
     EXPECT_EQ(v.phases[1].tokens_unrouted, unrouted);
     EXPECT_TRUE(v.executed);
     EXPECT_GT(v.measured.layer_s, 0);
+    // The re-timed layer carries its spread; one repeat (tiny_decoder) is noisy by rule.
+    EXPECT_LE(v.measured.layer_min_s, v.measured.layer_s);
+    EXPECT_LE(v.measured.layer_s, v.measured.layer_max_s);
+    EXPECT_LE(v.measured_balanced_layer_min_s, v.measured_balanced_layer_s);
+    EXPECT_LE(v.measured_balanced_layer_s, v.measured_balanced_layer_max_s);
+    EXPECT_TRUE(v.measured_noise.noisy);
   }
   const nlohmann::json j = run_to_json(r);
   const nlohmann::json& s = j["strategies"][0];

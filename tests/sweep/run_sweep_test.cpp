@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
@@ -17,6 +18,7 @@
 #include "src/cost/roofline.hpp"
 #include "tests/support/run_cli.hpp"
 #include "src/report/sweep_report.hpp"
+#include "src/report/text_format.hpp"
 
 namespace moesim {
 namespace {
@@ -171,6 +173,45 @@ TEST(SweepCli, MeasureFillsMeasuredColumns) {
     EXPECT_GT(row["measured"]["experts_s"].get<double>(), 0.0);
     EXPECT_GT(row["measured"]["layer_s"].get<double>(), 0.0);
   }
+}
+
+TEST(SweepReport, NoisyPointsShowNoMeasEffAndSayWhy) {
+  // execute.repeats 1 is noisy by rule (src/pipeline/measured_noise.hpp), whatever the machine's load.
+  const Experiment e = load_experiment_file(kSeed, {"execute.hidden=16", "execute.ffn=32", "execute.repeats=1"});
+  SweepOptions opts;
+  opts.measure = true;
+  SweepResult s = run_sweep(e, parse_varies({"workload.batch=8,16"}), opts);
+  ASSERT_EQ(s.rows.size(), 2u);
+  for (const SweepRow& r : s.rows) EXPECT_TRUE(r.measured_noise.noisy);
+  const std::string table = format_sweep(s, ReportFormat::table);
+  EXPECT_NE(table.find("meas_eff -: 2 of 2 point(s) with noisy measured times"), std::string::npos) << table;
+  EXPECT_NE(table.find("workload.batch=8: execute.repeats 1 < 3"), std::string::npos) << table;
+  // The last cell of each data row is meas_eff: "-".
+  std::istringstream lines(table);
+  std::string line;
+  std::getline(lines, line);
+  ASSERT_EQ(line.substr(line.rfind(' ') + 1), "meas_eff") << table;
+  for (int row = 0; row < 2 && std::getline(lines, line); ++row) EXPECT_EQ(line.substr(line.rfind(' ') + 1), "-") << line;
+
+  // CSV and JSON keep the number beside the flag.
+  const std::string csv = format_sweep(s, ReportFormat::csv);
+  EXPECT_NE(csv.find(",measured_batching_efficiency,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",measured_noisy\n"), std::string::npos) << csv;
+  const auto j = nlohmann::json::parse(format_sweep(s, ReportFormat::json));
+  for (const auto& row : j["rows"]) {
+    EXPECT_TRUE(row["measured"]["noisy"].get<bool>());
+    EXPECT_GT(row["measured"]["batching_efficiency"].get<double>(), 0.0);
+    EXPECT_LE(row["measured"]["layer_min_s"].get<double>(), row["measured"]["layer_s"].get<double>());
+    EXPECT_LE(row["measured"]["layer_s"].get<double>(), row["measured"]["layer_max_s"].get<double>());
+  }
+
+  // A quiet point shows its ratio and no legend.
+  for (SweepRow& r : s.rows) r.measured_noise = MeasuredNoise{};
+  const std::string quiet = format_sweep(s, ReportFormat::table);
+  EXPECT_EQ(quiet.find("meas_eff -:"), std::string::npos) << quiet;
+  EXPECT_NE(quiet.find(text::fixed(s.rows[0].measured_balanced_layer_s / s.rows[0].measured_layer_s, 3)),
+            std::string::npos)
+      << quiet;
 }
 
 TEST(SweepCli, BadVaryExitsTwo) {

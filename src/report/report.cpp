@@ -381,14 +381,34 @@ std::vector<int> rank_variants(const RunResult& run) {
     served[i] = kept > 0 ? t / kept : std::numeric_limits<double>::infinity();
     imbalance[i] = metric_value(run, vs[i], "imbalance", "value").value_or(1.0);
   }
+  // Equal within a relative 1e-12: a mean over records or a sum in another order moves the last bits
+  // of equal numbers, and no display tells such numbers apart. Infinite (everything dropped) only
+  // equals infinite.
+  auto same = [](double a, double b) {
+    return a == b ||
+           (std::isfinite(a) && std::isfinite(b) && std::fabs(a - b) <= 1e-12 * std::max(std::fabs(a), std::fabs(b)));
+  };
   std::vector<size_t> idx(n);
   std::iota(idx.begin(), idx.end(), size_t{0});
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return served[a] < served[b]; });
+  // Tie classes of served time, each anchored on its fastest member (so that the classes do not chain).
+  std::vector<size_t> time_class(n, 0);
+  for (size_t r = 1, anchor = idx.empty() ? 0 : idx[0]; r < idx.size(); ++r) {
+    const bool tied = same(served[anchor], served[idx[r]]);
+    if (!tied) anchor = idx[r];
+    time_class[idx[r]] = time_class[idx[r - 1]] + (tied ? 0 : 1);
+  }
+  // Within a class, lower imbalance first; equal time and equal imbalance share a rank (1, 1, 3).
   std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-    if (served[a] != served[b]) return served[a] < served[b];
+    if (time_class[a] != time_class[b]) return time_class[a] < time_class[b];
     return imbalance[a] < imbalance[b];
   });
   std::vector<int> rank(n);
-  for (size_t r = 0; r < idx.size(); ++r) rank[idx[r]] = static_cast<int>(r) + 1;
+  for (size_t r = 0, first = 0; r < idx.size(); ++r) {
+    const bool tied = r > 0 && time_class[idx[r]] == time_class[idx[first]] && same(imbalance[idx[first]], imbalance[idx[r]]);
+    if (!tied) first = r;
+    rank[idx[r]] = static_cast<int>(first) + 1;
+  }
   return rank;
 }
 

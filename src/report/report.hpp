@@ -38,9 +38,10 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
 // The three columns of a modeled time as JSON: ideal_s, quantized_s, calibrated_s.
 nlohmann::json cost_json(const CostBreakdown& c);
 
-// 1-based rank of each variant by the primary placement's modeled layer time divided by the kept
-// fraction (1 - drop_rate), so that dropping work does not rank as speed (ties: lower imbalance);
-// headline values throughout.
+// 1-based rank of each variant by served time, the primary placement's modeled layer time divided by
+// the kept fraction (1 - drop_rate), so that dropping work does not rank as speed; ties in served time
+// go to the lower imbalance. Headline values throughout. Variants whose served time and imbalance are
+// both equal (within a relative 1e-12) share a rank, and the next rank skips: 1, 1, 3.
 std::vector<int> rank_variants(const RunResult& run);
 
 // One batch's metrics as JSON: every scalar of the metric vocabulary (null where it does not

@@ -234,7 +234,8 @@ std::string format_run(const RunResult& run, ReportFormat format) {
   os << "model_us: modeled MoE layer time (roofline with tile quantization and launch overhead); batch_eff: "
         "balanced / actual modeled time (>1: idle experts load no weights in the memory-bound regime); "
         "measured_ms: executed layer, median of "
-     << e.execute.repeats << "; meas_eff: measured balanced / actual; rank: by modeled time / (1 - drop_rate)\n";
+     << e.execute.repeats << "; meas_eff: measured balanced / actual; rank: by modeled time / (1 - drop_rate), then imbalance (equal in both: "
+        "the same rank)\n";
   if (stepped) {
     const std::vector<StepRecord>& recs = run.variants.front().records;
     const bool decode = std::any_of(recs.begin(), recs.end(), [](const StepRecord& r) { return r.phase == "decode"; });

@@ -1,13 +1,15 @@
 // One number per display for step runs (docs/design.md, "One number per metric: the headline value"):
 // on a small decoder run with drops and on the three-layer OLMoE load profile, the table's imbalance and
 // drop_rate cells, JSON `metrics`, the HTML row and the value `check` bounds (aggregate value and last)
-// are the same number, equal to a token-weighted mean computed here from the JSON records. Runs the
-// built binary. Host only.
+// are the same number, equal to a token-weighted mean computed here from the JSON records; and variants
+// that route identically share a rank in the table and the JSON. Runs the built binary. Host only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -163,6 +165,40 @@ TEST(ReportsAgree, DecoderRunTableJsonHtmlAndCheck) {
 
 TEST(ReportsAgree, LoadProfileTableJsonHtmlAndCheck) {
   expect_reports_agree(kRoot + "/configs/olmoe-profile.yaml", "", "olmoe-profile");
+}
+
+// token_choice and group_limited with one group route every token alike, so every headline value is
+// equal and each pair (capacity factor 1 and 0.5) shares a rank; the next rank skips: 1, 1, 3, 3.
+TEST(ReportsAgree, IdenticalVariantsShareARank) {
+  const std::string args = "compare --gating token_choice,group_limited --vary router.capacity_factor=1,0.5"
+                           " --set router.groups=1 --set router.topk_groups=1 --no-execute" + kDecoder;
+  const auto json = run_cli(args + " --format json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["strategies"].size(), 4u);
+  std::map<std::string, nlohmann::json> by_label;
+  std::vector<int> ranks;
+  for (const auto& s : j["strategies"]) {
+    by_label[s["strategy"].get<std::string>()] = s;
+    ranks.push_back(s["rank"].get<int>());
+  }
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<int>{1, 1, 3, 3}));
+  const auto table = run_cli(args);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  for (const char* cf : {"1", "0.5"}) {
+    const std::string tc = std::string("token_choice capacity_factor=") + cf;
+    const std::string gl = std::string("group_limited capacity_factor=") + cf;
+    ASSERT_TRUE(by_label.count(tc) && by_label.count(gl)) << json.out.substr(0, 2000);
+    EXPECT_EQ(by_label[tc]["metrics"], by_label[gl]["metrics"]) << cf;
+    EXPECT_EQ(by_label[tc]["rank"], by_label[gl]["rank"]) << cf;
+    const std::string rank = std::to_string(by_label[tc]["rank"].get<int>());
+    EXPECT_EQ(table_cell(table.out, tc, "rank"), rank) << table.out;
+    EXPECT_EQ(table_cell(table.out, gl, "rank"), rank) << table.out;
+  }
+  // The dropping pair is not tied with the other: capacity factor 0.5 drops more.
+  EXPECT_GT(by_label["token_choice capacity_factor=0.5"]["metrics"]["drop_rate"].get<double>(),
+            by_label["token_choice capacity_factor=1"]["metrics"]["drop_rate"].get<double>());
 }
 
 }  // namespace

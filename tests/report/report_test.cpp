@@ -1,8 +1,8 @@
 // The headline value of a run (docs/design.md, "One number per metric: the headline value") on results
 // built by hand, each expected value worked out here from the inputs: a step run's rates weighted by
 // tokens, its counts summed, the losses over the records with logits, per-expert sums; one record and
-// batch runs unchanged; records without tokens; the last record under its own key and aggregate. Host
-// only.
+// batch runs unchanged; records without tokens; the last record under its own key and aggregate; and
+// rank_variants' competition ranking with ties in served time and imbalance. Host only.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -185,6 +185,46 @@ TEST(HeadlineValue, RecordsWithoutTokensWeighAlike) {
   EXPECT_EQ(*metric_value(run, run.variants[0], "imbalance", "value"), 2.0);
   EXPECT_FALSE(metric_value(run, run.variants[0], "aux_loss", "value"));  // no record has logits
   EXPECT_TRUE(run_to_json(run)["strategies"][0]["metrics"]["aux_loss"].is_null());
+}
+
+// A batch-run variant with a given modeled time, drop rate and imbalance.
+VariantResult ranked(const std::string& label, double time_s, double drop_rate, double imbalance) {
+  VariantResult v;
+  v.variant.label = label;
+  BalanceMetrics m;
+  m.load = {1, 1, 1, 1};
+  m.demand = m.load;
+  m.utilization = {1, 1, 1, 1};
+  m.drop_rate = drop_rate;
+  m.imbalance = imbalance;
+  v.per_batch = {m};
+  v.modeled = {single(time_s, time_s)};
+  return v;
+}
+
+TEST(RankVariants, EqualServedTimeAndImbalanceShareARank) {
+  std::vector<VariantResult> vs = {
+      ranked("a", 1e-3, 0, 1.2),
+      ranked("b", 1e-3, 0, 1.2),                          // a's twin
+      ranked("c", 1e-3, 0, 1.3),                          // as fast, less even
+      ranked("d", 0.9e-3, 0.25, 1.0),                     // faster, but serves 0.9e-3 / 0.75 = 1.2e-3
+      ranked("e", 1e-3 * (1 + 1e-13), 0, 1.2 * (1 + 1e-13)),  // a within 1e-12: the same numbers
+      ranked("f", 1e-3 * (1 + 1e-9), 0, 1.0),             // slower than a beyond 1e-12: evenness does not help
+      ranked("g", 1e-3, 1.0, 1.0),                        // drops everything: served time infinite
+      ranked("h", 1e-3, 1.0, 1.0),
+  };
+  // A step run whose last record drops nothing and is perfectly even: it ranks on its headline drop rate
+  // (3 x 0.5 + 1 x 0) / 4 = 0.375, served 1e-3 / 0.625 = 1.6e-3.
+  VariantResult s = ranked("s", 1e-3, 0, 1.0);
+  s.per_batch = {s.per_batch[0], s.per_batch[0]};
+  s.per_batch[0].drop_rate = 0.5;
+  s.records = {record("trace", 0, 3, 1e-3), record("trace", 1, 1, 1e-3)};
+  vs.push_back(s);
+  const RunResult run = run_of(vs);
+  EXPECT_EQ(rank_variants(run), (std::vector<int>{1, 1, 4, 6, 1, 5, 8, 8, 7}));
+  const nlohmann::json j = run_to_json(run);
+  EXPECT_EQ(j["strategies"][1]["rank"], 1);
+  EXPECT_EQ(j["strategies"][8]["rank"], 7);
 }
 
 }  // namespace

@@ -115,8 +115,10 @@ struct ExecuteConfig {
   Dtype dtype = Dtype::fp32;
 };
 
-// One bound of an expect: block. metric is a JSON key of the report (e.g. "imbalance");
-// aggregate is "value" for single-layer runs or one of "p50", "p95", "max", "mean" across layers/steps.
+// One bound of an expect: block. metric is a JSON key of the report (e.g. "imbalance"); aggregate is
+// "value" (the headline value the reports show: a batch run's last batch, a step run's token-weighted
+// aggregate over its records), "last" (the last batch or record), or "mean", "p50", "p95", "max" over
+// the batches/records (src/report/report.hpp, metric_value).
 struct Expectation {
   std::string metric;
   std::string aggregate = "value";

@@ -96,7 +96,7 @@ Expectation Loader::read_expect_item(const YAML::Node& n, const std::string& pat
       x.max = read_double(v, kp, kat, Bound::none);
     } else if (k == "aggregate") {
       x.aggregate = read_string(v, kp, kat);
-      if (!one_of(x.aggregate, kAggregates)) fail_expected(kat, kp, "one of value|mean|p50|p95|max", describe(v));
+      if (!one_of(x.aggregate, kAggregates)) fail_expected(kat, kp, "one of " + join(to_vector(kAggregates), "|"), describe(v));
     } else if (k == "strategy") {
       x.strategy = read_string(v, kp, kat);
       if (!valid_strategy_label(x.strategy)) {

@@ -36,7 +36,9 @@ constexpr int64_t kMaxTokensPerBatch = 1000000000;
 constexpr int64_t kMaxSequenceLen = int64_t{1} << 24;
 constexpr int64_t kMaxRepeats = 1000000;
 
-const char* const kAggregates[] = {"value", "mean", "p50", "p95", "max"};
+// expect: aggregates (src/report/report.hpp, metric_value): value is the headline value every report
+// shows (a step run's aggregate over its records), last the last batch or record.
+const char* const kAggregates[] = {"value", "last", "mean", "p50", "p95", "max"};
 const char* const kExpectItemKeys[] = {"metric", "min", "max", "aggregate", "strategy"};
 
 // ---- enum spellings ------------------------------------------------------------------------------

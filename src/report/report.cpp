@@ -24,45 +24,142 @@ namespace {
 
 using Getter = std::function<std::optional<double>(const BalanceMetrics&)>;
 
+// How the headline aggregate of a step-structured run (report.hpp, metric_value) combines a batch
+// metric over the records: counts add up, rates and ratios are averaged with each record's tokens as
+// its weight.
+enum class Combine { weighted_mean, sum };
+
+struct BatchMetric {
+  std::string name;
+  Combine combine;
+  Getter get;
+};
+
 // Per-batch metrics, in the order reports list them.
-const std::vector<std::pair<std::string, Getter>>& batch_metrics() {
-  static const std::vector<std::pair<std::string, Getter>> table = {
-      {"imbalance", [](const BalanceMetrics& m) { return std::optional<double>(m.imbalance); }},
-      {"demand_imbalance", [](const BalanceMetrics& m) { return std::optional<double>(m.demand_imbalance); }},
-      {"cv", [](const BalanceMetrics& m) { return std::optional<double>(m.cv); }},
-      {"entropy_norm", [](const BalanceMetrics& m) { return std::optional<double>(m.entropy_norm); }},
-      {"active_experts", [](const BalanceMetrics& m) { return std::optional<double>(m.active_experts); }},
-      {"dead_experts", [](const BalanceMetrics& m) { return std::optional<double>(m.dead_experts); }},
-      {"capacity", [](const BalanceMetrics& m) { return std::optional<double>(double(m.capacity)); }},
-      {"dropped", [](const BalanceMetrics& m) { return std::optional<double>(double(m.dropped)); }},
-      {"drop_rate", [](const BalanceMetrics& m) { return std::optional<double>(m.drop_rate); }},
-      {"tokens_unrouted", [](const BalanceMetrics& m) { return std::optional<double>(double(m.tokens_unrouted)); }},
-      {"padding_waste", [](const BalanceMetrics& m) { return std::optional<double>(double(m.padding_waste)); }},
-      {"top20_share", [](const BalanceMetrics& m) { return std::optional<double>(m.top20_share); }},
-      {"bottom20_share", [](const BalanceMetrics& m) { return std::optional<double>(m.bottom20_share); }},
-      {"aux_loss", [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.aux_loss) : std::nullopt; }},
-      {"aux_loss_switch",
+const std::vector<BatchMetric>& batch_metrics() {
+  constexpr Combine mean = Combine::weighted_mean;
+  constexpr Combine sum = Combine::sum;
+  static const std::vector<BatchMetric> table = {
+      {"imbalance", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.imbalance); }},
+      {"demand_imbalance", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.demand_imbalance); }},
+      {"cv", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.cv); }},
+      {"entropy_norm", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.entropy_norm); }},
+      {"active_experts", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.active_experts); }},
+      {"dead_experts", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.dead_experts); }},
+      {"capacity", mean, [](const BalanceMetrics& m) { return std::optional<double>(double(m.capacity)); }},
+      {"dropped", sum, [](const BalanceMetrics& m) { return std::optional<double>(double(m.dropped)); }},
+      {"drop_rate", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.drop_rate); }},
+      {"tokens_unrouted", sum, [](const BalanceMetrics& m) { return std::optional<double>(double(m.tokens_unrouted)); }},
+      {"padding_waste", sum, [](const BalanceMetrics& m) { return std::optional<double>(double(m.padding_waste)); }},
+      {"top20_share", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.top20_share); }},
+      {"bottom20_share", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.bottom20_share); }},
+      {"aux_loss", mean,
+       [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.aux_loss) : std::nullopt; }},
+      {"aux_loss_switch", mean,
        [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.aux_loss_switch) : std::nullopt; }},
-      {"aux_loss_gshard",
+      {"aux_loss_gshard", mean,
        [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.aux_loss_gshard) : std::nullopt; }},
-      {"z_loss", [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.z_loss) : std::nullopt; }},
+      {"z_loss", mean, [](const BalanceMetrics& m) { return m.has_logits ? std::optional<double>(m.z_loss) : std::nullopt; }},
   };
   return table;
+}
+
+// A step-structured run with more than one record: its headline is an aggregate, not one batch.
+bool headline_aggregates(const VariantResult& v) { return v.records.size() > 1; }
+
+// Weight of record i in the headline mean: its num_tokens; every record weighs 1 when the records that
+// carry the metric routed no token at all.
+std::vector<double> record_weights(const VariantResult& v, const std::vector<size_t>& which) {
+  double total = 0;
+  for (size_t i : which) total += static_cast<double>(v.records[i].num_tokens);
+  std::vector<double> w;
+  for (size_t i : which) w.push_back(total > 0 ? static_cast<double>(v.records[i].num_tokens) : 1.0);
+  return w;
+}
+
+// The headline aggregate of one batch metric (report.hpp, metric_value "value"). Batch runs and step
+// runs of one record: the last batch, unchanged. Step runs: over the records where the metric applies,
+// the sum (counts) or the token-weighted mean (rates, ratios); empty where it applies to none.
+std::optional<double> headline_value(const VariantResult& v, const BatchMetric& bm) {
+  if (!headline_aggregates(v)) return bm.get(v.last());
+  std::vector<size_t> which;
+  std::vector<double> x;
+  for (size_t i = 0; i < v.per_batch.size(); ++i) {
+    if (const std::optional<double> value = bm.get(v.per_batch[i])) {
+      which.push_back(i);
+      x.push_back(*value);
+    }
+  }
+  if (which.empty()) return std::nullopt;
+  if (bm.combine == Combine::sum) return std::accumulate(x.begin(), x.end(), 0.0);
+  const std::vector<double> w = record_weights(v, which);
+  double num = 0, den = 0;
+  for (size_t j = 0; j < x.size(); ++j) {
+    num += w[j] * x[j];
+    den += w[j];
+  }
+  return num / den;
+}
+
+// The primary placement (expert_parallel when modeled, else single) of one record's cost.
+const ModeledPlacement* primary_of(const std::vector<ModeledPlacement>& modeled) {
+  for (const ModeledPlacement& p : modeled)
+    if (p.placement == "expert_parallel") return &p;
+  return modeled.empty() ? nullptr : &modeled.front();
 }
 
 }  // namespace
 
 nlohmann::json metrics_to_json(const BalanceMetrics& m) {
   nlohmann::json j;
-  for (const auto& [name, get] : batch_metrics()) {
-    const auto v = get(m);
-    j[name] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  for (const BatchMetric& bm : batch_metrics()) {
+    const auto v = bm.get(m);
+    j[bm.name] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
   }
   j["load"] = m.load;
   j["demand"] = m.demand;
   j["utilization"] = m.utilization;
   return j;
 }
+
+namespace {
+
+// The headline metrics as JSON (metric_value "value" of every batch metric): a batch run's last batch
+// as metrics_to_json writes it; over a step run's records, load and demand summed per expert and
+// utilization the token-weighted mean per expert (the utilization of the summed loads when the records
+// share top_k and each record's weight is the tokens it routed).
+nlohmann::json headline_json(const VariantResult& v) {
+  if (!headline_aggregates(v)) return metrics_to_json(v.last());
+  nlohmann::json j;
+  for (const BatchMetric& bm : batch_metrics()) {
+    const auto x = headline_value(v, bm);
+    j[bm.name] = x ? nlohmann::json(*x) : nlohmann::json(nullptr);
+  }
+  std::vector<size_t> all(v.per_batch.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  const std::vector<double> w = record_weights(v, all);
+  const double total_w = std::accumulate(w.begin(), w.end(), 0.0);
+  nlohmann::json load = nlohmann::json::array(), demand = nlohmann::json::array(), utilization = nlohmann::json::array();
+  for (size_t e = 0; e < v.per_batch.front().load.size(); ++e) {
+    int64_t l = 0, d = 0;
+    double u = 0;
+    for (size_t i = 0; i < v.per_batch.size(); ++i) {
+      const BalanceMetrics& m = v.per_batch[i];
+      l += e < m.load.size() ? m.load[e] : 0;
+      d += e < m.demand.size() ? m.demand[e] : 0;
+      u += e < m.utilization.size() ? w[i] * m.utilization[e] : 0.0;
+    }
+    load.push_back(l);
+    demand.push_back(d);
+    utilization.push_back(u / total_w);
+  }
+  j["load"] = load;
+  j["demand"] = demand;
+  j["utilization"] = utilization;
+  return j;
+}
+
+}  // namespace
 
 nlohmann::json cost_json(const CostBreakdown& c) {
   return {{"ideal_s", c.ideal_s}, {"quantized_s", c.quantized_s}, {"calibrated_s", c.calibrated_s}};
@@ -131,13 +228,13 @@ nlohmann::json decoder_times_json(const DecoderTimes& t) {
 // Aggregates (mean, p50, p95, max) of every batch metric over the given entries of per_batch.
 nlohmann::json aggregates_json(const VariantResult& v, const std::vector<size_t>& which) {
   nlohmann::json agg = nlohmann::json::object();
-  for (const auto& [name, get] : batch_metrics()) {
+  for (const BatchMetric& bm : batch_metrics()) {
     std::vector<double> s;
     for (size_t i : which)
-      if (auto x = get(v.per_batch[i])) s.push_back(*x);
+      if (auto x = bm.get(v.per_batch[i])) s.push_back(*x);
     if (s.empty()) continue;
     const Aggregate a = aggregate(s);
-    agg[name] = {{"mean", a.mean}, {"p50", a.p50}, {"p95", a.p95}, {"max", a.max}};
+    agg[bm.name] = {{"mean", a.mean}, {"p50", a.p50}, {"p95", a.p95}, {"max", a.max}};
   }
   return agg;
 }
@@ -240,7 +337,7 @@ ReportFormat parse_report_format(const std::string& s) {
 const std::vector<std::string>& scalar_metric_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const auto& [name, get] : batch_metrics()) n.push_back(name);
+    for (const BatchMetric& bm : batch_metrics()) n.push_back(bm.name);
     for (const char* extra : {"rank_imbalance", "batching_efficiency", "modeled_time_s", "critical_batch",
                               "measured_layer_s", "measured_batching_efficiency"})
       n.push_back(extra);
@@ -251,12 +348,13 @@ const std::vector<std::string>& scalar_metric_names() {
 
 std::optional<double> metric_value(const RunResult& run, const VariantResult& v, const std::string& metric,
                                    const std::string& agg) {
-  for (const auto& [name, get] : batch_metrics()) {
-    if (name != metric) continue;
-    if (agg == "value") return get(v.last());
+  for (const BatchMetric& bm : batch_metrics()) {
+    if (bm.name != metric) continue;
+    if (agg == "value") return headline_value(v, bm);
+    if (agg == "last") return bm.get(v.last());
     std::vector<double> series;
     for (const BalanceMetrics& m : v.per_batch)
-      if (auto x = get(m)) series.push_back(*x);
+      if (auto x = bm.get(m)) series.push_back(*x);
     if (series.empty()) return std::nullopt;
     const Aggregate a = aggregate(series);
     if (agg == "mean") return a.mean;
@@ -265,8 +363,10 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
     if (agg == "max") return a.max;
     return std::nullopt;
   }
-  // Run-level metrics have one value; every aggregate of one value is that value.
-  const ModeledPlacement& p = primary_placement(v);
+  // Run-level metrics have one value, and every aggregate of one value is that value; "last" of a step
+  // run is the last record's own modeled cost.
+  const ModeledPlacement* last_record = agg == "last" && !v.records.empty() ? primary_of(v.records.back().modeled) : nullptr;
+  const ModeledPlacement& p = last_record ? *last_record : primary_placement(v);
   if (metric == "batching_efficiency") return p.cost.batching_efficiency;
   if (metric == "modeled_time_s") return p.cost.actual.quantized_s;
   if (metric == "rank_imbalance")
@@ -282,22 +382,45 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
 
 std::vector<int> rank_variants(const RunResult& run) {
   const auto& vs = run.variants;
-  std::vector<size_t> idx(vs.size());
-  std::iota(idx.begin(), idx.end(), 0);
+  const size_t n = vs.size();
   // Dropped assignments are not free: a strategy that drops a fraction d of the work is charged its
-  // modeled time / (1 - d), the time per delivered assignment scaled to the whole batch.
-  auto served_time = [&](size_t i) {
-    const double kept = 1.0 - vs[i].last().drop_rate;
+  // modeled time / (1 - d), the time per delivered assignment scaled to the whole batch. Both are the
+  // headline values the reports show.
+  std::vector<double> served(n), imbalance(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double kept = 1.0 - metric_value(run, vs[i], "drop_rate", "value").value_or(0.0);
     const double t = primary_placement(vs[i]).cost.actual.quantized_s;
-    return kept > 0 ? t / kept : std::numeric_limits<double>::infinity();
+    served[i] = kept > 0 ? t / kept : std::numeric_limits<double>::infinity();
+    imbalance[i] = metric_value(run, vs[i], "imbalance", "value").value_or(1.0);
+  }
+  // Equal within a relative 1e-12: a mean over records or a sum in another order moves the last bits
+  // of equal numbers, and no display tells such numbers apart. Infinite (everything dropped) only
+  // equals infinite.
+  auto same = [](double a, double b) {
+    return a == b ||
+           (std::isfinite(a) && std::isfinite(b) && std::fabs(a - b) <= 1e-12 * std::max(std::fabs(a), std::fabs(b)));
   };
+  std::vector<size_t> idx(n);
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return served[a] < served[b]; });
+  // Tie classes of served time, each anchored on its fastest member (so that the classes do not chain).
+  std::vector<size_t> time_class(n, 0);
+  for (size_t r = 1, anchor = idx.empty() ? 0 : idx[0]; r < idx.size(); ++r) {
+    const bool tied = same(served[anchor], served[idx[r]]);
+    if (!tied) anchor = idx[r];
+    time_class[idx[r]] = time_class[idx[r - 1]] + (tied ? 0 : 1);
+  }
+  // Within a class, lower imbalance first; equal time and equal imbalance share a rank (1, 1, 3).
   std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-    const double ta = served_time(a), tb = served_time(b);
-    if (ta != tb) return ta < tb;
-    return vs[a].last().imbalance < vs[b].last().imbalance;
+    if (time_class[a] != time_class[b]) return time_class[a] < time_class[b];
+    return imbalance[a] < imbalance[b];
   });
-  std::vector<int> rank(vs.size());
-  for (size_t r = 0; r < idx.size(); ++r) rank[idx[r]] = static_cast<int>(r) + 1;
+  std::vector<int> rank(n);
+  for (size_t r = 0, first = 0; r < idx.size(); ++r) {
+    const bool tied = r > 0 && time_class[idx[r]] == time_class[idx[first]] && same(imbalance[idx[first]], imbalance[idx[r]]);
+    if (!tied) first = r;
+    rank[idx[r]] = static_cast<int>(first) + 1;
+  }
   return rank;
 }
 
@@ -336,24 +459,29 @@ nlohmann::json run_to_json(const RunResult& run) {
     r["strategy"] = v.variant.label;
     r["gating"] = to_string(v.variant.router.gating);
     r["rank"] = ranks[i];
-    r["metrics"] = metrics_to_json(v.last());
-    // Run-level scalars sit beside the batch metrics so that baselines and tools find every metric
-    // of the vocabulary under "metrics".
-    for (const std::string& name : scalar_metric_names()) {
-      if (r["metrics"].contains(name)) continue;
-      const std::optional<double> value = metric_value(run, v, name, "value");
-      if (value) r["metrics"][name] = *value;
-    }
+    // The headline values (metric_value "value"), with the run-level scalars beside the batch metrics
+    // so that baselines and tools find every metric of the vocabulary under "metrics". A step run also
+    // keeps its last record's own values (aggregate "last").
+    auto scalars = [&](nlohmann::json metrics, const std::string& agg) {
+      for (const std::string& name : scalar_metric_names()) {
+        if (metrics.contains(name)) continue;
+        const std::optional<double> value = metric_value(run, v, name, agg);
+        if (value) metrics[name] = *value;
+      }
+      return metrics;
+    };
+    r["metrics"] = scalars(headline_json(v), "value");
+    if (!v.records.empty()) r["last_record_metrics"] = scalars(metrics_to_json(v.last()), "last");
     if (v.per_batch.size() > 1) {
       nlohmann::json agg, series;
-      for (const auto& [name, get] : batch_metrics()) {
+      for (const BatchMetric& bm : batch_metrics()) {
         std::vector<double> s;
         for (const BalanceMetrics& m : v.per_batch)
-          if (auto x = get(m)) s.push_back(*x);
+          if (auto x = bm.get(m)) s.push_back(*x);
         if (s.empty()) continue;
         const Aggregate a = aggregate(s);
-        agg[name] = {{"mean", a.mean}, {"p50", a.p50}, {"p95", a.p95}, {"max", a.max}};
-        if (name == "imbalance") series["imbalance"] = s;
+        agg[bm.name] = {{"mean", a.mean}, {"p50", a.p50}, {"p95", a.p95}, {"max", a.max}};
+        if (bm.name == "imbalance") series["imbalance"] = s;
       }
       r["aggregates"] = agg;
       r["series"] = series;

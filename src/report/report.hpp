@@ -23,16 +23,27 @@ ReportFormat parse_report_format(const std::string& s);  // throws InputError
 // The names of every scalar metric a report carries (the `expect:` vocabulary).
 const std::vector<std::string>& scalar_metric_names();
 
-// The value of a scalar metric of one variant; aggregate "value" is the last batch, "mean", "p50",
-// "p95", "max" aggregate over the batches/layers/steps. Empty when the metric does not apply.
+// The value of a scalar metric of one variant under an aggregate (docs/design.md, "One number per
+// metric: the headline value"). "value" is the headline that every report shows, rank orders and check reads by default:
+// a batch run's (synthetic, logits) last batch, whose routing the modeled and executed layer use; a
+// step run's (decoder, trace, load profile) aggregate over its records: the token-weighted mean
+// (weight = record num_tokens) of rates and ratios, the sum of dropped, tokens_unrouted and
+// padding_waste, and for modeled_time_s, batching_efficiency and rank_imbalance the mean modeled MoE
+// layer over the decode records (all records without a decode phase), VariantResult::modeled. One
+// record's aggregate is that record. "last" is the last batch or record, its own modeled cost
+// included; "mean" (unweighted), "p50", "p95", "max" run over the batches/records. Empty when the
+// metric does not apply (the losses without logits, rank_imbalance on one device, measured without
+// execution) or the aggregate is not one of these.
 std::optional<double> metric_value(const RunResult& run, const VariantResult& v, const std::string& metric,
                                    const std::string& aggregate);
 
 // The three columns of a modeled time as JSON: ideal_s, quantized_s, calibrated_s.
 nlohmann::json cost_json(const CostBreakdown& c);
 
-// 1-based rank of each variant by the primary placement's modeled layer time divided by the kept
-// fraction (1 - drop_rate), so that dropping work does not rank as speed (ties: lower imbalance).
+// 1-based rank of each variant by served time, the primary placement's modeled layer time divided by
+// the kept fraction (1 - drop_rate), so that dropping work does not rank as speed; ties in served time
+// go to the lower imbalance. Headline values throughout. Variants whose served time and imbalance are
+// both equal (within a relative 1e-12) share a rank, and the next rank skips: 1, 1, 3.
 std::vector<int> rank_variants(const RunResult& run);
 
 // One batch's metrics as JSON: every scalar of the metric vocabulary (null where it does not

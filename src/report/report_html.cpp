@@ -33,8 +33,9 @@ double as_number(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
 }
 
-// Vertical bars of one strategy's per-expert load, with the mean as a dashed line.
-std::string load_bars(const std::string& label, const std::vector<double>& load) {
+// Vertical bars of one strategy's per-expert load, with the mean as a dashed line. `over` says what the
+// load covers ("" for one batch).
+std::string load_bars(const std::string& label, const std::vector<double>& load, const std::string& over) {
   const double w = 640, h = 160, pad = 30;
   const double max_load = std::max(1.0, *std::max_element(load.begin(), load.end()));
   double mean = 0;
@@ -42,7 +43,7 @@ std::string load_bars(const std::string& label, const std::vector<double>& load)
   mean /= std::max<size_t>(1, load.size());
   const double bw = (w - 2 * pad) / std::max<size_t>(1, load.size());
   std::ostringstream os;
-  os << "<figure class=\"load\"><figcaption>" << esc(label) << ": assignments per expert</figcaption>"
+  os << "<figure class=\"load\"><figcaption>" << esc(label) << ": assignments per expert" << esc(over) << "</figcaption>"
      << "<svg class=\"load-bars\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h
      << "\" role=\"img\">";
   for (size_t e = 0; e < load.size(); ++e) {
@@ -137,6 +138,12 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
   }
   if (run.contains("hardware")) os << "; hardware " << esc(run["hardware"].value("name", std::string()));
   if (run.contains("workload")) os << "; " << run["workload"].value("num_tokens", 0) << " tokens per batch";
+  bool stepped = false;
+  for (const auto& s : run["strategies"]) stepped = stepped || (s.contains("records") && s["records"].is_array() && s["records"].size() > 1);
+  if (stepped)
+    os << "; step-structured run: rates and ratios are means over the records weighted by the tokens each routed, "
+          "counts are sums, the modeled time the mean MoE layer of the decode records (all records without "
+          "a decode phase)";
   os << "</p>\n<h2>Balance and cost per strategy</h2>\n<table id=\"metrics\"><thead><tr><th>strategy</th>"
         "<th>imbalance</th><th>cv</th><th>entropy_norm</th><th>drop_rate</th><th>aux_loss</th>"
         "<th>modeled time (us)</th><th>batching_efficiency</th><th>rank</th></tr></thead><tbody>\n";
@@ -162,7 +169,9 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
   os << "<h2>Per-expert load</h2>\n";
   for (const auto& s : run["strategies"]) {
     if (!s["metrics"].contains("load") || !s["metrics"]["load"].is_array() || s["metrics"]["load"].empty()) continue;
-    os << load_bars(s["strategy"].get<std::string>(), s["metrics"]["load"].get<std::vector<double>>());
+    const size_t records = s.contains("records") && s["records"].is_array() ? s["records"].size() : 0;
+    const std::string over = records > 1 ? ", summed over the " + std::to_string(records) + " records" : "";
+    os << load_bars(s["strategy"].get<std::string>(), s["metrics"]["load"].get<std::vector<double>>(), over);
   }
   os << "<p><small>moesim " << esc(run.value("moesim_version", std::string())) << ", from " << esc(source_name)
      << "</small></p>\n</body></html>\n";

@@ -1,7 +1,8 @@
 // Table, CSV and Markdown reports of a run (see report.hpp): one row per router variant with units in
 // the headers, and for step-structured runs (decoder, trace, load profile) a section of phase totals.
-// Deterministic apart from measured columns. Host only. Covered by tests/cli/cli_test.cpp and
-// tests/decoder/decoder_test.cpp (printed tables).
+// Deterministic apart from measured columns. Host only. Covered by tests/cli/cli_test.cpp,
+// tests/decoder/decoder_test.cpp (printed tables), tests/report/report_test.cpp (CSV) and
+// tests/cli/reports_agree_test.cpp (the table against JSON and check).
 #include "src/report/report.hpp"
 
 #include <algorithm>
@@ -34,10 +35,8 @@ std::vector<Column> columns(const RunResult& run) {
   std::vector<Column> cols;
   const auto& vs = run.variants;
   auto metric = [&](const std::string& name, int precision) {
-    // Step-structured runs (decoder, trace, profile) show the mean over every step and layer.
-    return [&, name, precision](size_t i) {
-      return fmt_opt(metric_value(run, vs[i], name, vs[i].records.empty() ? "value" : "mean"), precision);
-    };
+    // The headline value, as JSON `metrics` and check have it (an aggregate over a step run's records).
+    return [&, name, precision](size_t i) { return fmt_opt(metric_value(run, vs[i], name, "value"), precision); };
   };
   cols.push_back({"strategy", [&](size_t i) { return vs[i].variant.label; }});
   cols.push_back({"imbalance", metric("imbalance", 3)});
@@ -257,12 +256,15 @@ std::string format_run(const RunResult& run, ReportFormat format) {
   os << "model_us: modeled MoE layer time (roofline with tile quantization and launch overhead); batch_eff: "
         "balanced / actual modeled time (>1: idle experts load no weights in the memory-bound regime); "
         "measured_ms: executed layer, median of "
-     << e.execute.repeats << "; meas_eff: measured balanced / actual; rank: by modeled time / (1 - drop_rate)\n";
+     << e.execute.repeats << "; meas_eff: measured balanced / actual; rank: by modeled time / (1 - drop_rate), then imbalance (equal in both: "
+        "the same rank)\n";
   os << noise_legend(run, "");
   if (stepped) {
-    os << "step-structured run: imbalance .. aux_loss are means over every step and layer; model_us and batch_eff "
-          "the mean "
-       << (run.has_decoder ? "decode-step MoE layer" : "MoE layer")
+    const std::vector<StepRecord>& recs = run.variants.front().records;
+    const bool decode = std::any_of(recs.begin(), recs.end(), [](const StepRecord& r) { return r.phase == "decode"; });
+    os << "step-structured run: imbalance .. aux_loss are means over every step and layer weighted by the tokens "
+          "each routed, unrouted and pad_waste sums; model_us and batch_eff the mean "
+       << (decode ? "decode-step MoE layer" : "MoE layer of the records")
        << (run.has_decoder ? "; measured_ms: the last step's last MoE layer re-timed on its hidden states" : "")
        << "\n";
     os << phase_section(run, format);

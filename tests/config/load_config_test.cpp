@@ -199,6 +199,11 @@ TEST(LoadConfig, MapOverrides) {
   EXPECT_EQ(x.expect[0].aggregate, "p95");
   EXPECT_EQ(x.expect[0].strategy, "hash");
   EXPECT_DOUBLE_EQ(*x.expect[0].max, 1.5);
+  // `last`: the last batch or record, beside the headline `value`.
+  const Experiment last = default_experiment({"expect={imbalance: {max: 1.5, aggregate: last}}"});
+  ASSERT_EQ(last.expect.size(), 1u);
+  EXPECT_EQ(last.expect[0].aggregate, "last");
+  EXPECT_EQ(load_experiment_text(experiment_to_yaml(last), "l.yaml", {}).expect[0].aggregate, "last");
   // One bound of a map-form expect block.
   const Experiment d = default_experiment({"expect.drop_rate.max=0.1", "expect.cv.min=0"});
   ASSERT_EQ(d.expect.size(), 2u);
@@ -375,7 +380,7 @@ TEST(LoadConfig, BadConfigsAreRejectedWithKeyAndLine) {
       {"expect min above max", "expect:\n  cv: {min: 2, max: 1}\n", {}, {"exp.yaml:2:", "expect.cv.max"}},
       {"expect unknown strategy", "expect:\n  cv: {max: 1, strategy: greedy}\n", {}, {"exp.yaml:2:", "expect.cv.strategy: expected a gating name"}},
       {"expect strategy with a non-router key", "expect:\n  cv: {max: 1, strategy: hash top_k=2}\n", {}, {"exp.yaml:2:", "expect.cv.strategy"}},
-      {"expect unknown aggregate", "expect:\n  cv: {max: 1, aggregate: p99}\n", {}, {"exp.yaml:2:", "expect.cv.aggregate"}},
+      {"expect unknown aggregate", "expect:\n  cv: {max: 1, aggregate: p99}\n", {}, {"exp.yaml:2:", "expect.cv.aggregate: expected one of value|last|mean|p50|p95|max, got 'p99'"}},
       {"expect list item without metric", "expect:\n  - {metric: cv, max: 1}\n  - {max: 2}\n", {}, {"exp.yaml:3:", "expect[1]: expected a metric: key"}},
       {"expect list item unknown metric", "expect:\n  - {metric: speed, max: 1}\n", {}, {"exp.yaml:2:", "expect[0].metric"}},
       {"hardware missing", "hardware:\n", {}, {"exp.yaml:1:", "hardware: expected a profile name"}},

@@ -214,24 +214,31 @@ std::vector<CheckFailure> check_expectations(const RunResult& run) {
 }
 
 std::vector<std::string> baseline_labels(const nlohmann::json& b, const std::string& name) {
+  // Another command's result of this schema is named as such before its shape is judged.
+  const nlohmann::json& command = at_path(b, {"provenance", "command"});
+  const bool this_schema = b.is_object() && b.contains("schema_version") && b["schema_version"] == kReportSchemaVersion;
+  if (this_schema && command.is_string() && !is_run_result_command(command.get<std::string>()))
+    fail(name + ": provenance.command: expected the JSON of moesim run, compare or check, got a result of moesim " +
+         command.get<std::string>().substr(0, 40));
+  const std::vector<std::string> labels = run_result_labels(b, name);
+  if (!command.is_string())
+    fail(name + ": provenance.command: expected the command that wrote the baseline (run, compare or check)");
+  return labels;
+}
+
+std::vector<std::string> run_result_labels(const nlohmann::json& b, const std::string& name) {
   if (!b.is_object() || !b.contains("schema_version"))
     fail(name + ": expected a moesim run JSON (schema_version, strategies[]), got something else");
   if (b["schema_version"] != kReportSchemaVersion) {
     const nlohmann::json& v = b["schema_version"];
     const bool older = v.is_number_integer() && v.get<int64_t>() < kReportSchemaVersion;
     fail(name + ": schema_version: expected " + std::to_string(kReportSchemaVersion) + ", got " + shown(v) +
-         (older ? " (an older moesim wrote it: record it again with check --update-baseline)" : ""));
+         (older ? " (an older moesim wrote it: write it again with this one, e.g. check --update-baseline)" : ""));
   }
-  const nlohmann::json& command = at_path(b, {"provenance", "command"});
-  if (!command.is_string())
-    fail(name + ": provenance.command: expected the command that wrote the baseline (run, compare or check)");
-  if (!is_run_result_command(command.get<std::string>()))
-    fail(name + ": provenance.command: expected the JSON of moesim run, compare or check, got a result of moesim " +
-         command.get<std::string>().substr(0, 40));
   if (!b.contains("strategies") || !b["strategies"].is_array())
     fail(name + ": expected a moesim run JSON (schema_version, strategies[]), got something else");
   if (!at_path(b, {"experiment", "config"}).is_object())
-    fail(name + ": experiment.config: expected the effective experiment the baseline was recorded from");
+    fail(name + ": experiment.config: expected the effective experiment the result was run from");
   std::vector<std::string> labels;
   for (const auto& s : b["strategies"]) {
     if (!s.is_object() || !s.contains("strategy") || !s["strategy"].is_string() || !s.contains("metrics") ||

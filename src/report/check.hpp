@@ -77,9 +77,12 @@ std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlo
                                                  const std::vector<std::string>& metrics, double rtol,
                                                  double atol);
 
-// Strategy labels in a baseline run JSON; throws InputError (naming `name`) when it is not one: another
-// schema_version, a result of another command (provenance.command: sweep, validate, route), a shape
-// that is not a run's.
+// Strategy labels in a run JSON; throws InputError (naming `name`) when it is not one: another
+// schema_version, a shape that is not a run's (schema_version, experiment.config, strategies[]).
+std::vector<std::string> run_result_labels(const nlohmann::json& run, const std::string& name);
+
+// The same for a baseline, which must also come from run, compare or check (provenance.command; not
+// sweep, validate, route).
 std::vector<std::string> baseline_labels(const nlohmann::json& baseline_run, const std::string& name);
 
 // Baseline runs by experiment name from the text of a baseline file: one run JSON, or

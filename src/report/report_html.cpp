@@ -121,7 +121,7 @@ std::string series_chart(const std::vector<std::pair<std::string, std::vector<do
 }  // namespace
 
 std::string render_html_report(const nlohmann::json& run, const std::string& source_name) {
-  baseline_labels(run, source_name);  // validates the run JSON's shape
+  run_result_labels(run, source_name);  // validates the run JSON's shape
   const auto& exp = run.value("experiment", nlohmann::json::object());
   const std::string name = exp.value("name", std::string("moesim run"));
   std::ostringstream os;

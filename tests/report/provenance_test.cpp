@@ -1,14 +1,16 @@
 // Every JSON result describes itself: the effective experiment as `moesim config` prints it, the
 // profile's name and digest, and a provenance block (version, commit, command, threads, UTC date)
-// written by run, compare, check, sweep, validate and route alike.
+// written by run, compare, check, sweep, validate and route alike; the recorded commit is git's HEAD.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "src/common/build_info.hpp"
 #include "src/config/load_config.hpp"
 #include "tests/support/run_cli.hpp"
 
@@ -41,13 +43,31 @@ void expect_provenance(const nlohmann::json& j, const std::string& command, int 
   EXPECT_TRUE(std::regex_match(p["date_utc"].get<std::string>(),
                                std::regex(R"(20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]Z)")))
       << p.dump();
-  const std::string head = git_head();
-  if (!head.empty()) {
-    // The build's commit, with -dirty when tracked files differed: the prefix is this tree's HEAD
-    // whenever the binary was built from it.
-    EXPECT_EQ(p["commit"].get<std::string>().substr(0, head.size()), head) << p.dump();
+  // The commit this build recorded (the test binary and moesim are built together), null outside a
+  // git checkout; cmake/build_commit.cmake is held to git itself by BuildCommit.IsTheTreesHead.
+  const std::string commit = build_commit();
+  if (commit.empty()) {
+    EXPECT_TRUE(p["commit"].is_null()) << p.dump();
+  } else {
+    EXPECT_EQ(p["commit"], commit);
+    EXPECT_TRUE(std::regex_match(commit, std::regex("[0-9a-f]{40}(-dirty)?"))) << commit;
   }
   EXPECT_EQ(j["schema_version"], 2) << command;
+}
+
+// cmake/build_commit.cmake writes the tree's HEAD (what git rev-parse prints), "-dirty" appended when
+// tracked files differ from it; the text is the C++ the build compiles.
+TEST(BuildCommit, IsTheTreesHead) {
+  const std::string head = git_head();
+  if (head.empty()) GTEST_SKIP() << "moesim-tests: skipped: the source is not a git checkout git can read";
+  const std::string out = testing::make_temp_dir() + "/build_commit.cpp";
+  const std::string cmd = "cmake -DOUT=" + out + " -DROOT=" MOESIM_SOURCE_DIR " -P " MOESIM_SOURCE_DIR
+                          "/cmake/build_commit.cmake";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string text = testing::read_text(out);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("return \"([0-9a-f]{40})(-dirty)?\";"))) << text;
+  EXPECT_EQ(m[1].str(), head);
 }
 
 TEST(Provenance, EveryCommandRecordsItsInvocation) {

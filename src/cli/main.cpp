@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     std::cerr << "moesim: unknown command '" << cmd << "'; expected " << cli::command_names() << "\n";
     return kExitBadInput;
   } catch (const Error& e) {
-    std::cerr << "moesim " << cmd << ": " << e.what() << "\n";
+    // One insertion, one write: under mpirun the launcher's own lines cannot split it.
+    std::cerr << "moesim " + cmd + ": " + e.what() + "\n";
     return e.exit_code();
   } catch (const std::bad_alloc&) {
     std::cerr << "moesim " << cmd << ": out of memory; lower the sizes or set --memory-limit\n";

@@ -184,8 +184,13 @@ void ep_abort(int exit_code, const std::string& prefix, const std::string& messa
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) {
-    std::cerr << prefix << ": rank " << ep_rank() << " of " << ep_num_ranks() << ": " << message << std::endl;
+    // One write of the whole line: mpirun forwards each rank's stderr as it reads it, and its own abort
+    // banner would otherwise land between the pieces of a line written by several insertions.
+    const std::string line =
+        prefix + ": rank " + std::to_string(ep_rank()) + " of " + std::to_string(ep_num_ranks()) + ": " + message + "\n";
     std::fflush(stdout);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, exit_code);
   }
 #endif

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "src/common/clock.hpp"
+#include "src/common/host.hpp"
 #include "src/common/error.hpp"
 #include "src/common/median.hpp"
 
@@ -25,14 +26,6 @@
 
 namespace moesim {
 namespace {
-
-int max_threads() {
-#if defined(MOESIM_HAS_OPENMP)
-  return std::max(1, omp_get_max_threads());
-#else
-  return 1;
-#endif
-}
 
 int thread_id() {
 #if defined(MOESIM_HAS_OPENMP)
@@ -225,7 +218,7 @@ CalibrationResult calibrate_host(const CalibrationOptions& opts) {
   CalibrationResult r;
   r.cpu_model = cpu_model_name();
   r.blas = std::string(openblas_get_config()) + " (core " + openblas_get_corename() + ")";
-  r.threads = max_threads();
+  r.threads = openmp_max_threads();
   r.simd_fp32_lanes = simd_fp32_lanes();
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   r.memory_bytes = std::max(0.0, static_cast<double>(sysconf(_SC_PHYS_PAGES)) * page);

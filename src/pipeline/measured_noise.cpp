@@ -13,9 +13,7 @@
 #if defined(__linux__)
 #include <sched.h>
 #endif
-#if defined(MOESIM_HAS_OPENMP)
-#include <omp.h>
-#endif
+#include "src/common/host.hpp"
 
 namespace moesim {
 namespace {
@@ -82,19 +80,12 @@ const HostLoad& host_load_at_start() {
   static const HostLoad load = [] {
     HostLoad h;
     h.cores = std::max(0, affinity_cores());
-    double avg[1];
-    if (getloadavg(avg, 1) == 1) h.load_average = avg[0];
+    h.load_average = load_average_1min();
     return h;
   }();
   return load;
 }
 
-int host_threads() {
-#if defined(MOESIM_HAS_OPENMP)
-  return std::max(1, omp_get_max_threads());
-#else
-  return 1;
-#endif
-}
+int host_threads() { return openmp_max_threads(); }
 
 }  // namespace moesim

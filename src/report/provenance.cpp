@@ -1,12 +1,9 @@
 // The provenance block of every JSON result (see provenance.hpp).
 #include "src/report/provenance.hpp"
 
-#if defined(MOESIM_HAS_OPENMP)
-#include <omp.h>
-#endif
-
 #include "src/common/build_info.hpp"
 #include "src/common/clock.hpp"
+#include "src/common/host.hpp"
 
 namespace moesim {
 namespace {
@@ -22,10 +19,7 @@ void set_result_command(const std::string& command) { command_slot() = command; 
 const std::string& result_command() { return command_slot(); }
 
 nlohmann::json provenance_json() {
-  int threads = 1;
-#if defined(MOESIM_HAS_OPENMP)
-  threads = omp_get_max_threads();
-#endif
+  const int threads = openmp_max_threads();
   const std::string commit = build_commit();
   return {{"moesim_version", MOESIM_VERSION},
           {"commit", commit.empty() ? nlohmann::json(nullptr) : nlohmann::json(commit)},

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/common/host.hpp"
 #include "src/common/median.hpp"
 #include "src/config/load_config.hpp"
 #include "src/cost/placement.hpp"
@@ -32,13 +33,6 @@ int64_t layout_rows(const std::vector<int64_t>& load, Layout layout, int block_s
     else rows += std::max(capacity > 0 ? capacity : max_load, n);
   }
   return rows;
-}
-
-double load_average_1min() {
-  std::ifstream in("/proc/loadavg");
-  double v = -1;
-  if (!(in >> v)) return -1;
-  return v;
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ int cmd_check(int argc, char** argv) {
     }
     if (b != baselines.end()) labels = baseline_labels(b->second, baseline);
     bool needs_execute = execute;
-    for (const Expectation& x : e.expect) needs_execute |= x.metric.rfind("measured_", 0) == 0;
+    for (const Expectation& x : e.expect) needs_execute |= is_measured(x.metric);
     RunOptions ro;
     ro.execute = needs_execute;
     ro.memory_limit_bytes = parse_memory_limit("");
@@ -141,7 +141,7 @@ int cmd_check(int argc, char** argv) {
     // A bound on a measured metric is evaluated even when the measured times are noisy; its failure
     // line then says so and why (docs/design.md, "Measured spread and noise").
     for (CheckFailure& x : f) {
-      if (x.metric.rfind("measured_", 0) != 0) continue;
+      if (!is_measured(x.metric)) continue;
       for (const VariantResult& v : run.variants)
         if (v.variant.label == x.strategy && v.executed && v.measured_noise.noisy)
           x.bound += " (measured times noisy: " + v.measured_noise.reason + ")";

@@ -32,8 +32,6 @@ bool matches(const std::string& wanted, const VariantResult& v) {
   return wanted.empty() || wanted == v.variant.label || wanted == to_string(v.variant.router.gating);
 }
 
-bool is_measured(const std::string& metric) { return metric.rfind("measured_", 0) == 0; }
-
 // Whether `key` is one of `allowed` or lies under one ("workload" allows workload.skew).
 bool allowed_key(const std::string& key, const std::vector<std::string>& allowed) {
   for (const std::string& a : allowed)
@@ -100,6 +98,8 @@ const std::vector<std::string>& default_baseline_metrics() {
                                              "entropy_norm", "batching_efficiency", "modeled_time_s"};
   return m;
 }
+
+bool is_measured(const std::string& metric) { return metric.rfind("measured_", 0) == 0; }
 
 bool is_count_metric(const std::string& m) {
   static const std::set<std::string> counts = {"dropped",        "tokens_unrouted", "padding_waste",

@@ -38,6 +38,10 @@ const std::vector<std::string>& default_baseline_metrics();
 // expect: block names, measured ones left out; else the default set. Throws InputError.
 std::vector<std::string> baseline_metrics(const Experiment& e, const std::vector<std::string>& requested);
 
+// The executed pipeline's metrics (measured_layer_s, measured_batching_efficiency): they need --execute
+// and depend on the machine's load.
+bool is_measured(const std::string& metric);
+
 // Counts (dropped, tokens_unrouted, padding_waste, active_experts, dead_experts, capacity): compared
 // exactly against a baseline, whatever the tolerance.
 bool is_count_metric(const std::string& metric);

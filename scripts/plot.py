@@ -5,7 +5,9 @@ Sweep CSV -> three figures (one line per combination of the varied keys other th
   PREFIX-time.png        modeled time per batch, log-log, with the critical batch marked
                          (dense: B* tokens; MoE: B* x E / k tokens, where a balanced expert reaches B*)
   PREFIX-balanced.png    actual routing (solid) against perfectly balanced routing (dashed)
-  PREFIX-efficiency.png  batching_efficiency = balanced / actual time, against the batch
+  PREFIX-efficiency.png  batching_efficiency = reference / (reference + imbalance), against the batch
+  PREFIX-knee.png        time per token, actual (solid) against balanced (dashed), each curve's knee
+                         marked (moesim's knee_tokens and balanced_knee_tokens columns)
   PREFIX-measured.png    measured layer time per batch, when the sweep ran with --measure
 Validate CSV -> PREFIX-validate.png: predicted and measured expert time per batch, with the error.
 
@@ -169,9 +171,44 @@ def plot_efficiency(header, rows, groups, args, path):
                 label=label or "batching efficiency")
     ax.axhline(1.0, color="0.3", linewidth=0.8)
     mark_critical(ax, groups, colors)
-    setup_axes(ax, "batching efficiency (balanced / actual)", logy=False)
+    setup_axes(ax, "batching efficiency (reference / (reference + imbalance))", logy=False)
     ax.set_ylim(bottom=0)
     ax.set_title(title_of(rows, args, "batching efficiency"), fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_knee(header, rows, groups, args, path):
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    colors = [f"C{i % 10}" for i in range(len(groups))]
+    balanced_drawn = set()
+    for (label, g), color in zip(groups.items(), colors):
+        x = [num(r, "num_tokens") for r in g]
+        tpt = [num(r, f"time_{args.time}_s") / n * 1e6 for r, n in zip(g, x)]
+        btpt = [num(r, f"balanced_{args.time}_s") / n * 1e6 for r, n in zip(g, x)]
+        name = label or "actual routing"
+        ax.plot(x, tpt, marker="o", markersize=3, color=color, label=name)
+        key = (tuple(x), tuple(btpt))
+        if key not in balanced_drawn:
+            balanced_drawn.add(key)
+            ax.plot(x, btpt, linestyle="--", color="black" if len(groups) == 1 else color, linewidth=1.4,
+                    label="balanced" + ("" if len(groups) == 1 else f" ({name})"))
+        # The knees moesim found (quantized column): a filled marker on the routing's curve, an open one on
+        # the balanced curve.
+        for col, curve, style in (("knee_tokens", tpt, "o"), ("balanced_knee_tokens", btpt, "s")):
+            k = num(g[0], col)
+            if math.isfinite(k) and k in x:
+                y = curve[x.index(k)]
+                filled = col == "knee_tokens"
+                ax.plot([k], [y], marker=style, markersize=11, linestyle="none",
+                        markerfacecolor=color if filled else "none", markeredgecolor="black" if not filled else color,
+                        markeredgewidth=1.6, zorder=5)
+                ax.annotate(f"{'knee' if filled else 'balanced knee'} {k:.0f}", xy=(k, y), xytext=(6, 8 if filled else -14),
+                            textcoords="offset points", fontsize=8)
+    setup_axes(ax, f"modeled time per token, {args.time} (us)")
+    ax.set_title(title_of(rows, args, "time per token: routing (solid) vs balanced (dashed), knees marked"), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -241,7 +278,10 @@ def main():
             if needed not in header:
                 sys.exit(f"plot.py: {args.csv}: expected a moesim sweep CSV with a '{needed}' column")
         groups = groups_of(header, rows)
-        for name, fn in (("time", plot_time), ("balanced", plot_balanced), ("efficiency", plot_efficiency)):
+        figures = [("time", plot_time), ("balanced", plot_balanced), ("efficiency", plot_efficiency)]
+        if "knee_tokens" in header:
+            figures.append(("knee", plot_knee))
+        for name, fn in figures:
             path = os.path.join(args.out, f"{prefix}-{name}.png")
             fn(header, rows, groups, args, path)
             written.append(path)

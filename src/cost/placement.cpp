@@ -102,7 +102,8 @@ AllToAll all_to_all(const HardwareProfile& hw, const std::vector<int64_t>& devic
 }
 
 struct PlacedCost {
-  CostBreakdown cost;
+  CostBreakdown experts;   // max over devices of each device's grouped kernel (no all-to-all)
+  CostBreakdown cost;      // experts + all-to-all
   std::vector<double> device_time_s;
   std::vector<int64_t> device_tokens;
   double compute_bound = 0;
@@ -131,16 +132,54 @@ PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, cons
   out.device_time_s.assign(num_devices, 0.0);
   for (int d = 0; d < num_devices; ++d) {
     const CostBreakdown c = groups[d].time();
-    out.cost.ideal_s = std::max(out.cost.ideal_s, c.ideal_s);
-    out.cost.quantized_s = std::max(out.cost.quantized_s, c.quantized_s);
-    out.cost.calibrated_s = std::max(out.cost.calibrated_s, c.calibrated_s);
+    out.experts.ideal_s = std::max(out.experts.ideal_s, c.ideal_s);
+    out.experts.quantized_s = std::max(out.experts.quantized_s, c.quantized_s);
+    out.experts.calibrated_s = std::max(out.experts.calibrated_s, c.calibrated_s);
     out.device_time_s[d] = c.quantized_s;
   }
   out.a2a = all_to_all(hw, out.device_tokens, static_cast<double>(in.hidden) * dtype_bytes(in.dtype));
+  out.cost = out.experts;
   out.cost.ideal_s += out.a2a.bandwidth_s;
   out.cost.quantized_s += out.a2a.bandwidth_s + out.a2a.latency_s;
   out.cost.calibrated_s += out.a2a.bandwidth_s + out.a2a.latency_s;
   return out;
+}
+
+// The ideal time of `assignments` balanced over the experts (the `balanced` gating's loads, uncapped),
+// dropless rows, experts only: on one device, or placed by the placement's rule.
+double balanced_ideal_s(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in,
+                        int64_t assignments) {
+  const BalancedLoads even(assignments, in.num_experts, 0);
+  const LayoutRule dropless{Layout::dropless, 1, 0};
+  if (in.placement.kind == PlacementKind::single) {
+    GroupedCost g(rm);
+    g.add(even(0), even.rem);
+    g.add(even(in.num_experts - 1), in.num_experts - even.rem);
+    for (int s = 0; s < in.shared_experts; ++s) g.add(in.num_tokens);
+    return g.time().ideal_s;
+  }
+  std::vector<int64_t> loads(in.num_experts);
+  for (int e = 0; e < in.num_experts; ++e) loads[e] = even(e);
+  const ExpertPlacement p = place_experts(loads, in.placement);
+  return cost_placed(hw, rm, p, dropless, in).experts.ideal_s;
+}
+
+// Fills the erosion stages around the prediction (see Erosion): `loads_ideal_s` is T1, `layout` the
+// experts-only columns at the layout's rows (T2 ideal, T3 quantized), `actual_s` the prediction.
+Erosion erosion_of(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in, int64_t delivered,
+                   double loads_ideal_s, const CostBreakdown& layout, double actual_s) {
+  Erosion x;
+  x.delivered = static_cast<double>(delivered);
+  x.undelivered = static_cast<double>(in.undelivered);
+  x.served = static_cast<double>(std::max<int64_t>(0, in.num_tokens * in.top_k - in.undelivered));
+  x.reference_s = balanced_ideal_s(hw, rm, in, delivered);
+  x.actual_s = actual_s;
+  x.imbalance_s = loads_ideal_s - x.reference_s;
+  x.padding_s = layout.ideal_s - loads_ideal_s;
+  x.quantization_s = layout.quantized_s - layout.ideal_s;
+  x.communication_s = actual_s - layout.quantized_s;
+  if (in.undelivered > 0) x.dropped_work_s = balanced_ideal_s(hw, rm, in, delivered + in.undelivered) - x.reference_s;
+  return x;
 }
 
 void validate(const LayerCostInput& in) {
@@ -156,9 +195,32 @@ void validate(const LayerCostInput& in) {
                  "placement_load has " << in.placement_load.size() << " entries, expected " << in.num_experts);
   MOESIM_REQUIRE(in.capacity >= 0, "capacity must be >= 0, got " << in.capacity);
   MOESIM_REQUIRE(in.layout != Layout::block || in.block_size >= 1, "block layout needs block_size >= 1");
+  MOESIM_REQUIRE(in.undelivered >= 0, "undelivered must be >= 0, got " << in.undelivered);
 }
 
 }  // namespace
+
+double Erosion::time_per_served_s() const {
+  return served > 0 ? actual_s / served : std::numeric_limits<double>::infinity();
+}
+
+void add_scaled(Erosion& acc, const Erosion& x, double f) {
+  acc.reference_s += f * x.reference_s;
+  acc.actual_s += f * x.actual_s;
+  acc.imbalance_s += f * x.imbalance_s;
+  acc.padding_s += f * x.padding_s;
+  acc.quantization_s += f * x.quantization_s;
+  acc.communication_s += f * x.communication_s;
+  acc.dropped_work_s += f * x.dropped_work_s;
+  acc.delivered += f * x.delivered;
+  acc.undelivered += f * x.undelivered;
+  acc.served += f * x.served;
+}
+
+double efficiency_of(const Erosion& x) {
+  const double loads_s = x.reference_s + x.imbalance_s;
+  return loads_s > 0 ? x.reference_s / loads_s : 1.0;
+}
 
 ExpertPlacement place_experts(const std::vector<int64_t>& plan_load, const PlacementConfig& cfg) {
   const int num_experts = static_cast<int>(plan_load.size());
@@ -288,6 +350,15 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     out.balanced = even.time();
     out.device_time_s.assign(1, out.actual.quantized_s);
     out.device_tokens.assign(1, tokens);
+    // T1: the loads as they are (the dropless layout's rows are the loads: no second pass).
+    double loads_ideal_s = out.actual.ideal_s;
+    if (in.layout != Layout::dropless) {
+      GroupedCost plain(rm);
+      for (int e = 0; e < num_experts; ++e) plain.add(load[e]);
+      for (int s = 0; s < in.shared_experts; ++s) plain.add(in.num_tokens);
+      loads_ideal_s = plain.time().ideal_s;
+    }
+    out.erosion = erosion_of(hw, rm, in, tokens, loads_ideal_s, out.actual, out.actual.quantized_s);
   } else {
     ExpertPlacement p = place_experts(in.placement_load.empty() ? in.load : in.placement_load, in.placement);
     assign_load(p, in.load);
@@ -303,6 +374,12 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     out.device_tokens = std::move(a.device_tokens);
     out.all_to_all_s = a.a2a.bandwidth_s + a.a2a.latency_s;
     out.all_to_all_bytes = a.a2a.bytes;
+    const LayoutRule dropless{Layout::dropless, 1, 0};
+    const double loads_ideal_s =
+        in.layout == Layout::dropless ? a.experts.ideal_s : cost_placed(hw, rm, p, dropless, in).experts.ideal_s;
+    int64_t delivered = 0;
+    for (int64_t l : in.load) delivered += l;
+    out.erosion = erosion_of(hw, rm, in, delivered, loads_ideal_s, a.experts, out.actual.quantized_s);
     int64_t mx = 0, sum = 0;
     for (int64_t t : out.device_tokens) {
       mx = std::max(mx, t);
@@ -314,7 +391,7 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
       out.balancedness = mean / static_cast<double>(mx);
     }
   }
-  out.batching_efficiency = out.actual.quantized_s > 0 ? out.balanced.quantized_s / out.actual.quantized_s : 1.0;
+  out.batching_efficiency = efficiency_of(out.erosion);
   return out;
 }
 

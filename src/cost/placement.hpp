@@ -4,6 +4,7 @@
 // Pure arithmetic, deterministic, host only. Covered by tests/cost/placement_test.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +48,38 @@ struct LayerCostInput {
   int block_size = 64;              // block layout rows per block
   PlacementConfig placement;
   std::vector<int64_t> placement_load;  // [num_experts] loads the placement is planned from; empty = load
+  // Assignments the routing owed and did not deliver (undelivered_assignments): costed as dropped work.
+  int64_t undelivered = 0;
+};
+
+// Assignments a routing owed and did not deliver: max(dropped, top_k x tokens_unrouted). Token-choice
+// drops count every lost assignment (an unrouted token's k among them); expert choice drops nothing
+// it was asked for, but leaves tokens with no expert, each owed k.
+inline int64_t undelivered_assignments(int64_t dropped, int64_t tokens_unrouted, int top_k) {
+  return std::max<int64_t>(dropped, static_cast<int64_t>(top_k) * tokens_unrouted);
+}
+
+// Where a modeled MoE layer's time goes (DESIGN.md "erosion", docs/cost-model.md "Erosion"), in seconds
+// of the prediction's column (quantized). Staged on one placement:
+//   reference  = the delivered assignments balanced over the experts (the `balanced` gating's loads),
+//                placed by the placement's rule, ideal roofline, experts only (no all-to-all);
+//   T1         = the routing's loads, same placement, ideal, experts only;
+//   T2         = the layout's rows (capacity, block), ideal, experts only;
+//   T3         = the layout's rows, quantized (tiles, waves, launches), experts only;
+//   actual     = T3 + the all-to-all (quantized, with latency) = LayerCost::actual.quantized_s.
+// parts: imbalance = T1 - reference, padding = T2 - T1, quantization = T3 - T2, communication =
+// actual - T3; they sum to actual - reference up to rounding. dropped_work = the ideal balanced time of
+// delivered + undelivered assignments minus the reference: work not done, never speed.
+struct Erosion {
+  double reference_s = 0, actual_s = 0;
+  double imbalance_s = 0, padding_s = 0, quantization_s = 0, communication_s = 0;
+  double dropped_work_s = 0;
+  double delivered = 0;    // assignments processed (sum of the loads)
+  double undelivered = 0;  // assignments owed and not processed (undelivered_assignments)
+  double served = 0;       // N k - undelivered: the owed assignments this routing served
+  // actual / served: the ranking key, so that dropped work and unrouted tokens count against a routing
+  // (infinite when nothing is served).
+  double time_per_served_s() const;
 };
 
 // The size a layer is costed at: the model's real dimensions and dtype, or the executed ones
@@ -60,8 +93,12 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
                                 std::vector<int64_t> load, int64_t capacity);
 
 struct LayerCost {
-  CostBreakdown actual, balanced;   // the layer's time with the routing's loads / with balanced loads
-  double batching_efficiency = 1.0; // balanced.quantized_s / actual.quantized_s (1 when both are 0)
+  CostBreakdown actual, balanced;   // the layer's time with the routing's loads / with balanced loads (N k)
+  Erosion erosion;                  // where actual.quantized_s goes, against the balanced ideal
+  // What imbalance alone costs: reference / (reference + imbalance) = reference / T1 (1 when both are 0).
+  // Free of drops (the reference has the delivered assignments) and of tiles and padding (ideal rows).
+  // Above 1 when skew leaves experts idle whose weights the balanced routing must read.
+  double batching_efficiency = 1.0;
   double compute_bound_experts = 0; // physical experts whose ideal t(n) is compute-bound (actual loads)
   std::vector<double> device_time_s;    // [devices] quantized expert time per device (no all-to-all)
   std::vector<int64_t> device_tokens;   // [devices] routed assignments processed per device
@@ -70,6 +107,12 @@ struct LayerCost {
   double all_to_all_s = 0.0;        // dispatch + combine, quantized (with link latency)
   double all_to_all_bytes = 0.0;    // bytes that leave their device, dispatch + combine
 };
+
+// acc += f x every field of x (means over records, whole-model totals over layers).
+void add_scaled(Erosion& acc, const Erosion& x, double f);
+
+// batching_efficiency from an erosion: reference / (reference + imbalance), 1 when both are 0.
+double efficiency_of(const Erosion& erosion);
 
 // The MoE layer's modeled time (DESIGN.md "Cost model"):
 //  - rows per expert by layout: dropless n = load; block n = round_up(load, block_size); capacity

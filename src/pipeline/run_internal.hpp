@@ -23,7 +23,7 @@ RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index);
 
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
-                                               int64_t capacity, int64_t num_tokens);
+                                               int64_t capacity, int64_t num_tokens, int64_t undelivered);
 
 // Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median, fastest and
 // slowest time of each phase (CUDA: CUDA-event times, `dtype` the GEMM precision).
@@ -56,7 +56,7 @@ void model_record(const Experiment& e, const HardwareProfile& hw, const RouterCo
                   StepRecord& rec);
 
 // The mean modeled MoE layer of `records` (decode records when there are any), per placement:
-// every time and per-device figure averaged; batching_efficiency = mean balanced / mean actual time.
+// every time, erosion and per-device figure averaged; batching_efficiency from the mean erosion.
 std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records);
 
 // Phase totals. Each step's modeled time is the mean over its records' layers times model.layers (the

@@ -50,8 +50,9 @@ RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index) {
 
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
-                                               int64_t capacity, int64_t num_tokens) {
+                                               int64_t capacity, int64_t num_tokens, int64_t undelivered) {
   LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, load, capacity);
+  in.undelivered = undelivered;
   std::vector<ModeledPlacement> out;
   in.placement = PlacementConfig{};
   out.push_back({"single", 1, model_moe_layer(hw, in)});
@@ -243,7 +244,9 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
       vr.per_batch.push_back(compute_balance_metrics(r, batches[b].logits.data(), v.router.layout, v.router.block_size));
     }
     vr.final_bias = state.expert_bias;
-    vr.modeled = model_placements(e, result.hardware, v.router, vr.last().load, vr.last().capacity, result.num_tokens);
+    const BalanceMetrics& m = vr.last();
+    vr.modeled = model_placements(e, result.hardware, v.router, m.load, m.capacity, result.num_tokens,
+                                  undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
 
     if (execute && !batches.empty()) {
       // The executed layer replays the last batch with a fresh router state (time_layer).

@@ -48,7 +48,8 @@ const ModeledPlacement& primary_of(const std::vector<ModeledPlacement>& modeled)
 // Fills a record's modeled MoE cost from its routing metrics, and the derived totals.
 void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,
                   StepRecord& rec) {
-  rec.modeled = model_placements(e, hw, router, m.load, m.capacity, rec.num_tokens);
+  rec.modeled = model_placements(e, hw, router, m.load, m.capacity, rec.num_tokens,
+                                 undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
   const ModeledPlacement& p = primary_of(rec.modeled);
   rec.batching_efficiency = p.cost.batching_efficiency;
   rec.modeled_layer_s = p.cost.actual.quantized_s + (rec.has_attention ? rec.modeled_attention.quantized_s : 0.0);
@@ -73,7 +74,7 @@ CostBreakdown mean_breakdown(const std::vector<const CostBreakdown*>& cs) {
 }  // namespace
 
 // The mean modeled MoE layer of `records` (decode records when there are any), per placement:
-// every time and per-device figure averaged; batching_efficiency = mean balanced / mean actual time.
+// every time, erosion and per-device figure averaged; batching_efficiency from the mean erosion.
 std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records) {
   bool any_decode = false;
   for (const StepRecord& r : records) any_decode = any_decode || r.phase == "decode";
@@ -88,6 +89,7 @@ std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& rec
     mp.devices = use.front()->modeled[pi].devices;
     std::vector<const CostBreakdown*> actual, balanced;
     LayerCost& c = mp.cost;
+    Erosion& er = c.erosion;
     const double n = static_cast<double>(use.size());
     std::vector<double> device_tokens;
     c.rank_imbalance = 0;
@@ -97,6 +99,7 @@ std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& rec
       actual.push_back(&x.actual);
       balanced.push_back(&x.balanced);
       c.compute_bound_experts += x.compute_bound_experts / n;
+      add_scaled(er, x.erosion, 1.0 / n);
       c.rank_imbalance += x.rank_imbalance / n;
       c.balancedness += x.balancedness / n;
       c.all_to_all_s += x.all_to_all_s / n;
@@ -109,7 +112,7 @@ std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& rec
     for (double t : device_tokens) c.device_tokens.push_back(static_cast<int64_t>(std::llround(t)));
     c.actual = mean_breakdown(actual);
     c.balanced = mean_breakdown(balanced);
-    c.batching_efficiency = c.actual.quantized_s > 0 ? c.balanced.quantized_s / c.actual.quantized_s : 1.0;
+    c.batching_efficiency = efficiency_of(er);
     out.push_back(mp);
   }
   return out;
@@ -304,7 +307,7 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
       rec.layer = profile.layers[i];
       rec.num_tokens = e.workload.batch;
       rec.modeled = model_placements(e, result.hardware, v.router, scale_loads(counts, e.workload.batch * k), 0,
-                                     e.workload.batch);
+                                     e.workload.batch, 0);
       const ModeledPlacement& p = primary_of(rec.modeled);
       rec.batching_efficiency = p.cost.batching_efficiency;
       rec.modeled_layer_s = p.cost.actual.quantized_s;

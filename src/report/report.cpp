@@ -167,6 +167,27 @@ nlohmann::json cost_json(const CostBreakdown& c) {
 
 namespace {
 
+nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+nlohmann::json erosion_json(const Erosion& x) {
+  return {{"reference_s", x.reference_s},
+          {"actual_s", x.actual_s},
+          {"parts",
+           {{"imbalance_s", x.imbalance_s},
+            {"quantization_s", x.quantization_s},
+            {"padding_s", x.padding_s},
+            {"communication_s", x.communication_s}}},
+          {"dropped_work_s", x.dropped_work_s},
+          {"assignments_delivered", x.delivered},
+          {"assignments_undelivered", x.undelivered},
+          {"assignments_served", x.served},
+          {"time_per_served_assignment_s", finite_or_null(x.time_per_served_s())}};
+}
+
+namespace {
+
 nlohmann::json placement_json(const ModeledPlacement& p) {
   nlohmann::json j = {{"devices", p.devices},
                       {"time_s", p.cost.actual.quantized_s},
@@ -174,6 +195,7 @@ nlohmann::json placement_json(const ModeledPlacement& p) {
                       {"batching_efficiency", p.cost.batching_efficiency},
                       {"actual", cost_json(p.cost.actual)},
                       {"balanced", cost_json(p.cost.balanced)},
+                      {"erosion", erosion_json(p.cost.erosion)},
                       {"compute_bound_experts", p.cost.compute_bound_experts}};
   if (p.placement == "expert_parallel") {
     j["device_time_s"] = p.cost.device_time_s;
@@ -383,14 +405,11 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
 std::vector<int> rank_variants(const RunResult& run) {
   const auto& vs = run.variants;
   const size_t n = vs.size();
-  // Dropped assignments are not free: a strategy that drops a fraction d of the work is charged its
-  // modeled time / (1 - d), the time per delivered assignment scaled to the whole batch. Both are the
-  // headline values the reports show.
+  // Dropped assignments and unrouted tokens are not free: each strategy is charged its modeled time per
+  // assignment it served of the N k it owed (a mean over a step run's records, as the time is).
   std::vector<double> served(n), imbalance(n);
   for (size_t i = 0; i < n; ++i) {
-    const double kept = 1.0 - metric_value(run, vs[i], "drop_rate", "value").value_or(0.0);
-    const double t = primary_placement(vs[i]).cost.actual.quantized_s;
-    served[i] = kept > 0 ? t / kept : std::numeric_limits<double>::infinity();
+    served[i] = primary_placement(vs[i]).cost.erosion.time_per_served_s();
     imbalance[i] = metric_value(run, vs[i], "imbalance", "value").value_or(1.0);
   }
   // Equal within a relative 1e-12: a mean over records or a sum in another order moves the last bits

@@ -40,10 +40,15 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
 // The three columns of a modeled time as JSON: ideal_s, quantized_s, calibrated_s.
 nlohmann::json cost_json(const CostBreakdown& c);
 
-// 1-based rank of each variant by served time, the primary placement's modeled layer time divided by
-// the kept fraction (1 - drop_rate), so that dropping work does not rank as speed; ties in served time
-// go to the lower imbalance. Headline values throughout. Variants whose served time and imbalance are
-// both equal (within a relative 1e-12) share a rank, and the next rank skips: 1, 1, 3.
+// A modeled layer's erosion block (DESIGN.md "erosion"): reference_s, actual_s, parts {imbalance_s,
+// quantization_s, padding_s, communication_s}, dropped_work_s and the assignment counts behind the ranking.
+nlohmann::json erosion_json(const Erosion& x);
+
+// 1-based rank of each variant by the primary placement's modeled time per served assignment
+// (Erosion::time_per_served_s: N k minus the dropped assignments and the unrouted tokens' k), so that
+// dropping work or leaving tokens unrouted does not rank as speed; ties go to the lower imbalance.
+// Headline values throughout. Variants whose time per served assignment and imbalance are both equal
+// (within a relative 1e-12) share a rank, and the next rank skips: 1, 1, 3.
 std::vector<int> rank_variants(const RunResult& run);
 
 // One batch's metrics as JSON: every scalar of the metric vocabulary (null where it does not

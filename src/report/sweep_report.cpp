@@ -74,6 +74,8 @@ std::vector<Column> table_columns(const SweepResult& s) {
   cols.push_back({"bal_ideal_us", us(&CostBreakdown::ideal_s, true)});
   cols.push_back({"bal_quant_us", us(&CostBreakdown::quantized_s, true)});
   cols.push_back({"bal_calib_us", us(&CostBreakdown::calibrated_s, true)});
+  cols.push_back({"ref_us", [](const SweepRow& r) { return fixed(r.erosion.reference_s * 1e6, 1); }});
+  cols.push_back({"imb_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_s * 1e6, 1); }});
   cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }});
   cols.push_back({"us_per_token", [](const SweepRow& r) { return fixed(r.time_per_token_s * 1e6, 3); }});
   cols.push_back({"imbalance", [](const SweepRow& r) { return fixed(r.imbalance, 3); }});
@@ -84,6 +86,31 @@ std::vector<Column> table_columns(const SweepResult& s) {
     cols.push_back({"meas_eff", [](const SweepRow& r) { return fixed(shown_measured_efficiency(r), 3); }});
   }
   return cols;
+}
+
+// "label: the knee ..." for every curve of a batch sweep, and the rule; "" without a batch axis.
+std::string knee_lines(const SweepResult& s) {
+  if (s.knees.empty()) return "";
+  std::ostringstream os;
+  auto tokens = [&](const std::optional<int64_t>& t, const SweepKnee& k) {
+    return t ? std::to_string(*t) + " tokens" : "beyond " + std::to_string(s.rows[k.rows.back()].num_tokens);
+  };
+  os << "knee (time per token falls less than 29% per doubling of the batch past it):\n";
+  for (const SweepKnee& k : s.knees) {
+    const SweepRow& first = s.rows[k.rows.front()];
+    std::string label;
+    for (size_t a = 0; a < s.axes.size(); ++a)
+      if (!k.values[a].empty()) label += (label.empty() ? "" : ", ") + s.axes[a].key + "=" + k.values[a];
+    if (label.empty()) label = first.gating;
+    if (k.tokens == k.balanced_tokens)
+      os << "  " << label << ": this routing keeps the knee where balanced routing has it, at " << tokens(k.tokens, k);
+    else
+      os << "  " << label << ": this routing moves the knee from " << tokens(k.balanced_tokens, k) << " (balanced) to "
+         << tokens(k.tokens, k);
+    if (k.imbalance_cost_past) os << " and costs " << fixed(100.0 * *k.imbalance_cost_past, 1) << "% past it (imb / ref)";
+    os << "\n";
+  }
+  return os.str();
 }
 
 std::string format_table(const SweepResult& s) {
@@ -121,13 +148,23 @@ std::string format_table(const SweepResult& s) {
   if (first)
     os << "modeled times (*_us) cover model.layers = " << first->layers
        << " layers, each costed as the simulated MoE layer (same loads): the expert FFNs of one forward pass\n";
-  os << "ideal: roofline at peak; quant: tiles in waves plus launches; calib: quant at the profile's efficiencies;\n"
-        "bal_*: the same tokens under perfectly balanced routing; batch_eff = bal_quant / quant;\n"
+  os << "ideal: roofline at peak; quant: the kernel's row tiles in waves plus launches; calib: quant at the "
+        "profile's efficiencies;\n"
+        "bal_*: the same tokens under perfectly balanced routing; ref_us: the delivered assignments balanced, ideal; "
+        "imb_us: the uneven loads, ideal, minus ref_us; batch_eff = ref / (ref + imb), imbalance alone;\n"
         "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
+  os << knee_lines(s);
   if (any_measured(s))
     os << "meas_*: one executed layer at the execute: size on this CPU (not x layers); meas_eff = balanced / actual\n"
        << noise_legend(s);
   return os.str();
+}
+
+// The curve row `row` belongs to; null without a batch axis.
+const SweepKnee* knee_of(const SweepResult& s, size_t row) {
+  for (const SweepKnee& k : s.knees)
+    if (std::find(k.rows.begin(), k.rows.end(), row) != k.rows.end()) return &k;
+  return nullptr;
 }
 
 std::string format_csv(const SweepResult& s) {
@@ -137,7 +174,9 @@ std::string format_csv(const SweepResult& s) {
   os << "gating,profile,placement,devices,num_tokens,experts,top_k,layers,critical_batch,"
         "time_ideal_s,time_quantized_s,time_calibrated_s,"
         "balanced_ideal_s,balanced_quantized_s,balanced_calibrated_s,"
-        "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate";
+        "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate,"
+        "erosion_reference_s,erosion_imbalance_s,erosion_quantization_s,erosion_padding_s,erosion_communication_s,"
+        "dropped_work_s,knee_tokens,balanced_knee_tokens";
   if (measured)
     os << ",measured_layer_s,measured_experts_s,measured_balanced_layer_s,measured_batching_efficiency,"
           "measured_layer_min_s,measured_layer_max_s,measured_balanced_layer_min_s,measured_balanced_layer_max_s,"
@@ -150,7 +189,12 @@ std::string format_csv(const SweepResult& s) {
        << real(r.actual.quantized_s) << "," << real(r.actual.calibrated_s) << "," << real(r.balanced.ideal_s) << ","
        << real(r.balanced.quantized_s) << "," << real(r.balanced.calibrated_s) << "," << real(r.batching_efficiency)
        << "," << real(r.time_per_token_s) << "," << real(r.compute_bound_experts) << "," << real(r.imbalance) << ","
-       << real(r.drop_rate);
+       << real(r.drop_rate) << "," << real(r.erosion.reference_s) << "," << real(r.erosion.imbalance_s) << ","
+       << real(r.erosion.quantization_s) << "," << real(r.erosion.padding_s) << "," << real(r.erosion.communication_s)
+       << "," << real(r.erosion.dropped_work_s);
+    const SweepKnee* knee = knee_of(s, static_cast<size_t>(&r - s.rows.data()));
+    auto opt = [](const std::optional<int64_t>& t) { return t ? std::to_string(*t) : std::string(); };
+    os << "," << (knee ? opt(knee->tokens) : "") << "," << (knee ? opt(knee->balanced_tokens) : "");
     if (measured) {
       if (r.measured)
         os << "," << real(r.measured_layer_s) << "," << real(r.measured_experts_s) << ","
@@ -197,6 +241,7 @@ std::string format_json(const SweepResult& s) {
     row["critical_batch"] = r.critical_batch;
     row["actual"] = cost_json(r.actual);
     row["balanced"] = cost_json(r.balanced);
+    row["erosion"] = erosion_json(r.erosion);
     row["batching_efficiency"] = r.batching_efficiency;
     row["time_per_token_s"] = r.time_per_token_s;
     row["compute_bound_experts"] = r.compute_bound_experts;
@@ -217,6 +262,21 @@ std::string format_json(const SweepResult& s) {
     rows.push_back(row);
   }
   j["rows"] = rows;
+  nlohmann::json knees = nlohmann::json::array();
+  auto opt = [](const auto& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); };
+  for (const SweepKnee& k : s.knees) {
+    nlohmann::json values = nlohmann::json::object();
+    for (size_t a = 0; a < s.axes.size(); ++a)
+      if (!k.values[a].empty()) values[s.axes[a].key] = k.values[a];
+    knees.push_back({{"values", values},
+                     {"rows", k.rows},
+                     {"knee_tokens", opt(k.tokens)},
+                     {"balanced_knee_tokens", opt(k.balanced_tokens)},
+                     {"imbalance_cost_past", opt(k.imbalance_cost_past)}});
+  }
+  j["knees"] = knees;
+  j["knee_rule"] = "the smallest swept batch whose time per token falls by less than 1 - 1/sqrt(2) (29.3%) per doubling "
+                   "to the next swept batch: elasticity ln(tpt0 / tpt1) / ln(n1 / n0) < 0.5, quantized column";
   return j.dump(2) + "\n";
 }
 

@@ -16,6 +16,7 @@
 #include "src/config/load_config.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/pipeline/run_experiment.hpp"
+#include "src/sweep/knee.hpp"
 
 namespace moesim {
 namespace {
@@ -42,6 +43,7 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.critical_batch = critical_batch(run.hardware, e.model.dtype);
   row.actual = scaled(p.cost.actual, e.model.layers);
   row.balanced = scaled(p.cost.balanced, e.model.layers);
+  add_scaled(row.erosion, p.cost.erosion, e.model.layers);
   row.batching_efficiency = p.cost.batching_efficiency;
   row.time_per_token_s = run.num_tokens > 0 ? row.actual.quantized_s / static_cast<double>(run.num_tokens) : 0.0;
   row.compute_bound_experts = p.cost.compute_bound_experts;
@@ -94,7 +96,59 @@ SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes
     out.rows.push_back(make_row(run, points[p].values));
     if (opts.progress) opts.progress(p + 1, points.size());
   }
+  out.knees = sweep_knees(out);
   return out;
+}
+
+std::vector<SweepKnee> sweep_knees(const SweepResult& sweep) {
+  std::vector<SweepKnee> knees;
+  size_t batch_axis = sweep.axes.size();
+  for (size_t a = 0; a < sweep.axes.size(); ++a)
+    for (const std::string& k : sweep.axes[a].keys)
+      if (k == "workload.batch") batch_axis = a;
+  if (batch_axis == sweep.axes.size()) return knees;
+  for (size_t i = 0; i < sweep.rows.size(); ++i) {
+    std::vector<std::string> key = sweep.rows[i].values;
+    key[batch_axis] = "";
+    auto it = std::find_if(knees.begin(), knees.end(), [&](const SweepKnee& k) { return k.values == key; });
+    if (it == knees.end()) {
+      knees.push_back(SweepKnee{key, {}, {}, {}, {}});
+      it = knees.end() - 1;
+    }
+    it->rows.push_back(i);
+  }
+  for (SweepKnee& k : knees) {
+    std::stable_sort(k.rows.begin(), k.rows.end(),
+                     [&](size_t a, size_t b) { return sweep.rows[a].num_tokens < sweep.rows[b].num_tokens; });
+    std::vector<int64_t> tokens;
+    std::vector<double> actual, balanced;
+    for (size_t r : k.rows) {
+      const SweepRow& row = sweep.rows[r];
+      // A repeated batch (an axis listing it twice) or an empty time has no slope: no knee for this curve.
+      if (row.num_tokens <= 0 || row.actual.quantized_s <= 0 || row.balanced.quantized_s <= 0 ||
+          (!tokens.empty() && row.num_tokens == tokens.back())) {
+        tokens.clear();
+        break;
+      }
+      tokens.push_back(row.num_tokens);
+      actual.push_back(row.actual.quantized_s);
+      balanced.push_back(row.balanced.quantized_s);
+    }
+    if (tokens.size() < 2) continue;
+    k.tokens = knee_tokens(tokens, actual);
+    k.balanced_tokens = knee_tokens(tokens, balanced);
+    if (!k.tokens) continue;
+    double sum = 0;
+    int n = 0;
+    for (size_t r : k.rows) {
+      const SweepRow& row = sweep.rows[r];
+      if (row.num_tokens < *k.tokens || row.erosion.reference_s <= 0) continue;
+      sum += row.erosion.imbalance_s / row.erosion.reference_s;
+      ++n;
+    }
+    if (n > 0) k.imbalance_cost_past = sum / n;
+  }
+  return knees;
 }
 
 }  // namespace moesim

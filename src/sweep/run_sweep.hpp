@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,8 @@ struct SweepRow {
   int layers = 1;                   // model.layers, the factor applied to every modeled time
   double critical_batch = 0;        // weights-only B* of the profile at model.dtype
   CostBreakdown actual, balanced;   // x layers
-  double batching_efficiency = 1;   // balanced / actual, quantized column (the same for 1 or L layers)
+  Erosion erosion;                  // x layers: where actual.quantized_s goes (cost/placement.hpp)
+  double batching_efficiency = 1;   // reference / (reference + imbalance) (the same for 1 or L layers)
   double time_per_token_s = 0;      // actual.quantized_s / num_tokens (0 when no tokens)
   double compute_bound_experts = 0; // physical experts past their knee (per layer)
   double imbalance = 1, drop_rate = 0;
@@ -53,6 +55,18 @@ struct SweepRow {
   MeasuredNoise measured_noise;     // src/pipeline/measured_noise.hpp: when up, the table shows no meas_eff
 };
 
+// The knee of one curve of a sweep over workload.batch (src/sweep/knee.hpp): the rows that differ only in
+// the batch, for the routing and for its balanced counterpart (both on the quantized column).
+struct SweepKnee {
+  std::vector<std::string> values;     // [axes] the other axes' values; the batch axis's entry is ""
+  std::vector<size_t> rows;            // the curve's rows, by growing tokens
+  std::optional<int64_t> tokens;         // the routing's knee; nullopt: no bend within the swept batches
+  std::optional<int64_t> balanced_tokens;  // the balanced counterpart's
+  // Mean imbalance_s / reference_s over the curve's rows at or past the routing's knee: what imbalance
+  // costs once the batching benefit is spent (nullopt without a knee).
+  std::optional<double> imbalance_cost_past;
+};
+
 struct SweepResult {
   std::string experiment;           // the experiment's name
   std::string source_file;
@@ -60,7 +74,11 @@ struct SweepResult {
   HardwareProfile hardware;         // its profile (a hardware axis names each row's in SweepRow)
   std::vector<SweepAxis> axes;
   std::vector<SweepRow> rows;       // one per point, in sweep_points order
+  std::vector<SweepKnee> knees;     // one per curve when an axis sets workload.batch; empty otherwise
 };
+
+// The knees of a sweep's curves (rows grouped by every axis but the one that sets workload.batch).
+std::vector<SweepKnee> sweep_knees(const SweepResult& sweep);
 
 // Builds the experiment of every point (base plus the point's overrides through apply_override, so each
 // is validated: a bad key or value throws ConfigError before anything runs), then runs them in order.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -98,8 +99,10 @@ TEST(Placement, LayoutsSetTheRows) {
   const LayerCost cap = model_moe_layer(hw, in);
   EXPECT_EQ(cap.actual.quantized_s, grouped(hw, {20, 20, 20, 20}).quantized_s);
   EXPECT_NEAR(cap.actual.ideal_s, std::max((4 * 49152.0 + 80 * 768) / 1e12, 80 * 49152.0 / 1e13), 1e-20);
-  // Balanced loads under the same capacity cost the same E x C rows: efficiency 1.
-  EXPECT_EQ(cap.batching_efficiency, 1.0);
+  // batching_efficiency holds the capacity rows out: it compares the loads (3 experts' weights, 28 rows)
+  // with the 28 delivered assignments balanced (7 each, 4 experts' weights), both memory-bound.
+  EXPECT_NEAR(cap.batching_efficiency, (4 * 49152.0 + 28 * 768) / (3 * 49152.0 + 28 * 768), 1e-12);
+  EXPECT_NEAR(cap.erosion.padding_s, cap.actual.ideal_s - (3 * 49152.0 + 28 * 768) / 1e12, 1e-20);
   // capacity layout without a capacity: the buffer holds max(load) = 20 rows per expert too.
   in.capacity = 0;
   EXPECT_EQ(model_moe_layer(hw, in).actual.quantized_s, cap.actual.quantized_s);
@@ -283,6 +286,105 @@ TEST(Placement, EmptyBatchAndBadInputs) {
   EXPECT_THROW(model_moe_layer(toy(), bf), ConfigError);
 }
 
+// docs/cost-model.md "Erosion: a worked example": E = 4, k = 1, N = 400, capacity 120 (factor 1.2), demand
+// [200, 100, 60, 40] kept as [120, 100, 60, 40] (80 dropped), on 2 devices (experts 0 and 2 on device 0).
+// Per row 49152 FLOPs (4.9152 ns at 10 TFLOP/s) and 768 B; W = 49152 B per expert (49.152 ns at 1 TB/s).
+TEST(Erosion, WorkedExampleByHand) {
+  LayerCostInput in = layer(4, 1, 400, {120, 100, 60, 40});
+  in.layout = Layout::capacity;
+  in.capacity = 120;
+  in.undelivered = undelivered_assignments(80, 80, 1);
+  in.placement = expert_parallel(2);
+  const LayerCost c = model_moe_layer(toy(), in);
+  const Erosion& x = c.erosion;
+  const double ns = 1e-9;
+  // reference: 320 delivered, 80 per expert, 160 rows per device: compute 160 x 4.9152 ns beats memory
+  // (2 W + 160 x 768 B) / BW = 221.184 ns.
+  EXPECT_NEAR(x.reference_s, 786.432 * ns, 1e-18);
+  // T1: device 0 holds 120 + 60 = 180 rows: 884.736 ns; imbalance = 20 rows x 4.9152 ns.
+  EXPECT_NEAR(x.imbalance_s, 98.304 * ns, 1e-18);
+  EXPECT_NEAR(c.batching_efficiency, 160.0 / 180.0, 1e-12);
+  // T2: capacity rows, 120 per expert, 240 per device: 1179.648 ns.
+  EXPECT_NEAR(x.padding_s, 294.912 * ns, 1e-18);
+  // T3: 8 row tiles of 16 per expert, 16 per device; up: 16 x 16 column tiles = 256 over 4 SMs = 64 waves of
+  // 2 x 16 x 16 x 4 x 64 / F = 13.1072 ns; down: 16 x 4 = 64 tiles, 16 waves of 26.2144 ns; 1258.2912 ns of
+  // compute over 282.624 ns of memory, plus 2 launches of 1 us: 3258.2912 ns.
+  EXPECT_NEAR(x.quantization_s, (3258.2912 - 1179.648) * ns, 1e-18);
+  // all-to-all: device 0 sends (320 - 180) / 2 = 70 rows and receives 180 / 2 = 90; device 1 the mirror.
+  // 90 rows x 128 B / 100 GB/s = 115.2 ns per phase, two phases, plus 2 x 1 us latency.
+  EXPECT_NEAR(x.communication_s, 2230.4 * ns, 1e-18);
+  EXPECT_NEAR(x.actual_s, 5488.6912 * ns, 1e-18);
+  EXPECT_EQ(x.actual_s, c.actual.quantized_s);
+  EXPECT_NEAR(x.reference_s + x.imbalance_s + x.padding_s + x.quantization_s + x.communication_s, x.actual_s, 1e-21);
+  // dropped work: 400 balanced (200 rows per device, 983.04 ns) minus the reference.
+  EXPECT_NEAR(x.dropped_work_s, 196.608 * ns, 1e-18);
+  EXPECT_EQ(x.served, 320);
+  EXPECT_NEAR(x.time_per_served_s(), 5488.6912 * ns / 320, 1e-21);
+}
+
+TEST(Erosion, UndeliveredCountsDropsOrUnroutedTokens) {
+  EXPECT_EQ(undelivered_assignments(10, 3, 2), 10);  // token choice: the 3 unrouted tokens' 6 are among the 10
+  EXPECT_EQ(undelivered_assignments(0, 13, 2), 26);  // expert choice: no drop, 13 tokens owed 2 each
+  EXPECT_EQ(undelivered_assignments(0, 0, 8), 0);
+}
+
+TEST(Erosion, BalancedRoutingHasNoImbalance) {
+  // The `balanced` gating's loads (floor/ceil of N k / E, the first N k mod E one more), on one device and
+  // on every expert-parallel placement, with and without replicas and layouts: imbalance_s is exactly 0.
+  const HardwareProfile hw = toy();
+  for (int64_t n : {1, 5, 37, 400, 4100}) {
+    for (int devices : {1, 2, 4}) {
+      for (int replicas : {0, 2}) {
+        for (Layout layout : {Layout::dropless, Layout::block, Layout::capacity}) {
+          const int E = 8, k = 2;
+          std::vector<int64_t> load(E);
+          for (int e = 0; e < E; ++e) load[e] = n * k / E + (e < n * k % E ? 1 : 0);
+          LayerCostInput in = layer(E, k, n, load);
+          in.layout = layout;
+          in.block_size = 16;
+          if (devices > 1) in.placement = expert_parallel(devices, replicas);
+          SCOPED_TRACE(::testing::Message() << "n " << n << " devices " << devices << " replicas " << replicas);
+          const LayerCost c = model_moe_layer(hw, in);
+          EXPECT_EQ(c.erosion.imbalance_s, 0.0);
+          EXPECT_EQ(c.batching_efficiency, 1.0);
+          EXPECT_EQ(c.erosion.dropped_work_s, 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST(Erosion, TileBoundariesAreNotImbalance) {
+  // 8 experts on 8 devices, one skewed load shape at 4096 and 4100 tokens (k = 2): the quantized time jumps
+  // where the hot expert crosses a tile boundary, the imbalance part moves only with the tokens.
+  const std::vector<double> share = {0.19, 0.16, 0.14, 0.13, 0.11, 0.10, 0.09, 0.08};
+  const HardwareProfile hw = parse_hardware_profile(
+      "name: gpu\npeak_tflops: {bf16: 989}\nmemory_bandwidth_gbs: 3350\nsm_count: 132\ntile_m: 128\ntile_n: 128\n"
+      "launch_overhead_us: 4\nlink_bandwidth_gbs: 450\nlink_latency_us: 2\n",
+      "gpu.yaml");
+  auto run = [&](int64_t n) {
+    LayerCostInput in;
+    in.hidden = 4096;
+    in.ffn = 14336;
+    in.num_experts = 8;
+    in.top_k = 2;
+    in.dtype = Dtype::bf16;
+    in.num_tokens = n;
+    int64_t left = 2 * n;
+    for (int e = 0; e < 8; ++e) {
+      const int64_t l = e == 7 ? left : static_cast<int64_t>(share[e] * 2 * n);
+      in.load.push_back(l);
+      left -= l;
+    }
+    in.placement = expert_parallel(8);
+    return model_moe_layer(hw, in);
+  };
+  const LayerCost a = run(4096), b = run(4100);
+  EXPECT_LT(std::fabs(b.erosion.imbalance_s / a.erosion.imbalance_s - 1), 0.03);
+  EXPECT_LT(std::fabs(b.batching_efficiency / a.batching_efficiency - 1), 0.03);
+  EXPECT_GT(a.erosion.imbalance_s, 0);
+}
+
 TEST(Placement, RandomLoadsKeepInvariants) {
   // Invariants on random loads: device tokens sum to the loads, replicas sum to E + R, every device
   // holds at most ceil((E + R) / D) slots, ideal <= quantized <= calibrated (efficiencies <= 1).
@@ -305,6 +407,15 @@ TEST(Placement, RandomLoadsKeepInvariants) {
     EXPECT_LE(c.actual.ideal_s, c.actual.quantized_s);
     EXPECT_LE(c.actual.quantized_s, c.actual.calibrated_s);
     EXPECT_GE(c.rank_imbalance, 1.0);
+    // The erosion parts add up to actual - reference, and the layout and tiles only add time.
+    const Erosion& x = c.erosion;
+    EXPECT_EQ(x.actual_s, c.actual.quantized_s);
+    EXPECT_NEAR(x.imbalance_s + x.padding_s + x.quantization_s + x.communication_s, x.actual_s - x.reference_s,
+                1e-12 * x.actual_s);
+    EXPECT_GE(x.padding_s, 0);
+    EXPECT_GE(x.quantization_s, 0);
+    EXPECT_GE(x.communication_s, 0);
+    EXPECT_EQ(x.delivered, static_cast<double>(total));
     const ExpertPlacement p = place_experts(load, in.placement);
     EXPECT_EQ(std::accumulate(p.replicas.begin(), p.replicas.end(), 0), E + R);
     std::vector<int> count(D, 0);

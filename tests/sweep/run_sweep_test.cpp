@@ -19,6 +19,7 @@
 #include "tests/support/run_cli.hpp"
 #include "src/report/sweep_report.hpp"
 #include "src/report/text_format.hpp"
+#include "src/sweep/knee.hpp"
 
 namespace moesim {
 namespace {
@@ -135,6 +136,52 @@ TEST(MoeSweep, GatingAxisShowsImbalanceCost) {
   EXPECT_LT(rows["token_choice"].batching_efficiency, 0.8);
   EXPECT_GT(rows["token_choice"].actual.quantized_s, rows["balanced"].actual.quantized_s);
   EXPECT_EQ(rows["token_choice"].balanced.quantized_s, rows["balanced"].actual.quantized_s);
+}
+
+TEST(MoeSweep, SkewMovesTheKneeEarlierAndCostsPastIt) {
+  // Mixtral on 8 H100s, one expert per device, skew 1 (fixed here, whatever the config ships): the hot
+  // device passes its knee first.
+  const Experiment e = load_experiment_file(kMixtral, {"workload.skew=1.0"});
+  const SweepResult s =
+      run_sweep(e, parse_varies({"router.gating=balanced,token_choice", "workload.batch=64..16384*2"}), SweepOptions{});
+  ASSERT_EQ(s.knees.size(), 2u);
+  const SweepKnee& balanced = s.knees[0];
+  const SweepKnee& skewed = s.knees[1];
+  EXPECT_EQ(balanced.values, (std::vector<std::string>{"balanced", ""}));
+  ASSERT_EQ(balanced.rows.size(), 9u);
+  for (size_t i = 1; i < balanced.rows.size(); ++i)
+    EXPECT_LT(s.rows[balanced.rows[i - 1]].num_tokens, s.rows[balanced.rows[i]].num_tokens);
+  // The balanced gating is its own counterpart; the knee lies between B* x E / k / 2 and 4 x that.
+  ASSERT_TRUE(balanced.tokens && balanced.balanced_tokens);
+  EXPECT_EQ(*balanced.tokens, *balanced.balanced_tokens);
+  const double bstar_tokens = s.rows.front().critical_batch * 8 / 2;
+  EXPECT_GE(*balanced.tokens, bstar_tokens / 2);
+  EXPECT_LE(*balanced.tokens, 4 * bstar_tokens);
+  EXPECT_EQ(*balanced.imbalance_cost_past, 0.0);
+  // Skewed token choice: the same counterpart's knee, its own earlier, and a real cost past it.
+  ASSERT_TRUE(skewed.tokens && skewed.balanced_tokens);
+  EXPECT_EQ(*skewed.balanced_tokens, *balanced.tokens);
+  EXPECT_LT(*skewed.tokens, *skewed.balanced_tokens);
+  EXPECT_GT(*skewed.imbalance_cost_past, 0.2);
+  // The knee is the rule applied to the rows: recompute it from the table's own numbers.
+  std::vector<int64_t> n;
+  std::vector<double> t;
+  for (size_t r : skewed.rows) {
+    n.push_back(s.rows[r].num_tokens);
+    t.push_back(s.rows[r].actual.quantized_s);
+  }
+  EXPECT_EQ(knee_tokens(n, t), skewed.tokens);
+  // Every format carries it.
+  const std::string csv = format_sweep(s, ReportFormat::csv);
+  EXPECT_NE(csv.find(",knee_tokens,balanced_knee_tokens\n"), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(format_sweep(s, ReportFormat::json));
+  EXPECT_EQ(j["knees"][1]["knee_tokens"].get<int64_t>(), *skewed.tokens);
+  const std::string table = format_sweep(s, ReportFormat::table);
+  EXPECT_NE(table.find("router.gating=token_choice: this routing moves the knee from " +
+                       std::to_string(*skewed.balanced_tokens) + " tokens (balanced) to " + std::to_string(*skewed.tokens) +
+                       " tokens"),
+            std::string::npos)
+      << table;
 }
 
 TEST(SweepFormat, CsvAndJsonHaveOneRowPerPoint) {

@@ -1,0 +1,85 @@
+// The erosion block end to end (docs/cost-model.md "Erosion"): in every strategy's JSON of the default
+// compare its parts add up and match the table's split; expert choice's unrouted tokens are owed work;
+// a real recorded Mixtral load on 8 devices keeps its imbalance part across a tile boundary (4096 and
+// 4100 tokens). Runs the built binary. Host only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "src/report/text_format.hpp"
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+using testing::run_cli;
+
+nlohmann::json run_json(const std::string& args) {
+  const auto r = run_cli(args + " --format json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(ErosionCli, EveryStrategysPartsAddUp) {
+  const nlohmann::json j = run_json("compare --gating all --set execute.enabled=false");
+  ASSERT_EQ(j["strategies"].size(), 9u);
+  for (const auto& s : j["strategies"]) {
+    for (const auto& [placement, p] : s["modeled"].items()) {
+      SCOPED_TRACE(s["strategy"].get<std::string>() + " " + placement);
+      const nlohmann::json& x = p["erosion"];
+      double sum = x["reference_s"].get<double>();
+      for (const auto& [part, v] : x["parts"].items()) sum += v.get<double>();
+      EXPECT_NEAR(sum, x["actual_s"].get<double>(), 1e-12 * x["actual_s"].get<double>());
+      EXPECT_EQ(x["actual_s"], p["time_s"]);
+      EXPECT_GE(x["dropped_work_s"].get<double>(), 0.0);
+      const double ref = x["reference_s"].get<double>(), imb = x["parts"]["imbalance_s"].get<double>();
+      EXPECT_NEAR(p["batching_efficiency"].get<double>(), ref / (ref + imb), 1e-15);
+      if (s["strategy"] == "balanced") EXPECT_EQ(imb, 0.0);
+    }
+  }
+}
+
+TEST(ErosionCli, ExpertChoiceOwesItsUnroutedTokens) {
+  // Capacity factor 1: every expert takes exactly N k / E tokens, and some tokens are chosen by none.
+  const nlohmann::json j =
+      run_json("compare --gating expert_choice --set execute.enabled=false --set router.capacity_factor=1.0");
+  const nlohmann::json& s = j["strategies"][0];
+  const double unrouted = s["metrics"]["tokens_unrouted"].get<double>();
+  ASSERT_GT(unrouted, 0) << "expert choice at capacity factor 1 leaves tokens unrouted";
+  EXPECT_EQ(s["metrics"]["dropped"].get<double>(), 0.0);
+  const nlohmann::json& x = s["modeled"]["single"]["erosion"];
+  const int k = j["experiment"]["config"]["model"]["top_k"].get<int>();
+  const double n = x["assignments_served"].get<double>() + x["assignments_undelivered"].get<double>();
+  EXPECT_EQ(x["assignments_undelivered"].get<double>(), k * unrouted);
+  EXPECT_EQ(n, j["workload"]["num_tokens"].get<double>() * k);
+  EXPECT_GT(x["dropped_work_s"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(x["time_per_served_assignment_s"].get<double>(),
+                   x["actual_s"].get<double>() / x["assignments_served"].get<double>());
+}
+
+TEST(ErosionCli, TableShowsTheSplit) {
+  const auto r = run_cli("compare --gating token_choice,balanced --set execute.enabled=false "
+                         "--set placement.kind=expert_parallel --set placement.devices=4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* h : {"ep4_us", "ref_us", "imb_us", "tile_us", "pad_us", "comm_us", "drop_us", "batch_eff"})
+    EXPECT_NE(r.out.find(h), std::string::npos) << h;
+  EXPECT_NE(r.out.find("ep4_us = ref_us + imb_us + tile_us + pad_us + comm_us"), std::string::npos) << r.out;
+}
+
+TEST(ErosionCli, RealLoadsOnEightDevicesKeepImbalanceAcrossATileBoundary) {
+  const std::string base = "run " MOESIM_SOURCE_DIR "/configs/mixtral-profile.yaml --set placement.kind=expert_parallel "
+                           "--set placement.devices=8 --set workload.batch=";
+  const nlohmann::json a = run_json(base + "4096"), b = run_json(base + "4100");
+  const nlohmann::json& pa = a["strategies"][0]["modeled"]["expert_parallel"];
+  const nlohmann::json& pb = b["strategies"][0]["modeled"]["expert_parallel"];
+  const double ia = pa["erosion"]["parts"]["imbalance_s"].get<double>(), ib = pb["erosion"]["parts"]["imbalance_s"].get<double>();
+  ASSERT_GT(ia, 0);
+  EXPECT_LT(std::fabs(ib / ia - 1), 0.03);
+  EXPECT_LT(std::fabs(pb["batching_efficiency"].get<double>() / pa["batching_efficiency"].get<double>() - 1), 0.03);
+}
+
+}  // namespace
+}  // namespace moesim

@@ -96,6 +96,52 @@ std::string erosion_legend(const RunResult& run) {
   return os.str();
 }
 
+// Why each strategy's row differs from the others: what it does, with the settings it used.
+std::string strategy_notes(const RunResult& run, const std::string& bullet) {
+  const Experiment& e = run.experiment;
+  std::ostringstream os;
+  for (const VariantResult& v : run.variants) {
+    const RouterConfig& r = v.variant.router;
+    const int k = e.model.top_k;
+    std::ostringstream n;
+    const std::string cap = r.capacity_factor > 0 ? "capacity factor " + text::real(r.capacity_factor) + " drops the overflow ("
+                                                        + to_string(r.drop_policy) + " order)"
+                                                  : "dropless";
+    switch (r.gating) {
+      case Gating::token_choice: n << "top-" << k << " of the scores per token; " << cap; break;
+      case Gating::noisy_top_k: n << "token choice on logits plus Gaussian noise (std " << text::real(r.noise_std) << "); " << cap; break;
+      case Gating::expert_choice:
+        n << "each expert takes its top C tokens: equal loads by construction, tokens no expert chose go unrouted";
+        break;
+      case Gating::sinkhorn:
+        n << "top-" << k << " of Sinkhorn-balanced scores (" << r.sinkhorn_iterations << " iterations at most); " << cap;
+        break;
+      case Gating::hash: n << k << " experts from a hash of the token id: balanced on average, blind to the logits"; break;
+      case Gating::random: n << k << " uniformly random experts per token: the binomial spread of chance"; break;
+      case Gating::balanced: n << "the balanced counterfactual: floor/ceil(N k / E) per expert"; break;
+      case Gating::group_limited:
+        if (r.groups <= 1)
+          n << "router.groups 1: one group, so it routes as token choice (set router.groups, router.topk_groups)";
+        else
+          n << "top-" << k << " within the best " << r.topk_groups << " of " << r.groups << " expert groups; " << cap;
+        break;
+      case Gating::aux_free_bias: {
+        n << "token choice plus a per-expert bias that moves " << text::real(r.bias_update_rate) << " per batch toward balance";
+        if (v.final_bias.empty() || e.workload.batches <= 1) {
+          n << "; one batch: the bias has not moved yet, so it routes as token choice (set workload.batches)";
+        } else {
+          const auto [lo, hi] = std::minmax_element(v.final_bias.begin(), v.final_bias.end());
+          n << "; after " << e.workload.batches << " batches it spans [" << text::fixed(*lo, 3) << ", " << text::fixed(*hi, 3) << "]";
+        }
+        break;
+      }
+      default: n << to_string(r.gating); break;
+    }
+    os << bullet << v.variant.label << ": " << n.str() << "\n";
+  }
+  return os.str();
+}
+
 // One line per distinct noise reason, naming the strategies it holds for: why their meas_eff is "-".
 // Empty when no strategy's measured times are noisy.
 std::string noise_legend(const RunResult& run, const std::string& bullet) {
@@ -283,6 +329,7 @@ std::string format_run(const RunResult& run, ReportFormat format) {
   for (const Column& c : cols) header.push_back(c.header);
   line(header);
   for (const auto& row : cells) line(row);
+  if (run.variants.size() > 1) os << "strategies:\n" << strategy_notes(run, "  ");
   os << erosion_legend(run) << "measured_ms: executed layer, median of " << e.execute.repeats
      << "; meas_eff: measured balanced / actual (the executed layer under `balanced` routing of the same tokens)\n";
   os << noise_legend(run, "");

@@ -44,7 +44,7 @@ TEST(LoadConfig, DefaultsLoad) {
   EXPECT_EQ(e.workload.source, WorkloadSource::synthetic);
   EXPECT_EQ(e.workload.batch, 1024);
   EXPECT_EQ(e.workload.seed, 7u);
-  EXPECT_DOUBLE_EQ(e.workload.skew, 1.0);
+  EXPECT_DOUBLE_EQ(e.workload.skew, 0.15);  // calibrated to Mixtral's recorded loads (tests/workload/shipped_skew_test.cpp)
   EXPECT_EQ(e.hardware.name, "h100-sxm");
   EXPECT_TRUE(e.hardware.inline_yaml.empty());
   EXPECT_EQ(e.execute.hidden, 256);

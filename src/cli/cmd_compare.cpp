@@ -64,7 +64,12 @@ std::vector<RouterVariant> compare_variants(const Experiment& base, const std::s
   for (Gating g : gatings) {
     for (const auto& combo : combos) {
       Experiment e = base;
-      e.router.gating = g;
+      // Through the override path, so that the keys a strategy reads are validated for it.
+      try {
+        apply_override(e, std::string("router.gating=") + to_string(g));
+      } catch (const ConfigError& ex) {
+        throw ConfigError(std::string("--gating ") + to_string(g) + ": " + ex.what());
+      }
       std::string label = to_string(g);
       for (const std::string& s : combo) {
         if (s.rfind("router.", 0) != 0)

@@ -69,15 +69,17 @@ void Loader::validate(const Experiment& e) const {
     fail_expected(origin({"model.kv_heads", "model.heads"}), "model.kv_heads",
                   "a divisor of model.heads (" + std::to_string(m.heads) + ")", std::to_string(m.kv_heads));
   }
-  if (m.experts % r.groups != 0) {
-    fail_expected(origin({"router.groups", "model.experts"}), "router.groups",
-                  "a divisor of model.experts (" + E + ")", std::to_string(r.groups));
-  }
-  if (r.topk_groups > r.groups) {
-    fail_expected(origin({"router.topk_groups", "router.groups"}), "router.topk_groups",
-                  "an integer in [1, " + std::to_string(r.groups) + "] (router.groups)", std::to_string(r.topk_groups));
-  }
-  if (r.gating == Gating::group_limited) {
+  // The groups shape only group-limited routing (group_limited, and aux_free_bias, DeepSeek-V3's routing
+  // with its bias): checked when one of them routes (compare checks each variant).
+  if (r.gating == Gating::group_limited || r.gating == Gating::aux_free_bias) {
+    if (m.experts % r.groups != 0) {
+      fail_expected(origin({"router.groups", "model.experts", "router.gating"}), "router.groups",
+                    "a divisor of model.experts (" + E + ") for " + to_string(r.gating) + " gating", std::to_string(r.groups));
+    }
+    if (r.topk_groups > r.groups) {
+      fail_expected(origin({"router.topk_groups", "router.groups", "router.gating"}), "router.topk_groups",
+                    "an integer in [1, " + std::to_string(r.groups) + "] (router.groups)", std::to_string(r.topk_groups));
+    }
     const int64_t reachable = int64_t{r.topk_groups} * (m.experts / r.groups);
     if (m.top_k > reachable) {
       fail_expected(origin({"model.top_k", "router.topk_groups", "router.gating"}), "model.top_k",

@@ -42,7 +42,11 @@ TEST(LoadConfig, DefaultsLoad) {
   EXPECT_EQ(e.router.gating, Gating::token_choice);
   EXPECT_DOUBLE_EQ(e.router.capacity_factor, 1.25);
   EXPECT_EQ(e.workload.source, WorkloadSource::synthetic);
-  EXPECT_EQ(e.workload.batch, 1024);
+  EXPECT_EQ(e.workload.batch, 4096);  // past the knee (configs/quickstart.yaml)
+  EXPECT_EQ(e.workload.batches, 8);
+  EXPECT_EQ(e.router.groups, 2);
+  EXPECT_EQ(e.placement.kind, PlacementKind::expert_parallel);
+  EXPECT_EQ(e.placement.devices, 8);
   EXPECT_EQ(e.workload.seed, 7u);
   EXPECT_DOUBLE_EQ(e.workload.skew, 0.15);  // calibrated to Mixtral's recorded loads (tests/workload/shipped_skew_test.cpp)
   EXPECT_EQ(e.hardware.name, "h100-sxm");
@@ -361,8 +365,8 @@ TEST(LoadConfig, BadConfigsAreRejectedWithKeyAndLine) {
       {"bad dtype", "model:\n  dtype: fp64\n", {}, {"exp.yaml:2:", "model.dtype: expected one of fp32|tf32|bf16|fp16|fp8|int8"}},
       {"section not a map", "model: 5\n", {}, {"exp.yaml:1:", "model: expected a map"}},
       {"duplicate key", "model:\n  experts: 8\n  experts: 4\n", {}, {"exp.yaml:3:", "model.experts: duplicate key"}},
-      {"groups not dividing experts", "router:\n  groups: 3\n", {}, {"exp.yaml:2:", "router.groups: expected a divisor of model.experts (8), got 3"}},
-      {"topk_groups above groups", "router:\n  groups: 2\n  topk_groups: 3\n", {}, {"exp.yaml:3:", "router.topk_groups: expected an integer in [1, 2] (router.groups), got 3"}},
+      {"groups not dividing experts", "router:\n  gating: group_limited\n  groups: 3\n", {}, {"exp.yaml:3:", "router.groups: expected a divisor of model.experts (8) for group_limited gating, got 3"}},
+      {"topk_groups above groups", "router:\n  gating: aux_free_bias\n  groups: 2\n  topk_groups: 3\n", {}, {"exp.yaml:4:", "router.topk_groups: expected an integer in [1, 2] (router.groups), got 3"}},
       {"group-limited top_k unreachable", "model:\n  top_k: 4\nrouter:\n  gating: group_limited\n  groups: 4\n  topk_groups: 1\n", {}, {"exp.yaml:2:", "model.top_k", "= 2 for group_limited"}},
       {"kv_heads not dividing heads", "model:\n  heads: 32\n  kv_heads: 5\n", {}, {"exp.yaml:3:", "model.kv_heads: expected a divisor of model.heads (32), got 5"}},
       {"batch zero", "workload:\n  batch: 0\n", {}, {"exp.yaml:2:", "workload.batch: expected an integer in [1, 1000000000], got 0"}},
@@ -396,7 +400,7 @@ TEST(LoadConfig, BadConfigsAreRejectedWithKeyAndLine) {
       {"--set unknown key inside a section map", ok, {"router={gating: hash, topk: 2}"}, {"--set router={gating: hash, topk: 2}: unknown key router.topk"}},
       {"--set a hardware key of a named profile", ok, {"hardware.bandwidth_gb_s=1"}, {"unknown key hardware.bandwidth_gb_s"}},
       {"--set an unknown expect metric", ok, {"expect.speed.max=1"}, {"unknown key expect.speed"}},
-      {"--set cross-field", ok, {"router.groups=3"}, {"--set router.groups=3: router.groups: expected a divisor of model.experts (8), got 3"}},
+      {"--set cross-field", ok, {"router.gating=group_limited", "router.groups=3"}, {"--set router.groups=3: router.groups: expected a divisor of model.experts (8) for group_limited gating, got 3"}},
   };
   ASSERT_GE(cases.size(), 20u);
   for (const BadConfig& c : cases) {

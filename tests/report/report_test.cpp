@@ -62,7 +62,7 @@ StepRecord record(const std::string& phase, int step, int64_t num_tokens, double
 
 RunResult run_of(std::vector<VariantResult> variants) {
   RunResult run;
-  run.experiment = default_experiment({"model.experts=4", "model.top_k=2"});
+  run.experiment = default_experiment({"model.experts=4", "model.top_k=2", "placement.kind=single"});
   run.num_tokens = 20;
   run.variants = std::move(variants);
   return run;

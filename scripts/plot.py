@@ -188,7 +188,7 @@ def plot_knee(header, rows, groups, args, path):
         x = [num(r, "num_tokens") for r in g]
         tpt = [num(r, f"time_{args.time}_s") / n * 1e6 for r, n in zip(g, x)]
         btpt = [num(r, f"balanced_{args.time}_s") / n * 1e6 for r, n in zip(g, x)]
-        name = label or "actual routing"
+        name = label or g[0].get("gating") or "actual routing"
         ax.plot(x, tpt, marker="o", markersize=3, color=color, label=name)
         key = (tuple(x), tuple(btpt))
         if key not in balanced_drawn:

@@ -142,22 +142,50 @@ std::string strategy_notes(const RunResult& run, const std::string& bullet) {
   return os.str();
 }
 
-// One line per distinct noise reason, naming the strategies it holds for: why their meas_eff is "-".
-// Empty when no strategy's measured times are noisy.
+// Why some strategies show meas_eff "-". The rules that fired for every noisy strategy (the machine's
+// load, most often) are said once; then one line per distinct remainder, naming its strategies. Empty
+// when no strategy's measured times are noisy.
 std::string noise_legend(const RunResult& run, const std::string& bullet) {
-  std::vector<std::pair<std::string, std::string>> groups;  // reason, strategies
-  for (const VariantResult& v : run.variants) {
-    if (!v.executed || !v.measured_noise.noisy) continue;
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v.measured_noise.reason; });
-    if (g == groups.end())
-      groups.push_back({v.measured_noise.reason, v.variant.label});
-    else
-      g->second += ", " + v.variant.label;
-  }
-  std::string out;
-  for (const auto& [reason, labels] : groups)
-    out += bullet + "meas_eff -: " + labels + ": " + reason +
+  auto rules_of = [](const std::string& reason) {
+    std::vector<std::string> rules;
+    size_t from = 0;
+    for (size_t at; (at = reason.find("; ", from)) != std::string::npos; from = at + 2) rules.push_back(reason.substr(from, at - from));
+    rules.push_back(reason.substr(from));
+    return rules;
+  };
+  std::vector<const VariantResult*> noisy;
+  for (const VariantResult& v : run.variants)
+    if (v.executed && v.measured_noise.noisy) noisy.push_back(&v);
+  if (noisy.empty()) return "";
+  if (noisy.size() == 1)
+    return bullet + "meas_eff -: " + noisy.front()->variant.label + ": " + noisy.front()->measured_noise.reason +
            " (noise); rerun on an idle machine with execute.repeats >= 3\n";
+  std::vector<std::string> common = rules_of(noisy.front()->measured_noise.reason);
+  for (const VariantResult* v : noisy) {
+    const std::vector<std::string> mine = rules_of(v->measured_noise.reason);
+    common.erase(std::remove_if(common.begin(), common.end(),
+                                [&](const std::string& r) { return std::find(mine.begin(), mine.end(), r) == mine.end(); }),
+                 common.end());
+  }
+  std::vector<std::pair<std::string, std::string>> groups;  // the remaining rules, strategies
+  for (const VariantResult* v : noisy) {
+    std::string rest;
+    for (const std::string& r : rules_of(v->measured_noise.reason))
+      if (std::find(common.begin(), common.end(), r) == common.end()) rest += (rest.empty() ? "" : "; ") + r;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == rest; });
+    if (g == groups.end())
+      groups.push_back({rest, v->variant.label});
+    else
+      g->second += ", " + v->variant.label;
+  }
+  std::string out = bullet + "meas_eff -: noisy measured times (rerun on an idle machine with execute.repeats >= 3)";
+  if (!common.empty()) {
+    out += noisy.size() == run.variants.size() ? ", for every strategy: " : ", for " + std::to_string(noisy.size()) + " strategies: ";
+    for (size_t i = 0; i < common.size(); ++i) out += (i ? "; " : "") + common[i];
+  }
+  out += "\n";
+  for (const auto& [rest, labels] : groups)
+    if (!rest.empty()) out += bullet + "meas_eff -: " + labels + ": " + rest + "\n";
   return out;
 }
 

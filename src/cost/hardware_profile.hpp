@@ -33,7 +33,8 @@ struct HardwareProfile {
   double link_latency_s = 0;                // per all-to-all phase
   int devices_per_node = 0;                 // 0 = every device shares the link (one node)
   double inter_node_bandwidth_bytes_per_s = 0;  // per device, one direction; 0 = none
-  int tile_m = 128;                         // GEMM tile rows (tokens) and columns (outputs)
+  int tile_m = 128;                         // GEMM tile rows (tokens; the largest row tile, roofline.hpp)
+                                            // and columns (outputs)
   int tile_n = 128;
   double efficiency_flops = 1.0;            // achievable fraction of peak FLOP/s, (0, 1]
   double efficiency_bw = 1.0;               // achievable fraction of memory bandwidth, (0, 1]

@@ -332,11 +332,15 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     GroupedCost actual(rm), even(rm);
     int64_t tokens = 0, compute_bound = 0;  // locals: no loop-carried store through `out`
     const int64_t* load = in.load.data();
-    for (int e = 0; e < num_experts; ++e) {
-      const int64_t rows = rule_actual.rows(load[e], 1);
-      actual.add(rows);
-      compute_bound += rm.compute_bound(rows) ? 1 : 0;
-      tokens += load[e];
+    {
+      GroupedCost acc(rm);  // never leaves this block, so its counters can live in registers
+      for (int e = 0; e < num_experts; ++e) {
+        const int64_t rows = rule_actual.rows(load[e], 1);
+        acc.add(rows);
+        compute_bound += rm.compute_bound(rows) ? 1 : 0;
+        tokens += load[e];
+      }
+      actual = acc;
     }
     out.compute_bound_experts = static_cast<double>(compute_bound);
     // Balanced loads take two values: base + 1 for the first `rem` experts, base for the rest.

@@ -1,7 +1,9 @@
 // Roofline arithmetic for experts and attention (DESIGN.md "Cost model"; the roofline model is Williams,
 // Waterman and Patterson, CACM 2009: time = max(bytes / bandwidth, FLOPs / peak)).
 // Tile and wave quantization follow how a tiled GEMM runs: every thread-block tile costs a full tile of
-// MACs, and tiles run sm_count at a time. Host only. Covered by tests/cost/roofline_test.cpp.
+// MACs, and tiles run sm_count at a time; the row tile fits the rows per expert and a partial wave
+// splits K (roofline.hpp, GroupedCost, with the vLLM sources). Host only. Covered by
+// tests/cost/roofline_test.cpp.
 #include "src/cost/roofline.hpp"
 
 #include <algorithm>
@@ -14,6 +16,13 @@ namespace moesim {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One GEMM of `tiles` output tiles (> 0): whole waves when they fill the SMs; otherwise one wave cut into
+// s = min(floor(sm_count / tiles), max_split_k) K slices, each tile's slices on their own SMs.
+double gemm_compute_s(int64_t tiles, double wave_s, int64_t max_split_k, int sm_count) {
+  if (tiles >= sm_count) return static_cast<double>(ceil_div(tiles, sm_count)) * wave_s;
+  return wave_s / static_cast<double>(std::min<int64_t>(sm_count / tiles, max_split_k));
+}
 
 }  // namespace
 
@@ -43,10 +52,37 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   const double tile_flops = 2.0 * tile_m * tile_n * sm_count;
   wave_s_up = tile_flops * static_cast<double>(hidden) / peak_flops_per_s;
   wave_s_down = tile_flops * static_cast<double>(ffn) / peak_flops_per_s;
-  tile_m_shift = -1;
-  for (int s = 0; s < 31; ++s) {
-    if ((1 << s) == tile_m) tile_m_shift = s;
+  const auto log2_or_minus_one = [](int rows) {
+    for (int s = 0; s < 31; ++s) {
+      if ((1 << s) == rows) return s;
+    }
+    return -1;
+  };
+  tile_m_shift = log2_or_minus_one(tile_m);
+  // Candidate row tiles: 16, 32, 64 while below tile_m, then tile_m (only tile_m when it is 16 or less);
+  // entries past num_row_tiles repeat tile_m. The wave of each is worked out as the full tile's, in the
+  // same order, so tile_m's equals wave_s_up bit for bit.
+  constexpr int kSmallestRowTile = 16;
+  num_row_tiles = 0;
+  for (int rows = kSmallestRowTile; rows < tile_m && num_row_tiles < kMaxRowTiles - 1; rows *= 2) {
+    row_tile_rows[num_row_tiles++] = rows;
   }
+  row_tile_rows[num_row_tiles++] = tile_m;
+  for (int k = 0; k < kMaxRowTiles; ++k) {
+    const int rows = k < num_row_tiles ? row_tile_rows[k] : tile_m;
+    row_tile_rows[k] = rows;
+    row_tile_shift[k] = log2_or_minus_one(rows);
+    const double flops = 2.0 * rows * tile_n * sm_count;
+    wave_s_up_at[k] = flops * static_cast<double>(hidden) / peak_flops_per_s;
+    wave_s_down_at[k] = flops * static_cast<double>(ffn) / peak_flops_per_s;
+  }
+  row_tiles_double = row_tile_shift[0] >= 0;
+  for (int k = 1; k < num_row_tiles; ++k) {
+    row_tiles_double = row_tiles_double && row_tile_rows[k] == 2 * row_tile_rows[k - 1];
+  }
+  const bool splits_k = tile_m >= kSmallestRowTile;
+  max_split_k_up = splits_k ? std::max<int64_t>(1, hidden / kMinSplitKChunk) : 1;
+  max_split_k_down = splits_k ? std::max<int64_t>(1, ffn / kMinSplitKChunk) : 1;
   // The knee: n (2P / F - A / BW) > W / BW, solved in doubles, then settled on the exact predicate (it is
   // monotone in n) so the comparison in compute_bound() agrees with it at every n.
   const auto bound = [&](int64_t n) {
@@ -72,10 +108,12 @@ GroupedCost::Terms GroupedCost::terms() const {
   const ExpertRoofline& m = *m_;
   t.memory_s = (static_cast<double>(experts_) * m.weight_bytes + static_cast<double>(rows_) * m.act_bytes_per_row) /
                m.bandwidth_bytes_per_s;
-  // Quantized: tiles of both GEMMs, each GEMM rounded up to whole waves over the SMs.
-  const int64_t waves_up = ceil_div(row_tiles_ * m.col_tiles_up, m.sm_count);
-  const int64_t waves_down = ceil_div(row_tiles_ * m.col_tiles_down, m.sm_count);
-  t.compute_s = static_cast<double>(waves_up) * m.wave_s_up + static_cast<double>(waves_down) * m.wave_s_down;
+  // Quantized: tiles of both GEMMs at the launch's row tile, each GEMM in whole waves over the SMs, or
+  // one wave split over K when its tiles leave SMs idle.
+  const int k = tile_index();
+  const int64_t tiles = row_tiles(k);
+  t.compute_s = gemm_compute_s(tiles * m.col_tiles_up, m.wave_s_up_at[k], m.max_split_k_up, m.sm_count) +
+                gemm_compute_s(tiles * m.col_tiles_down, m.wave_s_down_at[k], m.max_split_k_down, m.sm_count);
   return t;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -109,6 +110,49 @@ TEST(DocsExamples, GateYourCiRunsAsWritten) {
     const std::string output = testing::read_text(dir + "/out.txt") + testing::read_text(dir + "/err.txt");
     EXPECT_EQ(code, step.exit_code) << "$ moesim " << step.args << "\n" << output;
     EXPECT_EQ(output, step.output) << "$ moesim " << step.args;
+  }
+}
+
+// The markdown rows of `text` whose first cell is a strategy: header cells -> row cells, per strategy.
+std::map<std::string, std::map<std::string, std::string>> markdown_rows(const std::string& text) {
+  std::map<std::string, std::map<std::string, std::string>> rows;
+  std::vector<std::string> header;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| ", 0) != 0) {
+      header.clear();
+      continue;
+    }
+    std::vector<std::string> cells;
+    std::istringstream cs(line.substr(1));
+    for (std::string c; std::getline(cs, c, '|');) {
+      while (!c.empty() && c.front() == ' ') c.erase(c.begin());
+      while (!c.empty() && c.back() == ' ') c.pop_back();
+      cells.push_back(c);
+    }
+    if (!cells.empty() && cells.back().empty()) cells.pop_back();
+    if (header.empty()) {
+      header = cells;
+    } else if (cells.size() == header.size() && cells[0].find("---") == std::string::npos) {
+      for (size_t i = 1; i < cells.size(); ++i) rows[cells[0]][header[i]] = cells[i];
+    }
+  }
+  return rows;
+}
+
+TEST(DocsExamples, ReadmeErosionTableIsTheDefaultCompare) {
+  // README "What imbalance costs": every cell of its table is the built-in default's own, as printed.
+  const std::string readme = testing::read_text(kRoot + "/README.md");
+  const size_t at = readme.find("### What imbalance costs");
+  ASSERT_NE(at, std::string::npos);
+  const auto shown = markdown_rows(readme.substr(at, readme.find("\n### ", at + 4) - at));
+  const auto r = run_cli("compare --gating all --no-execute --format markdown");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto actual = markdown_rows(r.out);
+  ASSERT_EQ(shown.size(), 9u);
+  for (const auto& [strategy, cells] : shown) {
+    ASSERT_TRUE(actual.count(strategy)) << strategy;
+    for (const auto& [column, value] : cells) EXPECT_EQ(actual.at(strategy).at(column), value) << strategy << " " << column;
   }
 }
 

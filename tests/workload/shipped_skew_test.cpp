@@ -15,6 +15,7 @@
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
 #include "src/config/load_config.hpp"
+#include "src/pipeline/run_internal.hpp"
 #include "src/workload/logits_batches.hpp"
 
 namespace moesim {
@@ -67,15 +68,10 @@ std::vector<std::vector<int64_t>> batch_loads(Experiment e) {
   e.router.capacity_factor = 0;
   e.router.layout = Layout::dropless;
   std::vector<std::vector<int64_t>> loads;
-  for (const LogitsBatch& b : make_logits_batches(e, "")) {
-    RouteRequest req;
-    req.logits = b.logits.data();
-    req.num_tokens = b.num_tokens;
-    req.num_experts = e.model.experts;
-    req.top_k = e.model.top_k;
-    req.token_ids = b.token_ids.data();
-    req.seed = e.workload.seed;
-    const Routing r = route_omp(e.router, req, nullptr);
+  const std::vector<LogitsBatch> batches = make_logits_batches(e, "");
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const LogitsBatch& b = batches[i];
+    const Routing r = route_omp(e.router, run_detail::request_for(e, b, static_cast<int>(i)), nullptr);
     loads.push_back(compute_balance_metrics(r, b.logits.data(), e.router.layout, e.router.block_size).load);
   }
   return loads;

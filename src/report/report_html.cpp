@@ -118,6 +118,33 @@ std::string series_chart(const std::vector<std::pair<std::string, std::vector<do
   return os.str();
 }
 
+// "Where the modeled time goes": each strategy's erosion on its primary placement (expert_parallel when
+// modeled, else single), in microseconds; "" when the result carries no erosion (an older schema).
+std::string erosion_table(const nlohmann::json& run) {
+  std::ostringstream rows;
+  std::string placement;
+  for (const auto& s : run["strategies"]) {
+    if (!s.contains("modeled") || !s["modeled"].is_object()) continue;
+    const auto& modeled = s["modeled"];
+    const char* name = modeled.contains("expert_parallel") ? "expert_parallel" : "single";
+    if (!modeled.contains(name) || !modeled[name].contains("erosion")) continue;
+    placement = name;
+    const auto& x = modeled[name]["erosion"];
+    const auto& parts = x["parts"];
+    auto us = [](const nlohmann::json& v) { return v.is_number() ? num(v.get<double>() * 1e6, 1) : std::string("-"); };
+    rows << "<tr><td>" << esc(s["strategy"].get<std::string>()) << "</td><td>" << us(x["reference_s"]) << "</td><td>"
+         << us(parts["imbalance_s"]) << "</td><td>" << us(parts["quantization_s"]) << "</td><td>" << us(parts["padding_s"])
+         << "</td><td>" << us(parts["communication_s"]) << "</td><td>" << us(x["actual_s"]) << "</td><td>"
+         << us(x["dropped_work_s"]) << "</td></tr>\n";
+  }
+  if (placement.empty()) return "";
+  return "<h2>Where the modeled time goes (" + placement +
+         ", us)</h2>\n<table id=\"erosion\"><thead><tr><th>strategy</th><th>reference</th><th>+ imbalance</th>"
+         "<th>+ tiles, waves, launches</th><th>+ padding</th><th>+ all-to-all</th><th>= modeled</th>"
+         "<th>dropped work (not done)</th></tr></thead><tbody>\n" +
+         rows.str() + "</tbody></table>\n";
+}
+
 }  // namespace
 
 std::string render_html_report(const nlohmann::json& run, const std::string& source_name) {
@@ -163,7 +190,11 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
       series.push_back({label, s["series"]["imbalance"].get<std::vector<double>>()});
   }
   os << "</tbody></table>\n<h2>Batching efficiency</h2>\n"
-     << value_bars("efficiency", "modeled balanced time / actual time (above 1: idle experts load no weights)", efficiency)
+     << value_bars("efficiency",
+                   "reference / (reference + imbalance): what imbalance alone costs, drops and tiles held out "
+                   "(above 1: skew left experts idle whose weights balanced routing reads)",
+                   efficiency)
+     << erosion_table(run)
      << "<h2>Imbalance</h2>\n" << value_bars("imbalance", "max load / mean load (1 is perfect)", imbalance);
   if (!series.empty()) os << series_chart(series);
   os << "<h2>Per-expert load</h2>\n";

@@ -35,7 +35,8 @@ TEST(ReportHtml, HasEveryElement) {
   EXPECT_EQ(count(html, "<svg class=\"efficiency\""), 1);
   EXPECT_EQ(count(html, "<svg class=\"series\""), 1);  // several batches: the imbalance series
   EXPECT_EQ(count(html, "<table id=\"metrics\">"), 1);
-  EXPECT_EQ(count(html, "<tr><td>"), 3);
+  EXPECT_EQ(count(html, "<table id=\"erosion\">"), 1);
+  EXPECT_EQ(count(html, "<tr><td>"), 6);  // 3 strategies in each table
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, no scripts
   EXPECT_EQ(html.find("http"), std::string::npos);     // and no network
   EXPECT_THROW(render_html_report(nlohmann::json::object(), "x.json"), InputError);

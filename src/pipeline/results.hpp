@@ -82,6 +82,7 @@ struct PhaseSummary {
   double modeled_tokens_per_s = 0;
   double modeled_attention_s = 0;  // its attention part
   double modeled_moe_s = 0;        // its MoE part
+  Erosion erosion;                 // where modeled_moe_s goes (primary placement), summed like it
   double kv_cache_bytes = 0;       // decoder: whole model's KV cache (model.layers) at the phase's end
 };
 

@@ -144,6 +144,7 @@ void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_
         moe += primary_of(r->modeled).cost.actual.quantized_s;
       }
       const double scale = model_layers / static_cast<double>(recs.size());
+      for (const StepRecord* r : recs) add_scaled(s.erosion, primary_of(r->modeled).cost.erosion, scale);
       s.tokens += tokens;
       s.modeled_attention_s += attention * scale;
       s.modeled_moe_s += moe * scale;

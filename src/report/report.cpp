@@ -302,6 +302,7 @@ void add_steps_json(const RunResult& run, const VariantResult& v, nlohmann::json
                          {"modeled_s", p.modeled_s},
                          {"modeled_attention_s", p.modeled_attention_s},
                          {"modeled_moe_s", p.modeled_moe_s},
+                         {"erosion", erosion_json(p.erosion)},
                          {"modeled_tokens_per_s", p.modeled_tokens_per_s},
                          {"aggregates", aggregates_json(v, phase_indices(v, p.phase))}};
     if (run.has_decoder) ph["kv_cache_bytes"] = p.kv_cache_bytes;

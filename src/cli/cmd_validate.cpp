@@ -3,6 +3,7 @@
 // as a median absolute percentage error (src/sweep/validate.hpp). The default profile is
 // configs/hardware/cpu-local.yaml under the current folder when it exists (a fresh calibration), else
 // the built-in cpu-local. Covered by tests/sweep/validate_test.cpp (through the binary).
+#include <algorithm>
 #include <unistd.h>
 
 #include <cstdio>
@@ -26,7 +27,8 @@ int cmd_validate(int argc, char** argv) {
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart); its execute: size is validated")(
       "batches", po::value(&batches)->default_value("1..4096*2"), "batch sizes: values and ranges as in sweep --vary")(
       "hardware", po::value(&hardware),
-      "host profile: a name or file (default: ./configs/hardware/cpu-local.yaml if present, else built-in cpu-local)")(
+      "host profile: a name or file (default: ./configs/hardware/cpu-local.yaml if present, else built-in cpu-local); "
+      "--set hardware=NAME|FILE does the same")(
       "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)");
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
@@ -36,8 +38,17 @@ int cmd_validate(int argc, char** argv) {
     throw InputError("--format: expected table, csv or json for validate, got '" + opts.format + "'");
   const std::vector<std::string> values = expand_sweep_values(batches, "--batches " + batches);
   const Experiment base = load_experiment_for(opts);
+  // The host profile: --hardware, or --set hardware[.KEY]=... (the experiment's own hardware: key names the
+  // modeled GPU, not this host, so only an explicit --set replaces the default). Both at once is ambiguous.
+  const bool set_hardware = std::any_of(opts.overrides.begin(), opts.overrides.end(), [](const std::string& s) {
+    return s.rfind("hardware=", 0) == 0 || s.rfind("hardware.", 0) == 0;
+  });
+  if (set_hardware && !hardware.empty())
+    throw InputError("--hardware " + hardware + ": expected either --hardware or --set hardware, got both");
   HardwareRef ref;
-  if (hardware.empty()) {
+  if (set_hardware) {
+    ref = base.hardware;
+  } else if (hardware.empty()) {
     std::error_code ec;
     const char* local = "configs/hardware/cpu-local.yaml";
     ref.name = std::filesystem::is_regular_file(local, ec) ? local : "cpu-local";

@@ -110,9 +110,25 @@ TEST(ValidateCli, ShippedCpuLocalPrintsAMedianError) {
   EXPECT_NE(t.out.find("median absolute percentage error"), std::string::npos) << t.out;
 }
 
+TEST(ValidateCli, SetHardwareActsAsHardware) {
+  // --set hardware=NAME validates against that profile, as --hardware does (it was accepted and ignored).
+  const std::string small = " --batches 2 --set execute.hidden=32 --set execute.ffn=64 --set execute.repeats=1 --format json";
+  const auto set = testing::run_cli("validate --set hardware=t4" + small);
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  const auto flag = testing::run_cli("validate --hardware t4" + small);
+  ASSERT_EQ(flag.exit_code, 0) << flag.err;
+  const auto js = nlohmann::json::parse(set.out), jf = nlohmann::json::parse(flag.out);
+  EXPECT_EQ(js["hardware"]["name"], "t4");
+  EXPECT_EQ(js["hardware"]["digest"], jf["hardware"]["digest"]);
+  EXPECT_EQ(js["points"][0]["predicted_s"], jf["points"][0]["predicted_s"]);
+  const auto host = testing::run_cli("validate" + small);
+  ASSERT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_NE(nlohmann::json::parse(host.out)["hardware"]["digest"], js["hardware"]["digest"]);
+}
+
 TEST(ValidateCli, BadArgumentsExitTwo) {
   for (const char* args : {"validate --batches 0..4*2", "validate --hardware no-such-profile --batches 1",
-                           "validate --batches 1 --format markdown"}) {
+                           "validate --batches 1 --format markdown", "validate --batches 1 --hardware t4 --set hardware=t4"}) {
     const auto r = testing::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
     EXPECT_TRUE(r.out.empty()) << args;

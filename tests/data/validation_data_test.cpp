@@ -1,0 +1,148 @@
+// Format checks of the published fused-MoE measurements in data/validation/*.csv (see its README.md):
+// the exact header, 15 fields a row, positive numeric fields, a known GPU name (a configs/hardware
+// profile or one listed in the README as "no profile yet"), a source on every row, no duplicate shape
+// rows within a file, and the coverage the set promises (at least 8 files over at least 3 GPU kinds).
+// Host only; reads files, no randomness.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kHeader =
+    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes";
+constexpr std::size_t kFields = 15;
+constexpr std::size_t kMinFiles = 8;
+constexpr std::size_t kMinGpuKinds = 3;
+
+fs::path validation_dir() { return fs::path(MOESIM_SOURCE_DIR) / "data" / "validation"; }
+
+// One CSV line split into fields: commas inside double quotes do not split, "" is a literal quote.
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+std::vector<fs::path> csv_files() {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(validation_dir()))
+    if (entry.path().extension() == ".csv") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// GPU names the README lists under "GPUs with no profile yet" as "- name: ...".
+std::set<std::string> readme_unprofiled_gpus() {
+  std::ifstream in(validation_dir() / "README.md");
+  std::set<std::string> names;
+  std::string line;
+  bool in_section = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("## ", 0) == 0) in_section = line.find("no profile yet") != std::string::npos;
+    if (in_section && line.rfind("- ", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) names.insert(line.substr(2, colon - 2));
+    }
+  }
+  return names;
+}
+
+bool is_profile(const std::string& gpu) {
+  return fs::exists(fs::path(MOESIM_SOURCE_DIR) / "configs" / "hardware" / (gpu + ".yaml"));
+}
+
+bool parses_positive(const std::string& text) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && value > 0.0;
+}
+
+TEST(ValidationData, EveryFileIsWellFormed) {
+  const auto files = csv_files();
+  ASSERT_FALSE(files.empty()) << "no CSV in " << validation_dir();
+  const auto unprofiled = readme_unprofiled_gpus();
+  // The numeric columns: experts, n, k, top_k, tp, batch, measured_us.
+  const std::vector<std::size_t> numeric = {2, 3, 4, 5, 6, 7, 8};
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.filename().string());
+    std::ifstream in(file);
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    EXPECT_EQ(line, kHeader);
+    std::set<std::tuple<std::string, std::string, std::string, std::string, std::string, std::string,
+                        std::string, std::string>>
+        keys;
+    int rows = 0;
+    int line_no = 1;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (line.empty()) continue;
+      ++rows;
+      const auto f = split_csv(line);
+      ASSERT_EQ(f.size(), kFields) << "line " << line_no;
+      for (const auto col : numeric)
+        EXPECT_TRUE(parses_positive(f[col])) << "line " << line_no << " column " << col << " = '" << f[col] << "'";
+      EXPECT_TRUE(is_profile(f[0]) || unprofiled.count(f[0]) == 1)
+          << "line " << line_no << ": gpu '" << f[0] << "' is neither a profile nor listed in the README";
+      EXPECT_FALSE(f[9].empty()) << "line " << line_no << ": empty source";
+      EXPECT_TRUE(keys.emplace(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]).second)
+          << "line " << line_no << ": duplicate (gpu,dtype,E,n,k,top_k,tp,batch)";
+    }
+    EXPECT_GT(rows, 0);
+  }
+}
+
+TEST(ValidationData, CoversEnoughTablesAndGpus) {
+  const auto files = csv_files();
+  std::set<std::string> gpus;
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line))
+      if (!line.empty()) gpus.insert(split_csv(line)[0]);
+  }
+  EXPECT_GE(files.size(), kMinFiles);
+  EXPECT_GE(gpus.size(), kMinGpuKinds);
+}
+
+TEST(ValidationData, ReadmeListsEveryFile) {
+  std::ifstream in(validation_dir() / "README.md");
+  std::stringstream readme;
+  readme << in.rdbuf();
+  for (const auto& file : csv_files())
+    EXPECT_NE(readme.str().find(file.filename().string()), std::string::npos) << file.filename();
+}
+
+}  // namespace

@@ -120,11 +120,17 @@ inline const ModeledPlacement* find_placement(const VariantResult& v, const std:
   return nullptr;
 }
 
-// The placement whose cost ranks the variants: expert_parallel when the experiment uses it, else single.
-inline const ModeledPlacement& primary_placement(const VariantResult& v) {
-  if (const ModeledPlacement* ep = find_placement(v, "expert_parallel")) return *ep;
-  return v.modeled.front();
+// The placement whose cost ranks the variants and heads the reports, of a variant or of one record:
+// expert_parallel when the experiment uses it, else single (the first); null when nothing is modeled.
+inline const ModeledPlacement* primary_of(const std::vector<ModeledPlacement>& modeled) {
+  for (const ModeledPlacement& p : modeled)
+    if (p.placement == "expert_parallel") return &p;
+  return modeled.empty() ? nullptr : &modeled.front();
 }
+inline const ModeledPlacement& primary_placement(const std::vector<ModeledPlacement>& modeled) {
+  return *primary_of(modeled);
+}
+inline const ModeledPlacement& primary_placement(const VariantResult& v) { return primary_placement(v.modeled); }
 
 // Where the executed layer runs (--backend, resolved by the CLI: auto -> cuda when a device is usable).
 enum class ExecBackend { cpu, cuda };

@@ -24,6 +24,9 @@ RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index);
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
                                                int64_t capacity, int64_t num_tokens, int64_t undelivered);
+// The same for a routed batch's metrics: its kept loads, capacity and undelivered assignments.
+std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
+                                               const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens);
 
 // Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median, fastest and
 // slowest time of each phase (CUDA: CUDA-event times, `dtype` the GEMM precision).
@@ -49,7 +52,6 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
 
 int primary_devices(const Experiment& e);
 
-const ModeledPlacement& primary_of(const std::vector<ModeledPlacement>& modeled);
 
 // Fills a record's modeled MoE cost from its routing metrics, and the derived totals.
 void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,

@@ -63,6 +63,12 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
   return out;
 }
 
+std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
+                                               const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens) {
+  return model_placements(e, hw, router, m.load, m.capacity, num_tokens,
+                          undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
+}
+
 // First difference between two routings, or "" when identical (weights within 1e-5 relative:
 // the Thrust path and the serial reference may round the softmax differently).
 namespace {
@@ -244,9 +250,7 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
       vr.per_batch.push_back(compute_balance_metrics(r, batches[b].logits.data(), v.router.layout, v.router.block_size));
     }
     vr.final_bias = state.expert_bias;
-    const BalanceMetrics& m = vr.last();
-    vr.modeled = model_placements(e, result.hardware, v.router, m.load, m.capacity, result.num_tokens,
-                                  undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
+    vr.modeled = model_placements(e, result.hardware, v.router, vr.last(), result.num_tokens);
 
     if (execute && !batches.empty()) {
       // The executed layer replays the last batch with a fresh router state (time_layer).

@@ -39,18 +39,11 @@ int primary_devices(const Experiment& e) {
   return e.placement.kind == PlacementKind::expert_parallel ? std::max(1, e.placement.devices) : 1;
 }
 
-const ModeledPlacement& primary_of(const std::vector<ModeledPlacement>& modeled) {
-  for (const ModeledPlacement& p : modeled)
-    if (p.placement == "expert_parallel") return p;
-  return modeled.front();
-}
-
 // Fills a record's modeled MoE cost from its routing metrics, and the derived totals.
 void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,
                   StepRecord& rec) {
-  rec.modeled = model_placements(e, hw, router, m.load, m.capacity, rec.num_tokens,
-                                 undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
-  const ModeledPlacement& p = primary_of(rec.modeled);
+  rec.modeled = model_placements(e, hw, router, m, rec.num_tokens);
+  const ModeledPlacement& p = primary_placement(rec.modeled);
   rec.batching_efficiency = p.cost.batching_efficiency;
   rec.modeled_layer_s = p.cost.actual.quantized_s + (rec.has_attention ? rec.modeled_attention.quantized_s : 0.0);
 }
@@ -141,10 +134,10 @@ void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_
       for (const StepRecord* r : recs) {
         tokens = std::max(tokens, r->num_tokens);
         attention += r->has_attention ? r->modeled_attention.quantized_s : 0.0;
-        moe += primary_of(r->modeled).cost.actual.quantized_s;
+        moe += primary_placement(r->modeled).cost.actual.quantized_s;
       }
       const double scale = model_layers / static_cast<double>(recs.size());
-      for (const StepRecord* r : recs) add_scaled(s.erosion, primary_of(r->modeled).cost.erosion, scale);
+      for (const StepRecord* r : recs) add_scaled(s.erosion, primary_placement(r->modeled).cost.erosion, scale);
       s.tokens += tokens;
       s.modeled_attention_s += attention * scale;
       s.modeled_moe_s += moe * scale;
@@ -309,7 +302,7 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
       rec.num_tokens = e.workload.batch;
       rec.modeled = model_placements(e, result.hardware, v.router, scale_loads(counts, e.workload.batch * k), 0,
                                      e.workload.batch, 0);
-      const ModeledPlacement& p = primary_of(rec.modeled);
+      const ModeledPlacement& p = primary_placement(rec.modeled);
       rec.batching_efficiency = p.cost.batching_efficiency;
       rec.modeled_layer_s = p.cost.actual.quantized_s;
       vr.per_batch.push_back(m);

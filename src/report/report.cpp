@@ -101,13 +101,6 @@ std::optional<double> headline_value(const VariantResult& v, const BatchMetric& 
   return num / den;
 }
 
-// The primary placement (expert_parallel when modeled, else single) of one record's cost.
-const ModeledPlacement* primary_of(const std::vector<ModeledPlacement>& modeled) {
-  for (const ModeledPlacement& p : modeled)
-    if (p.placement == "expert_parallel") return &p;
-  return modeled.empty() ? nullptr : &modeled.front();
-}
-
 }  // namespace
 
 nlohmann::json metrics_to_json(const BalanceMetrics& m) {

@@ -135,7 +135,6 @@ std::string strategy_notes(const RunResult& run, const std::string& bullet) {
         }
         break;
       }
-      default: n << to_string(r.gating); break;
     }
     os << bullet << v.variant.label << ": " << n.str() << "\n";
   }

@@ -6,6 +6,8 @@
 // rows on the GPU (measure_cuda_device, kernels/cuda_backend.hpp), the copy bandwidth and the launch
 // overhead, and writes the datasheet profile --base with its efficiencies fitted (fit_device). Without a
 // usable device (or a moesim built without CUDA) it exits 3 before measuring anything.
+// `moesim calibrate --from-published FILES [--name NAME] [--out FILE]`: fits a GPU's built-in profile to
+// published kernel tables of that GPU (src/sweep/published.hpp) and writes it; measures nothing.
 // Covered by tests/cost/calibrate_test.cpp (through the binary; the fit on synthetic timings).
 #include <filesystem>
 #include <iostream>
@@ -15,6 +17,7 @@
 #include "src/cost/calibrate.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/report/atomic_write.hpp"
+#include "src/sweep/published.hpp"
 
 #if defined(MOESIM_HAS_CUDA)
 #include "kernels/cuda_backend.hpp"
@@ -69,6 +72,7 @@ int cmd_calibrate(int argc, char** argv) {
   bool help = false;
   bool quick = false;
   std::string out, name, note, backend = "cpu", base, dtype_text = "bf16";
+  std::vector<std::string> from_published;
   int threads = 0;
   po::options_description desc("moesim calibrate [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
@@ -79,8 +83,35 @@ int cmd_calibrate(int argc, char** argv) {
       "dtype", po::value(&dtype_text)->default_value("bf16"), "with --backend cuda: expert dtype timed (fp32|tf32|bf16|fp16)")(
       "quick", po::bool_switch(&quick), "small buffers and few shapes: a rough profile in about a second")(
       "note", po::value(&note), "text appended to the profile's source note (how and where it was measured)")(
-      "threads", po::value(&threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)");
+      "threads", po::value(&threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")(
+      "from-published", po::value(&from_published)->multitoken(),
+      "fit efficiency_bw, efficiency_flops and launch_overhead_us of a GPU's built-in profile to published kernel "
+      "tables (validation CSVs, folders of them, or 'all' for the built-in set), all of one GPU; measures nothing");
   if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
+  if (!from_published.empty()) {
+    if (backend != "cpu" || !base.empty() || quick)
+      throw InputError("--from-published: expected without --backend, --base or --quick (it fits, measures nothing)");
+    std::vector<PublishedTable> tables;
+    for (const std::string& spec : from_published) {
+      std::vector<PublishedTable> got = load_published(spec);
+      tables.insert(tables.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
+    }
+    const std::string gpu = tables.front().points.front().gpu;
+    if (name.empty()) name = gpu + "-published";
+    if (name.find_first_of(" \t\n:/") != std::string::npos)
+      throw InputError("--name: expected a profile name without spaces, ':' or '/', got '" + name + "'");
+    if (note.find_first_of("\n\r") != std::string::npos) throw InputError("--note: expected one line of text");
+    std::string yaml = published_profile_yaml(tables, base_profile_text(gpu), name);
+    if (!note.empty()) yaml.insert(0, "# " + note + "\n");
+    if (out.empty()) {
+      std::cout << yaml << std::flush;
+    } else {
+      write_file_atomic(out, yaml);
+      std::cout << "fitted " << gpu << " to " << tables.size() << " published table" << (tables.size() == 1 ? "" : "s")
+                << "; wrote " << out << "\n";
+    }
+    return kExitOk;
+  }
   if (backend != "cpu" && backend != "cuda") throw InputError("--backend: expected cpu or cuda, got '" + backend + "'");
   const bool gpu = backend == "cuda";
   if (!gpu && !base.empty()) throw InputError("--base: only with --backend cuda (a CPU profile is measured whole)");

@@ -2,26 +2,55 @@
 // the executed CPU pipeline over a batch sweep against the cost model on a host profile, per point and
 // as a median absolute percentage error (src/sweep/validate.hpp). The default profile is
 // configs/hardware/cpu-local.yaml under the current folder when it exists (a fresh calibration), else
-// the built-in cpu-local. Covered by tests/sweep/validate_test.cpp (through the binary).
+// the built-in cpu-local.
+// `moesim validate --published [all|FILE|DIR] [--column C] [--max-median-error X]`: the published GPU kernel
+// tables against the cost model (src/sweep/published.hpp); exit 1 when column C's median error exceeds X.
+// Covered by tests/sweep/validate_test.cpp (through the binary).
 #include <algorithm>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <iostream>
 
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/sweep/sweep.hpp"
+#include "src/sweep/published.hpp"
 #include "src/sweep/validate.hpp"
 #include "src/report/validate_report.hpp"
 
 namespace moesim::cli {
+namespace {
+
+// "0.25" or "25%": a fraction in [0, 10].
+double parse_fraction_option(const std::string& option, const std::string& text) {
+  std::string digits = text;
+  double scale = 1.0;
+  if (!digits.empty() && digits.back() == '%') {
+    digits.pop_back();
+    scale = 0.01;
+  }
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(digits, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != digits.size() || !(v * scale >= 0) || v * scale > 10)
+    throw InputError(option + ": expected a fraction such as 0.25 or a percentage such as 25%, got '" + text + "'");
+  return v * scale;
+}
+
+}  // namespace
+
 int cmd_validate(int argc, char** argv) {
   CommonOptions opts;
   bool help = false;
-  std::string batches = "1..4096*2", hardware;
+  std::string batches = "1..4096*2", hardware, published, column_text, max_median_text;
   po::options_description desc("moesim validate [FILE] [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart); its execute: size is validated")(
@@ -29,13 +58,52 @@ int cmd_validate(int argc, char** argv) {
       "hardware", po::value(&hardware),
       "host profile: a name or file (default: ./configs/hardware/cpu-local.yaml if present, else built-in cpu-local); "
       "--set hardware=NAME|FILE does the same")(
-      "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)");
+      "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)")(
+      "published", po::value(&published)->implicit_value("all"),
+      "instead: published GPU kernel tables against the cost model: all (built in), a validation CSV or a folder")(
+      "column", po::value(&column_text),
+      "with --published: the column --max-median-error holds: ideal|quantized|calibrated|held_out (default held_out)")(
+      "max-median-error", po::value(&max_median_text),
+      "with --published: exit 1 when the column's overall median |error| exceeds this (0.25 or 25%)");
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   if (format == ReportFormat::markdown)
     throw InputError("--format: expected table, csv or json for validate, got '" + opts.format + "'");
+  // `--published all` and `--published FILE`: an option with an implicit value leaves the next word to the
+  // positional argument, so take it back from there.
+  if (published == "all" && opts.files.size() == 1) {
+    published = opts.files.front();
+    opts.files.clear();
+  }
+  if (published.empty()) {
+    if (!max_median_text.empty()) throw InputError("--max-median-error: expected with --published only");
+    if (!column_text.empty()) throw InputError("--column: expected with --published only");
+  } else {
+    if (!opts.files.empty() || !opts.overrides.empty() || !hardware.empty() || !opts.memory_limit.empty() ||
+        batches != "1..4096*2")
+      throw InputError("--published: expected without an experiment, --set, --hardware, --batches or --memory-limit "
+                       "(each table names its GPU and shapes)");
+    if (column_text.empty()) column_text = "held_out";
+    std::optional<PublishedColumn> column;
+    for (PublishedColumn c : kPublishedColumns)
+      if (column_text == to_string(c)) column = c;
+    if (!column) throw InputError("--column: expected ideal, quantized, calibrated or held_out, got '" + column_text + "'");
+    const PublishedValidation v = validate_published(load_published(published));
+    emit(opts, format_published(v, format));
+    if (!max_median_text.empty()) {
+      const double limit = parse_fraction_option("--max-median-error", max_median_text);
+      const ErrorSummary& e = v.overall[static_cast<int>(*column)];
+      if (e.points == 0) throw InputError("--column " + column_text + ": no point has that column");
+      if (e.median_abs > limit) {
+        std::cerr << "moesim: validate --published: the " << column_text << " column's median |error| "
+                  << e.median_abs * 100 << "% exceeds --max-median-error " << limit * 100 << "%\n";
+        return kExitCheckFailed;
+      }
+    }
+    return kExitOk;
+  }
   const std::vector<std::string> values = expand_sweep_values(batches, "--batches " + batches);
   const Experiment base = load_experiment_for(opts);
   // The host profile: --hardware, or --set hardware[.KEY]=... (the experiment's own hardware: key names the

@@ -1,5 +1,6 @@
 // Files compiled into the binary (cmake/embed_files.cmake): the built-in default experiment
-// (configs/quickstart.yaml) and the hardware profiles (configs/hardware/*.yaml), keyed by their
+// (configs/quickstart.yaml), the hardware profiles (configs/hardware/*.yaml) and the published kernel
+// measurements (data/validation/*.csv), keyed by their
 // path relative to the repository root. Host only.
 #pragma once
 

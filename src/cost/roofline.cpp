@@ -102,18 +102,23 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   }
 }
 
-GroupedCost::Terms GroupedCost::terms() const {
+GroupedCost::Terms GroupedCost::terms(GemmPart part) const {
   Terms t;
   if (rows_ == 0) return t;
   const ExpertRoofline& m = *m_;
-  t.memory_s = (static_cast<double>(experts_) * m.weight_bytes + static_cast<double>(rows_) * m.act_bytes_per_row) /
+  const double weight_share = part == GemmPart::both ? 1.0 : part == GemmPart::up ? 2.0 / 3.0 : 1.0 / 3.0;
+  const double act_share = part == GemmPart::both ? 1.0 : 0.5;
+  t.memory_s = (static_cast<double>(experts_) * m.weight_bytes * weight_share +
+                static_cast<double>(rows_) * m.act_bytes_per_row * act_share) /
                m.bandwidth_bytes_per_s;
   // Quantized: tiles of both GEMMs at the launch's row tile, each GEMM in whole waves over the SMs, or
   // one wave split over K when its tiles leave SMs idle.
   const int k = tile_index();
   const int64_t tiles = row_tiles(k);
-  t.compute_s = gemm_compute_s(tiles * m.col_tiles_up, m.wave_s_up_at[k], m.max_split_k_up, m.sm_count) +
-                gemm_compute_s(tiles * m.col_tiles_down, m.wave_s_down_at[k], m.max_split_k_down, m.sm_count);
+  if (part != GemmPart::down)
+    t.compute_s += gemm_compute_s(tiles * m.col_tiles_up, m.wave_s_up_at[k], m.max_split_k_up, m.sm_count);
+  if (part != GemmPart::up)
+    t.compute_s += gemm_compute_s(tiles * m.col_tiles_down, m.wave_s_down_at[k], m.max_split_k_down, m.sm_count);
   return t;
 }
 

@@ -81,6 +81,10 @@ inline double combine_terms(double mem_s, double compute_s, double overlap) {
   return std::max(mem_s, compute_s) + (1.0 - overlap) * std::min(mem_s, compute_s);
 }
 
+// Which GEMMs of the SwiGLU pair a cost covers: both (the layer), the gate+up GEMM alone, or the down
+// GEMM alone (a benchmark that times one fused_moe_kernel launch, src/sweep/published.hpp).
+enum class GemmPart { both, up, down };
+
 // Accumulates the experts of one grouped kernel pair (up, then down) on one device:
 //   t = max(sum_active (W + A(n)) / BW, compute) + launches, where compute is
 //   ideal:     sum 2 n P / F
@@ -128,7 +132,9 @@ class GroupedCost {
   struct Terms {
     double memory_s = 0, compute_s = 0;
   };
-  Terms terms() const;
+  // `part` up or down: that GEMM's share alone. Up reads 2/3 of W (gate and up) and down 1/3; each
+  // moves half of A(n): up reads x and writes the SwiGLU output, down reads it and writes y.
+  Terms terms(GemmPart part = GemmPart::both) const;
 
  private:
   // Row tiles at every candidate tile, for the tile is chosen from the totals once all experts are in:

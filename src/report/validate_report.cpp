@@ -82,6 +82,150 @@ std::string format_json(const ValidateResult& r) {
   return j.dump(2) + "\n";
 }
 
+std::string pct(double e) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f", e * 100);
+  return buf;
+}
+
+std::string published_table(const PublishedValidation& v) {
+  std::ostringstream os;
+  os << "published fused-MoE kernel times against the cost model: " << v.tables.size()
+     << (v.tables.size() == 1 ? " table, " : " tables, ") << v.rows.size()
+     << " points (data/validation/README.md). Routing as the benchmarks route: uniform random top-k, the mean of "
+     << kPublishedDraws << " draws.\n"
+        "columns: ideal (roofline at peak), quantized (tiles, waves, launches), calibrated (the shipped profile's "
+        "efficiencies), held_out (efficiencies and launch fitted on the other tables: never on this one)\n";
+  for (std::size_t t = 0; t < v.tables.size(); ++t) {
+    const PublishedTableResult& res = v.tables[t];
+    const PublishedPoint* first = nullptr;
+    for (const PublishedRow& r : v.rows)
+      if (r.table == static_cast<int>(t)) { first = &r.point; break; }
+    os << "\n" << res.table.name << " (" << res.table.origin << ")\n  " << res.gpu;
+    if (first) {
+      os << " " << to_string(first->dtype) << ", E " << first->experts << ", N " << first->n << ", K " << first->k
+         << ", top-" << first->top_k << ", tp " << first->tp << ", " << to_string(first->scope) << " ("
+         << scope_kernels(first->scope) << (scope_kernels(first->scope) == 1 ? " kernel" : " kernels") << "), "
+         << first->source;
+    }
+    os << "\n  held_out: ";
+    if (res.fitted_on.empty()) {
+      os << "no other table to fit on\n";
+    } else {
+      os << "fit on " << res.fitted_on.size() << " table" << (res.fitted_on.size() == 1 ? "" : "s") << " ("
+         << res.held_out_basis << "): efficiency_bw " << fixed(res.fit.efficiency_bw, 3) << ", efficiency_flops "
+         << fixed(res.fit.efficiency_flops, 3) << ", launch " << fixed(res.fit.launch_overhead_s * 1e6, 2) << " us\n";
+    }
+    os << "     batch   active  measured_us    ideal_us   err%  quantized_us   err%  calibrated_us   err%  "
+          "held_out_us   err%\n";
+    for (const PublishedRow& r : v.rows) {
+      if (r.table != static_cast<int>(t)) continue;
+      char line[256];
+      std::snprintf(line, sizeof line, "  %8lld  %7.1f  %11.2f  %10.2f  %5s  %12.2f  %5s  %13.2f  %5s  %11s  %5s\n",
+                    static_cast<long long>(r.point.batch), r.terms.active_experts, r.point.measured_s * 1e6,
+                    r.ideal_s * 1e6, pct(column_error(r, PublishedColumn::ideal)).c_str(), r.quantized_s * 1e6,
+                    pct(column_error(r, PublishedColumn::quantized)).c_str(), r.calibrated_s * 1e6,
+                    pct(column_error(r, PublishedColumn::calibrated)).c_str(),
+                    res.fitted_on.empty() ? "-" : fixed(r.held_out_s * 1e6, 2).c_str(),
+                    res.fitted_on.empty() ? "-" : pct(column_error(r, PublishedColumn::held_out)).c_str());
+      os << line;
+    }
+  }
+  os << "\nerror per table: median |error| / worst, %\n";
+  char head[256];
+  std::snprintf(head, sizeof head, "  %-52s %-15s %6s  %13s  %13s  %13s  %13s\n", "table", "gpu", "points", "ideal",
+                "quantized", "calibrated", "held_out");
+  os << head;
+  const auto cell = [](const ErrorSummary& e) {
+    if (e.points == 0) return std::string("-");
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f / %+.0f", e.median_abs * 100, e.worst * 100);
+    return std::string(buf);
+  };
+  const auto summary_line = [&](const std::string& name, const std::string& gpu, int points, const ErrorSummary* e) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-52s %-15s %6d  %13s  %13s  %13s  %13s\n", name.c_str(), gpu.c_str(), points,
+                  cell(e[0]).c_str(), cell(e[1]).c_str(), cell(e[2]).c_str(), cell(e[3]).c_str());
+    os << line;
+  };
+  for (const PublishedTableResult& res : v.tables)
+    summary_line(res.table.name, res.gpu, res.errors[0].points, res.errors);
+  summary_line("overall", "", v.overall[0].points, v.overall);
+  return os.str();
+}
+
+std::string published_csv(const PublishedValidation& v) {
+  std::ostringstream os;
+  os << "table,gpu,dtype,experts,n,k,top_k,tp,batch,scope,active_experts,measured_s";
+  for (PublishedColumn c : kPublishedColumns) os << "," << to_string(c) << "_s," << to_string(c) << "_error";
+  os << "\n";
+  for (const PublishedRow& r : v.rows) {
+    const PublishedTableResult& res = v.tables[static_cast<std::size_t>(r.table)];
+    const PublishedPoint& p = r.point;
+    os << text::csv_cell(res.table.name) << "," << p.gpu << "," << to_string(p.dtype) << "," << p.experts << "," << p.n
+       << "," << p.k << "," << p.top_k << "," << p.tp << "," << p.batch << "," << to_string(p.scope) << ","
+       << real(r.terms.active_experts) << "," << real(p.measured_s);
+    for (PublishedColumn c : kPublishedColumns) {
+      if (c == PublishedColumn::held_out && res.fitted_on.empty()) {
+        os << ",,";
+        continue;
+      }
+      os << "," << real(column_s(r, c)) << "," << real(column_error(r, c));
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+nlohmann::json summary_json(const ErrorSummary* e) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < 4; ++c) {
+    if (e[c].points == 0) continue;
+    j[to_string(kPublishedColumns[c])] = {{"median_abs_error", e[c].median_abs}, {"worst_error", e[c].worst},
+                                          {"points", e[c].points}};
+  }
+  return j;
+}
+
+std::string published_json(const PublishedValidation& v) {
+  nlohmann::json j;
+  j["schema_version"] = kReportSchemaVersion;
+  j["moesim_version"] = MOESIM_VERSION;
+  j["provenance"] = provenance_json();
+  j["routing"] = "uniform random top-k (torch.randn gating logits), mean of " + std::to_string(kPublishedDraws) + " draws";
+  nlohmann::json tables = nlohmann::json::array();
+  for (std::size_t t = 0; t < v.tables.size(); ++t) {
+    const PublishedTableResult& res = v.tables[t];
+    nlohmann::json tj = {{"name", res.table.name}, {"origin", res.table.origin}, {"gpu", res.gpu},
+                         {"hardware_digest", res.profile_digest}, {"held_out_basis", res.held_out_basis},
+                         {"fitted_on", res.fitted_on}, {"errors", summary_json(res.errors)}};
+    if (!res.fitted_on.empty())
+      tj["fit"] = {{"efficiency_bw", res.fit.efficiency_bw}, {"efficiency_flops", res.fit.efficiency_flops},
+                   {"launch_overhead_s", res.fit.launch_overhead_s}, {"points", res.fit.points}};
+    nlohmann::json pts = nlohmann::json::array();
+    for (const PublishedRow& r : v.rows) {
+      if (r.table != static_cast<int>(t)) continue;
+      const PublishedPoint& p = r.point;
+      nlohmann::json pj = {{"dtype", to_string(p.dtype)}, {"experts", p.experts}, {"n", p.n}, {"k", p.k},
+                           {"top_k", p.top_k}, {"tp", p.tp}, {"batch", p.batch}, {"scope", to_string(p.scope)},
+                           {"kernels", r.terms.kernels}, {"active_experts", r.terms.active_experts},
+                           {"memory_s", r.terms.memory_s}, {"compute_s", r.terms.compute_s},
+                           {"measured_s", p.measured_s}, {"source", p.source}, {"line", p.line}};
+      for (PublishedColumn c : kPublishedColumns) {
+        if (c == PublishedColumn::held_out && res.fitted_on.empty()) continue;
+        pj[std::string(to_string(c)) + "_s"] = column_s(r, c);
+        pj[std::string(to_string(c)) + "_error"] = column_error(r, c);
+      }
+      pts.push_back(pj);
+    }
+    tj["points"] = pts;
+    tables.push_back(tj);
+  }
+  j["tables"] = tables;
+  j["overall"] = summary_json(v.overall);
+  return j.dump(2) + "\n";
+}
+
 }  // namespace
 
 std::string format_validation(const ValidateResult& r, ReportFormat format) {
@@ -89,6 +233,20 @@ std::string format_validation(const ValidateResult& r, ReportFormat format) {
     case ReportFormat::table: return format_table(r);
     case ReportFormat::csv: return format_csv(r);
     case ReportFormat::json: return format_json(r);
+    case ReportFormat::markdown: break;
+  }
+  throw InputError("--format: expected table, csv or json for validate, got 'markdown'");
+}
+
+}  // namespace moesim
+
+namespace moesim {
+
+std::string format_published(const PublishedValidation& v, ReportFormat format) {
+  switch (format) {
+    case ReportFormat::table: return published_table(v);
+    case ReportFormat::csv: return published_csv(v);
+    case ReportFormat::json: return published_json(v);
     case ReportFormat::markdown: break;
   }
   throw InputError("--format: expected table, csv or json for validate, got 'markdown'");

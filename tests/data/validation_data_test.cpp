@@ -1,6 +1,6 @@
 // Format checks of the published fused-MoE measurements in data/validation/*.csv (see its README.md):
-// the exact header, 15 fields a row, positive numeric fields, a known GPU name (a configs/hardware
-// profile or one listed in the README as "no profile yet"), a source on every row, no duplicate shape
+// the exact header, 16 fields a row, positive numeric fields, a GPU with a configs/hardware profile, a known
+// scope, a source on every row, no duplicate shape
 // rows within a file, and the coverage the set promises (at least 8 files over at least 3 GPU kinds).
 // Host only; reads files, no randomness.
 #include <gtest/gtest.h>
@@ -20,8 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kHeader =
-    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes";
-constexpr std::size_t kFields = 15;
+    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope";
+constexpr std::size_t kFields = 16;
 constexpr std::size_t kMinFiles = 8;
 constexpr std::size_t kMinGpuKinds = 3;
 
@@ -61,22 +61,6 @@ std::vector<fs::path> csv_files() {
   return files;
 }
 
-// GPU names the README lists under "GPUs with no profile yet" as "- name: ...".
-std::set<std::string> readme_unprofiled_gpus() {
-  std::ifstream in(validation_dir() / "README.md");
-  std::set<std::string> names;
-  std::string line;
-  bool in_section = false;
-  while (std::getline(in, line)) {
-    if (line.rfind("## ", 0) == 0) in_section = line.find("no profile yet") != std::string::npos;
-    if (in_section && line.rfind("- ", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) names.insert(line.substr(2, colon - 2));
-    }
-  }
-  return names;
-}
-
 bool is_profile(const std::string& gpu) {
   return fs::exists(fs::path(MOESIM_SOURCE_DIR) / "configs" / "hardware" / (gpu + ".yaml"));
 }
@@ -91,7 +75,6 @@ bool parses_positive(const std::string& text) {
 TEST(ValidationData, EveryFileIsWellFormed) {
   const auto files = csv_files();
   ASSERT_FALSE(files.empty()) << "no CSV in " << validation_dir();
-  const auto unprofiled = readme_unprofiled_gpus();
   // The numeric columns: experts, n, k, top_k, tp, batch, measured_us.
   const std::vector<std::size_t> numeric = {2, 3, 4, 5, 6, 7, 8};
   for (const auto& file : files) {
@@ -113,8 +96,9 @@ TEST(ValidationData, EveryFileIsWellFormed) {
       ASSERT_EQ(f.size(), kFields) << "line " << line_no;
       for (const auto col : numeric)
         EXPECT_TRUE(parses_positive(f[col])) << "line " << line_no << " column " << col << " = '" << f[col] << "'";
-      EXPECT_TRUE(is_profile(f[0]) || unprofiled.count(f[0]) == 1)
-          << "line " << line_no << ": gpu '" << f[0] << "' is neither a profile nor listed in the README";
+      EXPECT_TRUE(is_profile(f[0])) << "line " << line_no << ": gpu '" << f[0] << "' has no configs/hardware profile";
+      EXPECT_TRUE(f[15] == "layer" || f[15] == "up_gemm" || f[15] == "down_gemm")
+          << "line " << line_no << ": scope '" << f[15] << "'";
       EXPECT_FALSE(f[9].empty()) << "line " << line_no << ": empty source";
       EXPECT_TRUE(keys.emplace(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]).second)
           << "line " << line_no << ": duplicate (gpu,dtype,E,n,k,top_k,tp,batch)";

@@ -10,6 +10,9 @@ Sweep CSV -> three figures (one line per combination of the varied keys other th
                          marked (moesim's knee_tokens and balanced_knee_tokens columns)
   PREFIX-measured.png    measured layer time per batch, when the sweep ran with --measure
 Validate CSV -> PREFIX-validate.png: predicted and measured expert time per batch, with the error.
+`moesim validate --published --format csv` -> PREFIX-published.png: one panel per published table, the
+                         measured kernel time and every modeled column (ideal, quantized, calibrated,
+                         held_out) against the batch, log-log, with each column's median |error|.
 
 Needs python3 and matplotlib (Debian: python3-matplotlib, installed by scripts/setup.sh).
 Usage: python3 scripts/plot.py SWEEP.csv [--out DIR] [--prefix NAME] [--time quantized|ideal|calibrated]
@@ -256,9 +259,52 @@ def plot_validate(rows, args, path):
     plt.close(fig)
 
 
+def plot_published(rows, args, path):
+    tables = {}
+    for r in rows:
+        tables.setdefault(r["table"], []).append(r)
+    cols = ("ideal", "quantized", "calibrated", "held_out")
+    n = len(tables)
+    ncols = 3 if n > 4 else max(1, n)
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
+    for i, (name, trs) in enumerate(tables.items()):
+        ax = axes[i // ncols][i % ncols]
+        trs.sort(key=lambda r: num(r, "batch"))
+        x = [num(r, "batch") for r in trs]
+        ax.plot(x, [num(r, "measured_s") * 1e6 for r in trs], marker="o", color="black", label="measured")
+        notes = []
+        for j, c in enumerate(cols):
+            y = [num(r, f"{c}_s") * 1e6 for r in trs]
+            if all(math.isnan(v) for v in y):
+                continue
+            ax.plot(x, y, marker=".", linestyle="--", color=f"C{j}", label=c)
+            errs = sorted(abs(num(r, f"{c}_error")) for r in trs)
+            mid = len(errs) // 2
+            med = errs[mid] if len(errs) % 2 else 0.5 * (errs[mid - 1] + errs[mid])
+            notes.append(f"{c} {med * 100:.0f}%")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_title(f"{name}\n{trs[0]['gpu']} {trs[0]['dtype']}, E {trs[0]['experts']}, N {trs[0]['n']}, "
+                     f"K {trs[0]['k']}, top-{trs[0]['top_k']}", fontsize=8)
+        ax.set_xlabel("batch (tokens)", fontsize=8)
+        ax.set_ylabel("kernel time (us)", fontsize=8)
+        ax.text(0.02, 0.98, "median |error|: " + ", ".join(notes), transform=ax.transAxes, fontsize=6.5,
+                va="top")
+        if i == 0:
+            ax.legend(fontsize=7, loc="lower right")
+    for i in range(n, nrows * ncols):
+        axes[i // ncols][i % ncols].axis("off")
+    fig.suptitle(args.title or "published fused-MoE kernel times against the cost model", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("csv", help="output of moesim sweep --format csv (or validate --format csv)")
+    p.add_argument("csv", help="output of moesim sweep --format csv (or validate [--published] --format csv)")
     p.add_argument("--out", default=".", help="folder for the PNGs (default: .)")
     p.add_argument("--prefix", help="file name prefix (default: the CSV's name)")
     p.add_argument("--time", default="quantized", choices=("ideal", "quantized", "calibrated"),
@@ -269,7 +315,11 @@ def main():
     prefix = args.prefix or os.path.splitext(os.path.basename(args.csv))[0]
     os.makedirs(args.out, exist_ok=True)
     written = []
-    if "predicted_s" in header and "measured_s" in header:
+    if "held_out_s" in header and "table" in header:
+        path = os.path.join(args.out, f"{prefix}-published.png")
+        plot_published(rows, args, path)
+        written.append(path)
+    elif "predicted_s" in header and "measured_s" in header:
         path = os.path.join(args.out, f"{prefix}-validate.png")
         plot_validate(rows, args, path)
         written.append(path)

@@ -126,6 +126,8 @@ class GroupedCost {
   int64_t experts() const { return experts_; }
   // The row tile of this launch (rows per tile), 0 when no row is present.
   int tile_rows() const { return rows_ == 0 ? 0 : m_->row_tile_rows[tile_index()]; }
+  // sum_e ceil(n_e / m) at this launch's row tile m: the row tiles of either GEMM (0 when no row).
+  int64_t launch_row_tiles() const { return rows_ == 0 ? 0 : row_tiles(tile_index()); }
   CostBreakdown time() const;
   // The two terms time() combines: memory sum (W + A(n)) / BW and the quantized compute (waves of tiles),
   // before efficiencies and launches.

@@ -95,7 +95,8 @@ std::string published_table(const PublishedValidation& v) {
      << " points (data/validation/README.md). Routing as the benchmarks route: uniform random top-k, the mean of "
      << kPublishedDraws << " draws.\n"
         "columns: ideal (roofline at peak), quantized (tiles, waves, launches), calibrated (the shipped profile's "
-        "efficiencies), held_out (efficiencies and launch fitted on the other tables: never on this one)\n";
+        "efficiencies), held_out (efficiencies, launch and K-step latency fitted on the other tables: never on this "
+        "one)\n";
   for (std::size_t t = 0; t < v.tables.size(); ++t) {
     const PublishedTableResult& res = v.tables[t];
     const PublishedPoint* first = nullptr;
@@ -114,7 +115,8 @@ std::string published_table(const PublishedValidation& v) {
     } else {
       os << "fit on " << res.fitted_on.size() << " table" << (res.fitted_on.size() == 1 ? "" : "s") << " ("
          << res.held_out_basis << "): efficiency_bw " << fixed(res.fit.efficiency_bw, 3) << ", efficiency_flops "
-         << fixed(res.fit.efficiency_flops, 3) << ", launch " << fixed(res.fit.launch_overhead_s * 1e6, 2) << " us\n";
+         << fixed(res.fit.efficiency_flops, 3) << ", launch " << fixed(res.fit.launch_overhead_s * 1e6, 2)
+         << " us, K step " << fixed(res.fit.k_step_s * 1e6, 3) << " us\n";
     }
     os << "     batch   active  measured_us    ideal_us   err%  quantized_us   err%  calibrated_us   err%  "
           "held_out_us   err%\n";
@@ -201,7 +203,8 @@ std::string published_json(const PublishedValidation& v) {
                          {"fitted_on", res.fitted_on}, {"errors", summary_json(res.errors)}};
     if (!res.fitted_on.empty())
       tj["fit"] = {{"efficiency_bw", res.fit.efficiency_bw}, {"efficiency_flops", res.fit.efficiency_flops},
-                   {"launch_overhead_s", res.fit.launch_overhead_s}, {"points", res.fit.points}};
+                   {"launch_overhead_s", res.fit.launch_overhead_s}, {"k_step_s", res.fit.k_step_s},
+                   {"points", res.fit.points}};
     nlohmann::json pts = nlohmann::json::array();
     for (const PublishedRow& r : v.rows) {
       if (r.table != static_cast<int>(t)) continue;
@@ -210,6 +213,7 @@ std::string published_json(const PublishedValidation& v) {
                            {"top_k", p.top_k}, {"tp", p.tp}, {"batch", p.batch}, {"scope", to_string(p.scope)},
                            {"kernels", r.terms.kernels}, {"active_experts", r.terms.active_experts},
                            {"memory_s", r.terms.memory_s}, {"compute_s", r.terms.compute_s},
+                           {"k_steps", r.terms.k_steps},
                            {"measured_s", p.measured_s}, {"source", p.source}, {"line", p.line}};
       for (PublishedColumn c : kPublishedColumns) {
         if (c == PublishedColumn::held_out && res.fitted_on.empty()) continue;

@@ -59,8 +59,13 @@ struct PublishedTerms {
   double compute_s = 0;        // quantized compute (tiles in waves), the scope's GEMMs
   double ideal_compute_s = 0;  // rows 2 P / F (the scope's share), no tiles
   double active_experts = 0;   // mean experts with at least one token
+  // K steps in series: per GEMM, waves of tiles (ceil(tiles / sm_count), one tile per SM at a time) times
+  // the K steps of one tile (ceil(K / kPublishedKStep)), summed over the scope's GEMMs. Triton's
+  // fused_moe_kernel never splits K (SPLIT_K is 1 in every config of the tables), so a tile walks all of K.
+  double k_steps = 0;
   int kernels = 0;             // scope_kernels
 };
+constexpr int64_t kPublishedKStep = 128;
 constexpr int kPublishedDraws = 16;
 PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& hw);
 
@@ -68,10 +73,13 @@ PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& h
 // fixed cost of each kernel launch (launch to completion of a tiny kernel, CUDA-graph replay included).
 struct PublishedFit {
   double efficiency_bw = 1, efficiency_flops = 1, launch_overhead_s = 0;
+  // The latency of one K step of a tile: the loads of a step must arrive before its MMAs, so a GEMM of
+  // few waves cannot take less than k_steps x k_step_s however little it reads (Little's law).
+  double k_step_s = 0;
   int points = 0;              // points fitted
 };
-// kernels x launch + max(memory / eff_bw, compute / eff_flops) + (1 - overlap) min(...), as the
-// calibrated column of the cost model (roofline.hpp combine_terms).
+// kernels x launch + max(k_steps x k_step, max(memory / eff_bw, compute / eff_flops) + (1 - overlap)
+// min(...)): the calibrated column of the cost model (roofline.hpp combine_terms) with the K-step floor.
 double published_time_s(const PublishedTerms& t, const PublishedFit& fit, double overlap);
 
 struct PublishedSample {
@@ -79,10 +87,11 @@ struct PublishedSample {
   double measured_s = 0;
   double overlap = 1;          // the profile's memory_compute_overlap
 };
-// Least squares in log time over efficiencies in [0.02, 1] and launch overhead in [0, 50] us: a coarse
-// grid, then rounds of a finer grid around the best point. Deterministic. Throws PreconditionError when
-// `samples` is empty.
-PublishedFit fit_published(const std::vector<PublishedSample>& samples);
+// Least squares in log time over efficiencies in [0.02, 1], launch overhead in [0, 50] us and the K step
+// in [0, 4] us (held at 0 unless fit_k_step: a hardware profile has no such figure): a coarse grid, then
+// rounds of a finer grid around the best point. Deterministic. Throws PreconditionError when `samples`
+// is empty.
+PublishedFit fit_published(const std::vector<PublishedSample>& samples, bool fit_k_step = true);
 
 // One point with every column and its relative error (modeled - measured) / measured.
 struct PublishedRow {

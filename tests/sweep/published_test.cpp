@@ -133,11 +133,45 @@ TEST(Published, FitRecoversFiguresTheModelGenerated) {
     s.measured_s = published_time_s(s.terms, truth, 1.0);
     samples.push_back(s);
   }
-  const PublishedFit fit = fit_published(samples);
+  // The K-step floor held at 0: where it would bind compute-bound points it trades against
+  // efficiency_flops (both scale with the tile waves), so the three profile figures are fitted alone.
+  const PublishedFit fit = fit_published(samples, false);
   EXPECT_NEAR(fit.efficiency_bw, truth.efficiency_bw, 0.02 * truth.efficiency_bw);
   EXPECT_NEAR(fit.efficiency_flops, truth.efficiency_flops, 0.02 * truth.efficiency_flops);
   EXPECT_NEAR(fit.launch_overhead_s, truth.launch_overhead_s, 0.5e-6);
+  EXPECT_EQ(fit.k_step_s, 0.0);
   EXPECT_EQ(fit.points, 8);
+}
+
+// Many small experts (E 512, N 128): the tiles walk K in series, so the K-step floor binds at small
+// batches and the fit recovers its latency too.
+TEST(Published, FitRecoversTheKStepLatency) {
+  HardwareRef ref;
+  ref.name = "h20-3e";
+  const HardwareProfile hw = load_hardware_profile(ref, "");
+  PublishedFit truth;
+  truth.efficiency_bw = 0.8;
+  truth.efficiency_flops = 0.7;
+  truth.launch_overhead_s = 4e-6;
+  truth.k_step_s = 0.9e-6;
+  std::vector<PublishedSample> samples;
+  int bound = 0;
+  for (int64_t m : {1, 4, 16, 64, 128, 256, 1024, 4096}) {
+    PublishedPoint p = point(512, 10, m);
+    p.gpu = "h20-3e";
+    p.n = 128;
+    PublishedSample s;
+    s.terms = published_terms(p, hw);
+    s.measured_s = published_time_s(s.terms, truth, 1.0);
+    const double rest = combine_terms(s.terms.memory_s / 0.8, s.terms.compute_s / 0.7, 1.0);
+    bound += s.terms.k_steps * truth.k_step_s > rest;
+    samples.push_back(s);
+  }
+  ASSERT_GE(bound, 2) << "the floor must bind some points for the fit to see it";
+  const PublishedFit fit = fit_published(samples);
+  EXPECT_NEAR(fit.k_step_s, truth.k_step_s, 0.03 * truth.k_step_s);
+  EXPECT_NEAR(fit.launch_overhead_s, truth.launch_overhead_s, 0.5e-6);
+  EXPECT_EQ(fit_published(samples, false).k_step_s, 0.0);
 }
 
 double held_out_of(const PublishedValidation& v, const std::string& table, int64_t batch) {

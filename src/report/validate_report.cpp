@@ -113,8 +113,8 @@ std::string published_table(const PublishedValidation& v) {
     if (res.fitted_on.empty()) {
       os << "no other table to fit on\n";
     } else {
-      os << "fit on " << res.fitted_on.size() << " table" << (res.fitted_on.size() == 1 ? "" : "s") << " ("
-         << res.held_out_basis << "): efficiency_bw " << fixed(res.fit.efficiency_bw, 3) << ", efficiency_flops "
+      os << "fit on the " << res.fitted_on.size() << " other table" << (res.fitted_on.size() == 1 ? "" : "s")
+         << ": efficiency_bw " << fixed(res.fit.efficiency_bw, 3) << ", efficiency_flops "
          << fixed(res.fit.efficiency_flops, 3) << ", launch " << fixed(res.fit.launch_overhead_s * 1e6, 2)
          << " us, K step " << fixed(res.fit.k_step_s * 1e6, 3) << " us\n";
     }

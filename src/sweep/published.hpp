@@ -116,8 +116,7 @@ ErrorSummary summarize_errors(const std::vector<double>& errors);
 struct PublishedTableResult {
   PublishedTable table;        // points moved to rows
   std::string gpu, profile_digest;
-  // The held-out column: fitted on the other tables of the same GPU when there are any ("same GPU"),
-  // else on every other table ("other GPUs": the efficiencies are fractions of each GPU's own peaks).
+  // The held-out column: fitted on every other table ("every other table"; "none" when there is none).
   std::string held_out_basis;
   std::vector<std::string> fitted_on;
   PublishedFit fit;

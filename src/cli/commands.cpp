@@ -19,10 +19,12 @@ const std::vector<Command>& commands() {
       {"sweep", "[FILE]",
        "the experiment over --vary KEY=v1,v2|1..1024*2 axes: modeled (--measure: executed) cost, each batch curve's knee",
        cmd_sweep},
-      {"calibrate", "", "measure this machine and write a hardware profile (--out FILE)", cmd_calibrate},
+      {"calibrate", "", "measure this machine (or fit published GPU tables) and write a hardware profile (--out FILE)",
+       cmd_calibrate},
       {"calibrate-link", "", "under mpirun: measure the MPI link and write it into a profile (--out FILE)",
        cmd_calibrate_link},
-      {"validate", "[FILE]", "executed CPU pipeline vs the cost model over a batch sweep, with the error", cmd_validate},
+      {"validate", "[FILE] | --published [all|FILE]",
+       "executed CPU pipeline (or published GPU kernel times) vs the cost model, with the error", cmd_validate},
       {"report", "F --html O", "a self-contained HTML page (inline SVG) of a run/compare JSON", cmd_report},
   };
   return table;

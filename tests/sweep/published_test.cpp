@@ -267,3 +267,26 @@ TEST(PublishedCli, CalibrateFromPublishedWritesALoadableProfile) {
 
 }  // namespace
 }  // namespace moesim
+
+namespace moesim {
+namespace {
+
+// docs/cost-model.md "How right is it?" quotes the summary `validate --published all` prints.
+TEST(PublishedCli, CostModelDocQuotesTheCurrentSummary) {
+  const std::string doc = testing::read_text(std::string(MOESIM_SOURCE_DIR) + "/docs/cost-model.md");
+  const std::string marker = "`validate --published all` (held by tests/sweep/published_test.cpp against this page):";
+  const auto at = doc.find(marker);
+  ASSERT_NE(at, std::string::npos) << "the doc lost its marker";
+  const auto open = doc.find("```\n", at);
+  const auto close = doc.find("```", open + 4);
+  ASSERT_NE(close, std::string::npos);
+  const std::string quoted = doc.substr(open + 4, close - open - 4);
+  const auto r = run_cli("validate --published all");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto from = r.out.find("error per table");
+  ASSERT_NE(from, std::string::npos);
+  EXPECT_EQ(quoted, r.out.substr(from)) << "regenerate the block: moesim validate --published all";
+}
+
+}  // namespace
+}  // namespace moesim

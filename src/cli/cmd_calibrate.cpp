@@ -70,7 +70,7 @@ DeviceMeasurements measure_device(Dtype dtype, bool quick) {
 
 int cmd_calibrate(int argc, char** argv) {
   bool help = false;
-  bool quick = false;
+  bool quick = false, force = false;
   std::string out, name, note, backend = "cpu", base, dtype_text = "bf16";
   std::vector<std::string> from_published;
   int threads = 0;
@@ -82,6 +82,8 @@ int cmd_calibrate(int argc, char** argv) {
       "base", po::value(&base), "with --backend cuda: the GPU's datasheet profile, a file or a built-in name (h200)")(
       "dtype", po::value(&dtype_text)->default_value("bf16"), "with --backend cuda: expert dtype timed (fp32|tf32|bf16|fp16)")(
       "quick", po::bool_switch(&quick), "small buffers and few shapes: a rough profile in about a second")(
+      "force", po::bool_switch(&force),
+      "write the CPU profile even when it was taken under heavy load or its figures are implausible")(
       "note", po::value(&note), "text appended to the profile's source note (how and where it was measured)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")(
       "from-published", po::value(&from_published)->multitoken(),
@@ -146,6 +148,12 @@ int cmd_calibrate(int argc, char** argv) {
   CalibrationOptions copts;
   copts.quick = quick;
   const CalibrationResult r = calibrate_host(copts);
+  const std::string problem = calibration_problem(r);
+  if (!problem.empty() && !force) {
+    std::cerr << calibration_summary(r);
+    throw ResourceError("calibrate: refusing to write the profile: " + problem +
+                        "; rerun on idle cores, or pass --force to write it anyway");
+  }
   const std::string yaml = calibration_profile_yaml(r, name, note);
   // The profile must load as written; a failure here is a bug, reported before anything is replaced.
   parse_hardware_profile(yaml, name + ".yaml");

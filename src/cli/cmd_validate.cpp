@@ -2,7 +2,9 @@
 // the executed CPU pipeline over a batch sweep against the cost model on a host profile, per point and
 // as a median absolute percentage error (src/sweep/validate.hpp). The default profile is
 // configs/hardware/cpu-local.yaml under the current folder when it exists (a fresh calibration), else
-// the built-in cpu-local.
+// the built-in cpu-local; when that profile was measured on another machine (its `machine:` signature:
+// CPU model, cores, BLAS core, threads), this machine's own calibration from the per-user cache
+// ($XDG_CACHE_HOME/moesim or ~/.cache/moesim), measured afresh when there is none.
 // `moesim validate --published [all|FILE|DIR] [--column C] [--max-median-error X]`: the published GPU kernel
 // tables against the cost model (src/sweep/published.hpp); exit 1 when column C's median error exceeds X.
 // Covered by tests/sweep/validate_test.cpp (through the binary).
@@ -10,13 +12,18 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <iostream>
 
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
+#include "src/common/digest.hpp"
+#include "src/common/host.hpp"
+#include "src/cost/calibrate.hpp"
 #include "src/cost/hardware_profile.hpp"
+#include "src/report/atomic_write.hpp"
 #include "src/sweep/sweep.hpp"
 #include "src/sweep/published.hpp"
 #include "src/sweep/validate.hpp"
@@ -43,6 +50,61 @@ double parse_fraction_option(const std::string& option, const std::string& text)
   if (used == 0 || used != digits.size() || !(v * scale >= 0) || v * scale > 10)
     throw InputError(option + ": expected a fraction such as 0.25 or a percentage such as 25%, got '" + text + "'");
   return v * scale;
+}
+
+// The per-user cache of fresh host calibrations: $XDG_CACHE_HOME/moesim, else $HOME/.cache/moesim.
+std::filesystem::path calibration_cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return std::filesystem::path(xdg) / "moesim";
+  const char* home = std::getenv("HOME");
+  if (home && *home) return std::filesystem::path(home) / ".cache" / "moesim";
+  throw InputError("validate: expected XDG_CACHE_HOME or HOME for the calibration cache, got neither; pass --hardware");
+}
+
+// The default host profile when it belongs to this machine; otherwise this machine's own calibration
+// from the per-user cache, measured afresh (and cached) when there is none. Never writes over the
+// tracked configs/hardware/cpu-local.yaml. Says on stderr which profile it took and why.
+HardwareRef profile_for_this_machine(const HardwareRef& def) {
+  const HardwareProfile profile = load_hardware_profile(def, "");
+  const MachineSignature here = this_machine(openmp_max_threads());
+  if (profile.machine && *profile.machine == here) return def;
+  const std::string was = profile.machine ? describe(*profile.machine) : "an unrecorded machine";
+  const std::string id = bytes_digest(describe(here));
+  const std::filesystem::path path = calibration_cache_dir() / ("cpu-local-" + id.substr(id.find(':') + 1) + ".yaml");
+  HardwareRef mine;
+  mine.name = path.string();
+  mine.origin = "the calibration cache";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    try {
+      const HardwareProfile cached = load_hardware_profile(mine, "");
+      if (cached.machine && *cached.machine == here) {
+        std::cerr << "moesim: validate: " << def.name << " was measured on " << was << "; this machine ("
+                  << describe(here) << ") has its own calibration: " << path.string() << "\n";
+        return mine;
+      }
+    } catch (const Error&) {
+      // A damaged cache entry is measured again below.
+    }
+  }
+  std::cerr << "moesim: validate: " << def.name << " was measured on " << was << ", not on this machine ("
+            << describe(here) << "): calibrating it afresh into " << path.string() << "\n";
+  const CalibrationResult r = calibrate_host(CalibrationOptions{});
+  const std::string problem = calibration_problem(r);
+  const std::string yaml = calibration_profile_yaml(r, "cpu-local", "validate's calibration of this machine");
+  if (!problem.empty()) {
+    // Not cached: the next run measures again. This run uses it, and says what it is worth.
+    std::cerr << "moesim: validate: the fresh calibration is not cached: " << problem
+              << "; the errors below describe a loaded machine\n";
+    mine.name.clear();
+    mine.inline_yaml = yaml;
+    mine.origin = "validate's calibration";
+    return mine;
+  }
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) throw InputError(path.parent_path().string() + ": cannot create the calibration cache: " + ec.message());
+  write_file_atomic(path.string(), yaml);
+  return mine;
 }
 
 }  // namespace
@@ -120,9 +182,23 @@ int cmd_validate(int argc, char** argv) {
     std::error_code ec;
     const char* local = "configs/hardware/cpu-local.yaml";
     ref.name = std::filesystem::is_regular_file(local, ec) ? local : "cpu-local";
+    ref = profile_for_this_machine(ref);
   } else {
     ref.name = hardware;
     ref.origin = "--hardware";
+  }
+  if (!ref.name.empty() || !ref.inline_yaml.empty()) {
+    // A measured CPU profile named explicitly is used as asked, with a word when it is another machine's
+    // (a profile that does not load here is reported by run_validation, which resolves it fully).
+    try {
+      const HardwareProfile chosen = load_hardware_profile(ref, base.source_file);
+      const MachineSignature here = this_machine(openmp_max_threads());
+      if (chosen.machine && *chosen.machine != here)
+        std::cerr << "moesim: validate: " << (ref.name.empty() ? chosen.name : ref.name) << " was measured on "
+                  << describe(*chosen.machine) << ", not on this machine (" << describe(here)
+                  << "): its predictions describe that machine\n";
+    } catch (const Error&) {
+    }
   }
   RunOptions run_opts;
   run_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);

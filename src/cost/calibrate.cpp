@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "src/common/clock.hpp"
 #include "src/common/host.hpp"
@@ -213,12 +214,40 @@ double measure_launch(int threads, int repeats) {
 
 }  // namespace
 
+MachineSignature this_machine(int threads) {
+  MachineSignature m;
+  m.cpu_model = cpu_model_name();
+  m.cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  m.blas_core = openblas_get_corename();
+  m.threads = threads;
+  return m;
+}
+
+std::string calibration_problem(const CalibrationResult& r) {
+  std::ostringstream os;
+  const int cores = r.machine.cores > 0 ? r.machine.cores : r.threads;
+  if (r.load_before > cores + 1.0) {
+    os << "taken under heavy load (1-minute load average " << r.load_before << " on " << cores
+       << " cores): other processes held the cores";
+  } else if (r.peak_fp32_flops_per_s < 0.5e9 * r.simd_fp32_lanes * r.threads) {
+    os << "peak fp32 " << r.peak_fp32_flops_per_s / 1e9 << " GFLOP/s is below 0.5 GFLOP/s per SIMD lane ("
+       << r.simd_fp32_lanes << " lanes x " << r.threads << " threads): no CPU of that width is that slow";
+  } else if (r.copy_bandwidth_bytes_per_s < 1e9) {
+    os << "copy bandwidth " << r.copy_bandwidth_bytes_per_s / 1e9 << " GB/s is below 1 GB/s";
+  } else if (r.efficiency_flops < 0.05 || r.efficiency_bw < 0.05) {
+    os << "efficiency_flops " << r.efficiency_flops << " or efficiency_bw " << r.efficiency_bw << " is below 0.05";
+  }
+  return os.str();
+}
+
 CalibrationResult calibrate_host(const CalibrationOptions& opts) {
   const auto t_start = Clock::now();
   CalibrationResult r;
+  r.load_before = load_average_1min();
   r.cpu_model = cpu_model_name();
   r.blas = std::string(openblas_get_config()) + " (core " + openblas_get_corename() + ")";
   r.threads = openmp_max_threads();
+  r.machine = this_machine(r.threads);
   r.simd_fp32_lanes = simd_fp32_lanes();
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   r.memory_bytes = std::max(0.0, static_cast<double>(sysconf(_SC_PHYS_PAGES)) * page);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "src/config/experiment.hpp"
+#include "src/cost/hardware_profile.hpp"
 
 namespace moesim {
 
@@ -53,7 +54,18 @@ struct CalibrationResult {
   double memory_compute_overlap = 1;       // median of the samples' overlap
   double launch_overhead_s = 0;            // an OpenMP fork-join around a tiny sgemm, median
   double seconds = 0;                      // the calibration's own wall time
+  MachineSignature machine;                // this machine, written into the profile
+  double load_before = -1;                 // 1-minute load average when the calibration started (-1: unknown)
 };
+
+// This machine as a profile records it, with `threads` OpenMP/BLAS threads.
+MachineSignature this_machine(int threads);
+
+// Why a calibration must not become a profile, or "" when it may: taken under heavy load (the 1-minute
+// load average above cores + 1 when it started: other processes held the cores), or figures no CPU has:
+// peak fp32 below 0.5 GFLOP/s per SIMD lane per thread, copy bandwidth below 1 GB/s, an efficiency below
+// 0.05. `moesim calibrate --force` writes it anyway.
+std::string calibration_problem(const CalibrationResult& r);
 
 // Measures this machine. Allocates 2 x 256 MiB for the copy and 256 MiB of weights (quick: 2 x 32 MiB
 // and 32 MiB); takes about 10 s (quick: about 1 s) on an idle 2-core machine.

@@ -78,6 +78,8 @@ std::string calibration_profile_yaml(const CalibrationResult& r, const std::stri
      << "efficiency_bw: " << num(r.efficiency_bw, 4) << "\n"
      << "memory_compute_overlap: " << num(r.memory_compute_overlap, 3) << "\n"
      << "calibrated: true\n"
+     << "machine: {cpu_model: " << quoted(r.machine.cpu_model) << ", cores: " << r.machine.cores
+     << ", blas_core: " << quoted(r.machine.blas_core) << ", threads: " << r.machine.threads << "}\n"
      << "sources:\n"
      << "  peak_tflops.fp32: " << quoted(how + ": best sgemm rate over " + std::to_string(r.gemm.size()) + " shapes") << "\n"
      << "  memory_bandwidth_gbs: "

@@ -85,7 +85,7 @@ const std::vector<NumericKey>& numeric_keys() {
 }
 
 std::vector<std::string> known_keys() {
-  std::vector<std::string> k = {"name", "description", "source", "sources", "base", "peak_tflops"};
+  std::vector<std::string> k = {"name", "description", "source", "sources", "base", "peak_tflops", "machine"};
   for (const NumericKey& n : numeric_keys()) k.push_back(n.key);
   k.push_back("calibrated");
   return k;
@@ -176,6 +176,8 @@ class Parser {
         read_sources(v, hw);
       } else if (key == "peak_tflops") {
         read_peaks(v, hw, base.IsDefined(), own_sources);
+      } else if (key == "machine") {
+        hw.machine = read_machine(v);
       } else if (key == "calibrated") {
         bool b = false;
         if (!v.IsScalar() || !YAML::convert<bool>::decode(v, b)) fail(v, key, "true or false", describe(v));
@@ -219,6 +221,24 @@ class Parser {
       }
       if (!found) fail(it->first, key, "a dtype (fp32, tf32, bf16, fp16, fp8, int8)", describe(it->first));
     }
+  }
+
+  MachineSignature read_machine(const YAML::Node& v) const {
+    const char* what = "a map {cpu_model: STRING, cores: N, blas_core: STRING, threads: N}";
+    if (!v.IsMap()) fail(v, "machine", what, describe(v));
+    MachineSignature m;
+    std::set<std::string> seen;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
+      if (!seen.insert(k).second) fail(it->first, "machine." + k, "each key once", "a second '" + k + "'");
+      if (k == "cpu_model") m.cpu_model = text(it->second, "machine.cpu_model");
+      else if (k == "blas_core") m.blas_core = text(it->second, "machine.blas_core");
+      else if (k == "cores") m.cores = static_cast<int>(number(it->second, "machine.cores", Rule::positive_int));
+      else if (k == "threads") m.threads = static_cast<int>(number(it->second, "machine.threads", Rule::positive_int));
+      else fail(it->first, "machine." + k, "cpu_model, cores, blas_core or threads", "'" + k + "'");
+    }
+    if (seen.size() != 4) fail(v, "machine", what, "only " + std::to_string(seen.size()) + " of the four keys");
+    return m;
   }
 
   void read_sources(const YAML::Node& v, HardwareProfile& hw) const {
@@ -331,6 +351,11 @@ double critical_batch(const HardwareProfile& hw, Dtype dtype) {
   // DESIGN.md "Cost model": B* = F * bytes_per_weight / (2 * BW). A weight GEMM with n tokens does 2 n
   // FLOPs per weight it loads, so it turns compute-bound once 2 n / bytes_per_weight > F / BW.
   return *f * dtype_bytes(dtype) / (2.0 * hw.memory_bandwidth_bytes_per_s);
+}
+
+std::string describe(const MachineSignature& m) {
+  return m.cpu_model + ", " + std::to_string(m.cores) + " cores, BLAS core " + m.blas_core + ", " +
+         std::to_string(m.threads) + " threads";
 }
 
 std::string hardware_digest(const HardwareProfile& hw) {

@@ -13,6 +13,21 @@
 
 namespace moesim {
 
+// The machine a measured CPU profile belongs to (moesim calibrate writes it; datasheet GPU profiles have
+// none): the same model on another CPU, core count, BLAS kernel or thread count predicts another machine.
+struct MachineSignature {
+  std::string cpu_model;   // /proc/cpuinfo "model name"
+  int cores = 0;           // cores online
+  std::string blas_core;   // the BLAS kernel in use (openblas_get_corename, set by OPENBLAS_CORETYPE)
+  int threads = 0;         // OpenMP/BLAS threads the profile was measured with
+  bool operator==(const MachineSignature& o) const {
+    return cpu_model == o.cpu_model && cores == o.cores && blas_core == o.blas_core && threads == o.threads;
+  }
+  bool operator!=(const MachineSignature& o) const { return !(*this == o); }
+};
+// "CPU, N cores, BLAS core C, T threads".
+std::string describe(const MachineSignature& m);
+
 // One accelerator, in SI units. YAML keys (and their units) in parse_hardware_profile below.
 struct HardwareProfile {
   std::string name;
@@ -43,6 +58,7 @@ struct HardwareProfile {
   // CPU BLAS that packs a weight panel and then computes on it does. Measured by moesim calibrate.
   double memory_compute_overlap = 1.0;
   bool calibrated = false;                  // the efficiencies were measured (moesim calibrate)
+  std::optional<MachineSignature> machine;  // where a CPU profile was measured (not in the digest)
 };
 
 // Dense peak FLOP/s of `dtype`, or nullopt when the profile has none.
@@ -59,7 +75,8 @@ double require_peak_flops_per_s(const HardwareProfile& hw, Dtype dtype);
 //   link_latency_us (default 0), devices_per_node, inter_node_bandwidth_gbs, tile_m, tile_n (default
 //   128), efficiency_flops, efficiency_bw (default 1, in (0, 1]), memory_compute_overlap (default 1,
 //   in [0, 1]), calibrated (default false);
-//   base: NAME of a built-in profile whose values the other keys override (inline tables mostly).
+//   base: NAME of a built-in profile whose values the other keys override (inline tables mostly);
+//   machine: {cpu_model: STRING, cores: N, blas_core: STRING, threads: N} (all four; a measured CPU).
 // Errors: ConfigError "SOURCE:LINE: hardware.KEY: expected WHAT, got VALUE".
 HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::string& source_name);
 

@@ -26,6 +26,7 @@ CalibrationResult sample_result() {
   r.cpu_model = "Test CPU \"quoted\" name";
   r.blas = "OpenBLAS test";
   r.threads = 4;
+  r.machine = {"Test CPU \"quoted\" name", 8, "Haswell", 4};
   r.simd_fp32_lanes = 8;
   r.memory_bytes = 16.0 * (1 << 30);
   r.llc_bytes = 32.0 * (1 << 20);
@@ -63,11 +64,13 @@ TEST(Calibrate, ProfileTextLoadsWithEveryFigure) {
   EXPECT_DOUBLE_EQ(hw.efficiency_bw, 0.75);
   EXPECT_DOUBLE_EQ(hw.memory_compute_overlap, 0.25);
   EXPECT_TRUE(hw.calibrated);
-  // A source note for every figure the file sets.
+  ASSERT_TRUE(hw.machine);
+  EXPECT_EQ(*hw.machine, (MachineSignature{"Test CPU \"quoted\" name", 8, "Haswell", 4}));
+  // A source note for every figure the file sets (the machine signature is not a figure).
   const YAML::Node root = YAML::Load(yaml);
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.Scalar();
-    if (key == "name" || key == "description" || key == "source" || key == "sources") continue;
+    if (key == "name" || key == "description" || key == "source" || key == "sources" || key == "machine") continue;
     if (key == "peak_tflops") {
       EXPECT_TRUE(hw.sources.count("peak_tflops.fp32")) << key;
     } else {
@@ -104,7 +107,7 @@ TEST(Calibrate, OverlapCombinesMemoryAndCompute) {
 TEST(Calibrate, QuickRunWritesALoadableProfile) {
   const std::string dir = testing::make_temp_dir();
   const std::string out = dir + "/cpu.yaml";
-  const auto r = testing::run_cli("calibrate --quick --name cpu-quick --out " + out);
+  const auto r = testing::run_cli("calibrate --quick --force --name cpu-quick --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("copy bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("wrote " + out), std::string::npos) << r.out;
@@ -122,9 +125,71 @@ TEST(Calibrate, QuickRunWritesALoadableProfile) {
   EXPECT_LE(hw.memory_compute_overlap, 1.0);
   EXPECT_GE(hw.launch_overhead_s, 0.0);
   // Without --out the profile goes to stdout and loads as it stands.
-  const auto s = testing::run_cli("calibrate --quick");
+  const auto s = testing::run_cli("calibrate --quick --force");
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_EQ(parse_hardware_profile(s.out, "stdout").name, "cpu-local");
+}
+
+// A calibrated profile records the machine it was measured on, and it is this one.
+TEST(Calibrate, ProfileRecordsThisMachine) {
+  const auto s = testing::run_cli("calibrate --quick --force --threads 1");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const HardwareProfile hw = parse_hardware_profile(s.out, "stdout");
+  ASSERT_TRUE(hw.machine.has_value());
+  EXPECT_EQ(*hw.machine, this_machine(1));
+  EXPECT_EQ(hw.machine->threads, 1);
+  EXPECT_FALSE(hw.machine->cpu_model.empty());
+  EXPECT_GE(hw.machine->cores, 1);
+  // The signature is not a figure the model reads: the digest ignores it.
+  HardwareProfile other = hw;
+  other.machine->cpu_model = "another CPU";
+  EXPECT_EQ(hardware_digest(hw), hardware_digest(other));
+}
+
+TEST(Calibrate, MachineKeyIsValidated) {
+  const std::string base = "name: x\npeak_tflops: {fp32: 1}\nmemory_bandwidth_gbs: 10\nsm_count: 2\n";
+  const HardwareProfile hw = parse_hardware_profile(
+      base + "machine: {cpu_model: \"Z\", cores: 4, blas_core: \"Haswell\", threads: 2}\n", "m.yaml");
+  ASSERT_TRUE(hw.machine);
+  EXPECT_EQ(describe(*hw.machine), "Z, 4 cores, BLAS core Haswell, 2 threads");
+  for (const char* bad : {"machine: {cpu_model: Z, cores: 4, blas_core: H}\n",
+                          "machine: {cpu_model: Z, cores: 0, blas_core: H, threads: 1}\n",
+                          "machine: {cpu_model: Z, cores: 4, blas_core: H, threads: 1, x: 1}\n", "machine: 3\n"}) {
+    try {
+      parse_hardware_profile(base + bad, "m.yaml");
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("m.yaml:5: hardware.machine"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The refusal rule on figures worked out by hand: each condition alone makes a problem.
+TEST(Calibrate, ImplausibleOrLoadedCalibrationsAreProblems) {
+  CalibrationResult r;
+  r.threads = 2;
+  r.machine.cores = 2;
+  r.simd_fp32_lanes = 16;
+  r.peak_fp32_flops_per_s = 200e9;
+  r.copy_bandwidth_bytes_per_s = 20e9;
+  r.efficiency_flops = 0.7;
+  r.efficiency_bw = 0.8;
+  r.load_before = 0.5;
+  EXPECT_EQ(calibration_problem(r), "");
+  CalibrationResult loaded = r;
+  loaded.load_before = 3.5;  // above cores + 1
+  EXPECT_NE(calibration_problem(loaded).find("heavy load"), std::string::npos);
+  loaded.load_before = 3.0;  // at the limit: allowed
+  EXPECT_EQ(calibration_problem(loaded), "");
+  CalibrationResult slow = r;
+  slow.peak_fp32_flops_per_s = 9.6e9;  // the busy `--quick` run's 0.0096 TFLOP/s: under 16 x 2 x 0.5
+  EXPECT_NE(calibration_problem(slow).find("below 0.5 GFLOP/s per SIMD lane"), std::string::npos);
+  CalibrationResult copy = r;
+  copy.copy_bandwidth_bytes_per_s = 0.5e9;
+  EXPECT_NE(calibration_problem(copy).find("copy bandwidth"), std::string::npos);
+  CalibrationResult eff = r;
+  eff.efficiency_bw = 0.01;
+  EXPECT_NE(calibration_problem(eff).find("efficiency"), std::string::npos);
 }
 
 TEST(Calibrate, BadArgumentsExitTwoAndLeaveNoFile) {

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -124,6 +127,38 @@ TEST(ValidateCli, SetHardwareActsAsHardware) {
   const auto host = testing::run_cli("validate" + small);
   ASSERT_EQ(host.exit_code, 0) << host.err;
   EXPECT_NE(nlohmann::json::parse(host.out)["hardware"]["digest"], js["hardware"]["digest"]);
+}
+
+// The shipped cpu-local was measured on another machine (it records none): validate says so, calibrates
+// this machine into the per-user cache, reuses that calibration next time, and leaves the tracked
+// profile as it was.
+TEST(ValidateCli, AnotherMachinesProfileIsRecalibratedIntoTheUserCache) {
+  const std::string dir = testing::make_temp_dir();
+  const char* was = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = was ? was : "";
+  setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  const std::string tracked_path = std::string(MOESIM_SOURCE_DIR) + "/configs/hardware/cpu-local.yaml";
+  const std::string tracked = testing::read_text(tracked_path);
+  const std::string small = " --batches 2 --set execute.hidden=32 --set execute.ffn=64 --format json";
+  const auto first = testing::run_cli("validate" + small);
+  const auto second = testing::run_cli("validate" + small);
+  if (was) setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else unsetenv("XDG_CACHE_HOME");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.err.find("cpu-local was measured on an unrecorded machine, not on this machine"), std::string::npos)
+      << first.err;
+  EXPECT_NE(first.err.find("calibrating it afresh into " + dir + "/moesim/cpu-local-"), std::string::npos) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  if (first.err.find("is not cached") == std::string::npos) {
+    EXPECT_NE(second.err.find("has its own calibration: " + dir + "/moesim/cpu-local-"), std::string::npos)
+        << second.err;
+    int cached = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/moesim")) cached += e.path().extension() == ".yaml";
+    EXPECT_EQ(cached, 1);
+  } else {
+    std::cout << "this machine was loaded: the calibration was not cached (" << first.err << ")\n";
+  }
+  EXPECT_EQ(testing::read_text(tracked_path), tracked);
 }
 
 TEST(ValidateCli, BadArgumentsExitTwo) {

@@ -1,6 +1,7 @@
 // The typed, validated experiment: what a YAML file plus --set overrides mean (DESIGN.md "Configuration").
 // Produced by load_config.cpp; read by every later stage. Plain data, host only.
-// Every field here has a YAML key of the same name under its section; defaults are the built-in ones.
+// Every field here (but RouterConfig::given_preset_keys) has a YAML key of the same name under its section;
+// defaults are the built-in ones.
 // Covered by tests/config/load_config_test.cpp.
 #pragma once
 

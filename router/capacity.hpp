@@ -26,14 +26,24 @@ namespace moesim {
 // C = max(ceil(cf * tokens * k / E), min_capacity) for cf > 0 (Megatron get_capacity, DeepSpeed
 // topkgating with its cf -> k*cf, GShard); 0 (dropless) for cf <= 0, whatever min_capacity says.
 // `tokens` is the batch (capacity_scope batch) or one sequence (capacity_scope sequence, MaxText).
-// The quotient is shrunk by a relative 1e-12 before the ceiling so that a product that is an integer
-// in decimal (1.1 * 100 = 110.00000000000001 in binary) does not gain a slot.
+// rounding decimal: the quotient is shrunk by a relative 1e-12 before the ceiling so that a product that
+// is an integer in decimal (1.1 * 100 = 110.00000000000001 in binary) does not gain a slot.
+// rounding float64: Megatron's get_capacity (megatron/core/transformer/moe/moe_utils.py), the ceiling of
+// the double (tokens * k / E) * cf as Python computes it, which does gain that slot: N = 400, E = 8, k = 2,
+// cf = 1.1 gives 111 where decimal gives 110.
 MOESIM_HD inline int64_t capacity_from_factor(double capacity_factor, int64_t tokens, int top_k, int num_experts,
-                                              int64_t min_capacity) {
+                                              int64_t min_capacity,
+                                              CapacityRounding rounding = CapacityRounding::decimal) {
   if (!(capacity_factor > 0.0)) return 0;
-  const double x = capacity_factor * static_cast<double>(tokens) * static_cast<double>(top_k) /
-                   static_cast<double>(num_experts);
-  const int64_t c = static_cast<int64_t>(ceil(x * (1.0 - 1e-12)));
+  int64_t c = 0;
+  if (rounding == CapacityRounding::float64) {
+    const double per_expert = static_cast<double>(tokens * static_cast<int64_t>(top_k)) / static_cast<double>(num_experts);
+    c = static_cast<int64_t>(ceil(per_expert * capacity_factor));
+  } else {
+    const double x = capacity_factor * static_cast<double>(tokens) * static_cast<double>(top_k) /
+                     static_cast<double>(num_experts);
+    c = static_cast<int64_t>(ceil(x * (1.0 - 1e-12)));
+  }
   return c < min_capacity ? min_capacity : c;
 }
 

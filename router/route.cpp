@@ -28,13 +28,14 @@ namespace moesim {
 
 int64_t expert_capacity(const RouterConfig& cfg, int64_t num_tokens, int top_k, int num_experts) {
   MOESIM_REQUIRE(num_experts >= 1, "num_experts must be >= 1, got " << num_experts);
-  return capacity_from_factor(cfg.capacity_factor, num_tokens, top_k, num_experts, cfg.min_capacity);
+  return capacity_from_factor(cfg.capacity_factor, num_tokens, top_k, num_experts, cfg.min_capacity,
+                              cfg.capacity_rounding);
 }
 
 int64_t expert_choice_capacity(const RouterConfig& cfg, int64_t num_tokens, int top_k, int num_experts) {
   MOESIM_REQUIRE(num_experts >= 1, "num_experts must be >= 1, got " << num_experts);
   const double cf = cfg.capacity_factor > 0.0 ? cfg.capacity_factor : 1.0;
-  const int64_t c = capacity_from_factor(cf, num_tokens, top_k, num_experts, cfg.min_capacity);
+  const int64_t c = capacity_from_factor(cf, num_tokens, top_k, num_experts, cfg.min_capacity, cfg.capacity_rounding);
   return std::min(c, num_tokens);
 }
 
@@ -176,7 +177,7 @@ Routing route_ref(const RouterConfig& cfg, const RouteRequest& req, RouterState*
       if (state) {
         if (state->expert_bias.empty()) state->expert_bias.assign(num_e, 0.0f);
         aux_free_bias_gating_ref(req.logits, state->expert_bias.data(), n, num_e, k, gp, r.expert, r.weight);
-        aux_free_bias_update_ref(r.expert, num_e, cfg.bias_update_rate, state->expert_bias.data());
+        // The update (after the capacity below: bias_update_counts kept reads what it keeps).
       } else {
         aux_free_bias_gating_ref(req.logits, nullptr, n, num_e, k, gp, r.expert, r.weight);
       }
@@ -188,6 +189,11 @@ Routing route_ref(const RouterConfig& cfg, const RouteRequest& req, RouterState*
   for (size_t i = 0; i < r.token.size(); ++i) r.token[i] = static_cast<int32_t>(i / k);
   apply_capacity_ref(r.expert, r.weight, n, k, num_e, r.capacity, scope, cfg.drop_policy, cfg.priority, req.seed,
                      r.kept);
+  if (cfg.gating == Gating::aux_free_bias && state) {
+    const bool kept_only = cfg.bias_update_counts == BiasUpdateCounts::kept;
+    aux_free_bias_update_ref(r.expert, kept_only ? &r.kept : nullptr, num_e, cfg.bias_update_rate,
+                             cfg.bias_update_arithmetic, state->expert_bias.data());
+  }
   if (cfg.renormalize_after_drop && r.capacity > 0) renormalize_kept_weights_ref(r.kept, n, k, r.weight);
   if (state) ++state->batches_seen;
   return r;

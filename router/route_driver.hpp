@@ -1,6 +1,7 @@
 // route_with<Traits>: the router stage written once against a backend's traits (buffer type, Thrust
 // policy, host<->backend copies): checks the request, runs the gating template of cfg.gating, the
-// aux_free_bias update, capacity and drop policy, renormalisation after drops, and returns a host Routing.
+// capacity and drop policy, the aux_free_bias update (from the demand or the kept assignments),
+// renormalisation after drops, and returns a host Routing.
 // Instantiated by kernels/host/routing_omp.cpp (OpenMP); a CUDA traits struct instantiates it as is.
 // Deterministic at any thread count. Test: tests/router/route_test.cpp (against route_ref).
 #pragma once
@@ -125,6 +126,8 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
   int32_t* ex = Traits::data(expert);
   float* w = Traits::data(weight);
   const GateWeightRule rule = gate_weight_rule(cfg);
+  typename Traits::template vector<float> bias_buffer;  // aux_free_bias with a state: the bias to update
+  bool update_bias = false;
 
   switch (cfg.gating) {
     case Gating::token_choice:
@@ -161,6 +164,7 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
     case Gating::group_limited:
     case Gating::aux_free_bias: {
       const bool biased = cfg.gating == Gating::aux_free_bias && state != nullptr;
+      update_bias = biased;
       if (biased && state->expert_bias.empty()) state->expert_bias.assign(num_e, 0.0f);
       auto bias = biased ? Traits::copy_in(state->expert_bias.data(), static_cast<size_t>(num_e))
                          : Traits::template make<float>(0);
@@ -172,14 +176,7 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
                                         Traits::data(key)};
       group_limited_gating(policy, logits, biased ? Traits::data(bias) : nullptr, n, num_e, k,
                            group_limited_params(cfg), ex, w, scratch);
-      if (biased) {
-        // The update counts this batch's assignments before any capacity drop.
-        auto sorted = Traits::template make<int32_t>(m);
-        auto upper = Traits::template make<int64_t>(num_e);
-        aux_free_bias_update(policy, ex, m, num_e, cfg.bias_update_rate, Traits::data(bias),
-                             BiasUpdateScratch{Traits::data(sorted), Traits::data(upper)});
-        state->expert_bias = Traits::copy_out(std::move(bias));
-      }
+      if (biased) bias_buffer = std::move(bias);  // updated after the capacity, below
       break;
     }
     case Gating::expert_choice:
@@ -192,6 +189,15 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
     auto rank = Traits::template make<int64_t>(capacity > 0 ? m : 0);
     apply_capacity(policy, ex, w, n, k, num_e, capacity, scope, cfg.drop_policy, cfg.priority, req.seed,
                    Traits::data(kept), CapacityScratch{Traits::data(perm), Traits::data(segment), Traits::data(rank)});
+  }
+  if (update_bias) {
+    // The demand (every assignment) or, under bias_update_counts kept, what the capacity kept.
+    auto sorted = Traits::template make<int32_t>(m);
+    auto upper = Traits::template make<int64_t>(num_e);
+    const uint8_t* counted = cfg.bias_update_counts == BiasUpdateCounts::kept ? Traits::data(kept) : nullptr;
+    aux_free_bias_update(policy, ex, counted, m, num_e, cfg.bias_update_rate, cfg.bias_update_arithmetic,
+                         Traits::data(bias_buffer), BiasUpdateScratch{Traits::data(sorted), Traits::data(upper)});
+    state->expert_bias = Traits::copy_out(std::move(bias_buffer));
   }
   if (cfg.renormalize_after_drop && capacity > 0) renormalize_kept_weights(policy, Traits::data(kept), n, k, w);
   thrust::for_each(policy, thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(m),

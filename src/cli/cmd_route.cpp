@@ -1,8 +1,9 @@
-// `moesim route --logits FILE [--gating G] [--top-k K] [--capacity-factor CF] [--renormalize]`: routes a
+// `moesim route --logits FILE [--gating G] [--top-k K] [--capacity-factor CF] [--[no-]renormalize]`: routes a
 // user's own logits (.npy or .csv) with any strategy and prints the balance metrics. The router is the
 // built-in experiment's with capacity_factor 0 (dropless), then these options, then --set; model.experts
 // is the file's column count. Before allocating, the bytes needed are estimated (estimate_route_bytes; a
-// .npy's shape comes from its header), printed, and checked against --memory-limit (exit 3).
+// .npy's shape comes from its header), printed, and checked against --memory-limit (exit 3). aux_free_bias
+// reports the expert bias after its one update.
 // Covered by tests/cli/cli_test.cpp, bad_input_test.cpp and large_input_test.cpp (peak RSS vs estimate).
 #include <algorithm>
 #include <cstdio>
@@ -72,7 +73,7 @@ void check_memory(double need, double limit, const std::string& path, const std:
 
 int cmd_route(int argc, char** argv) {
   CommonOptions opts;
-  bool help = false, renormalize = false;
+  bool help = false, renormalize = false, no_renormalize = false;
   std::string logits_path, gating;
   int top_k = 0;
   std::string capacity_factor;  // passed through as an override, validated like any --set
@@ -82,12 +83,16 @@ int cmd_route(int argc, char** argv) {
       "gating", po::value(&gating), "gating strategy (default token_choice)")(
       "top-k", po::value(&top_k), "experts per token (default 2, at most the column count)")(
       "capacity-factor", po::value(&capacity_factor), "capacity factor (default 0: dropless)")(
-      "renormalize", po::bool_switch(&renormalize), "renormalise each token's k weights to sum to 1")(
+      "renormalize", po::bool_switch(&renormalize),
+      "renormalise each token's k weights to sum to 1 (router.renormalize=true; the built-in experiment's)")(
+      "no-renormalize", po::bool_switch(&no_renormalize),
+      "keep the score function's weights as they are (router.renormalize=false)")(
       "memory-limit", po::value(&opts.memory_limit),
       "refuse inputs whose memory estimate exceeds this (e.g. 4GiB; default 75% of physical memory)");
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
   if (logits_path.empty()) throw InputError("--logits: expected a .npy or .csv file of router logits");
+  if (renormalize && no_renormalize) throw InputError("--renormalize, --no-renormalize: expected one of them, got both");
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const double limit = parse_memory_limit(opts.memory_limit);
@@ -103,6 +108,7 @@ int cmd_route(int argc, char** argv) {
     if (!gating.empty()) sets.push_back("router.gating=" + gating);
     if (!capacity_factor.empty()) sets.push_back("router.capacity_factor=" + capacity_factor);
     if (renormalize) sets.push_back("router.renormalize=true");
+    if (no_renormalize) sets.push_back("router.renormalize=false");
     sets.insert(sets.end(), opts.overrides.begin(), opts.overrides.end());
     return default_experiment(sets);
   };
@@ -145,6 +151,7 @@ int cmd_route(int argc, char** argv) {
   report.memory_estimate_bytes = need;
   report.memory_limit_bytes = limit;
   report.metrics = bm;
+  report.expert_bias = state.expert_bias;
   report.experiment = e;
   report.hardware_digest = hardware_digest(load_hardware_profile(e.hardware, e.source_file));
   emit(opts, format_route(report, format));

@@ -45,6 +45,8 @@ std::string usage_text() {
     out += line;
   }
   out += "\ncommon options: --set KEY=VALUE (repeatable), --format table|json|csv|markdown, --out FILE\n"
+         "route as a framework does: --set router.semantics=exact|megatron|huggingface|deepseek\n"
+         "  (docs/routing-semantics.md; `moesim config` prints the keys it sets)\n"
          "run `moesim <command> --help` for a command's options\n";
   return out;
 }

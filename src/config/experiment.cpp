@@ -84,6 +84,40 @@ const char* to_string(GroupMaskFill v) {
   return "?";
 }
 
+const char* to_string(RoutingSemantics v) {
+  switch (v) {
+    case RoutingSemantics::exact: return "exact";
+    case RoutingSemantics::megatron: return "megatron";
+    case RoutingSemantics::huggingface: return "huggingface";
+    case RoutingSemantics::deepseek: return "deepseek";
+  }
+  return "?";
+}
+
+const char* to_string(CapacityRounding v) {
+  switch (v) {
+    case CapacityRounding::decimal: return "decimal";
+    case CapacityRounding::float64: return "float";
+  }
+  return "?";
+}
+
+const char* to_string(BiasUpdateCounts v) {
+  switch (v) {
+    case BiasUpdateCounts::demand: return "demand";
+    case BiasUpdateCounts::kept: return "kept";
+  }
+  return "?";
+}
+
+const char* to_string(BiasArithmetic v) {
+  switch (v) {
+    case BiasArithmetic::float64: return "float64";
+    case BiasArithmetic::float32: return "float32";
+  }
+  return "?";
+}
+
 const char* to_string(WorkloadSource v) {
   switch (v) {
     case WorkloadSource::synthetic: return "synthetic";

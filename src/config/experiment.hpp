@@ -1,6 +1,7 @@
 // The typed, validated experiment: what a YAML file plus --set overrides mean (DESIGN.md "Configuration").
 // Produced by load_config.cpp; read by every later stage. Plain data, host only.
-// Every field here has a YAML key of the same name under its section; defaults are the built-in ones.
+// Every field here (but RouterConfig::given_preset_keys) has a YAML key of the same name under its section;
+// defaults are the built-in ones.
 // Covered by tests/config/load_config_test.cpp.
 #pragma once
 
@@ -32,6 +33,14 @@ enum class Priority { k_major, token_major };
 enum class CapacityScope { batch, sequence };
 enum class Layout { dropless, block, capacity };
 enum class GroupMaskFill { neg_inf, zero };  // YAML: "-inf" | "0"
+// router.semantics: a preset of the conventions where frameworks differ (docs/routing-semantics.md).
+enum class RoutingSemantics { exact, megatron, huggingface, deepseek };
+// Capacity ceiling: of the exact decimal product (decimal), or of Megatron's float64 product (float).
+enum class CapacityRounding { decimal, float64 };  // YAML: "decimal" | "float"
+// The counts an aux_free_bias update reads: assignments before capacity drops, or those kept.
+enum class BiasUpdateCounts { demand, kept };
+// The arithmetic of b + rate * sign: double rounded to float once (float64), or float32 throughout.
+enum class BiasArithmetic { float64, float32 };
 enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits };
 enum class PlacementKind { single, expert_parallel };
 
@@ -51,6 +60,9 @@ struct ModelConfig {
 };
 
 struct RouterConfig {
+  // The preset of framework conventions; it sets every key of semantics_preset_keys() that the file or
+  // a --set did not give (load_config.cpp). exact leaves every key as it is.
+  RoutingSemantics semantics = RoutingSemantics::exact;
   Gating gating = Gating::token_choice;
   ScoreFunction score = ScoreFunction::softmax;
   bool renormalize = false;             // renormalise the k weights to sum to 1
@@ -70,7 +82,13 @@ struct RouterConfig {
   int topk_groups = 1;                  // group_limited: groups kept per token
   GroupMaskFill group_mask_fill = GroupMaskFill::neg_inf;
   double bias_update_rate = 1e-3;       // aux_free_bias
+  BiasUpdateCounts bias_update_counts = BiasUpdateCounts::demand;      // aux_free_bias
+  BiasArithmetic bias_update_arithmetic = BiasArithmetic::float64;    // aux_free_bias
+  CapacityRounding capacity_rounding = CapacityRounding::decimal;
   double routed_scaling_factor = 1.0;
+  // The keys of semantics_preset_keys() that the file or a --set gave (names without "router."), so that
+  // a later change of semantics (apply_override) re-applies the preset to the others only. Not a YAML key.
+  std::vector<std::string> given_preset_keys;
 };
 
 struct WorkloadConfig {
@@ -148,8 +166,20 @@ const char* to_string(Priority v);
 const char* to_string(CapacityScope v);
 const char* to_string(Layout v);
 const char* to_string(GroupMaskFill v);
+const char* to_string(RoutingSemantics v);
+const char* to_string(CapacityRounding v);
+const char* to_string(BiasUpdateCounts v);
+const char* to_string(BiasArithmetic v);
 const char* to_string(WorkloadSource v);
 const char* to_string(PlacementKind v);
+
+// The router keys (names under router.) a semantics preset sets, in the order it resolves them.
+const std::vector<std::string>& semantics_preset_keys();
+
+// Sets every key of semantics_preset_keys() not listed in `given` to the value `r.semantics` prescribes
+// (the table of docs/routing-semantics.md; renormalize follows the resolved score, and top_k for megatron).
+// exact changes nothing.
+void apply_semantics_preset(RouterConfig& r, int top_k, const std::vector<std::string>& given);
 
 // Bytes per element of a dtype (fp32/tf32: 4, bf16/fp16: 2, fp8/int8: 1).
 int dtype_bytes(Dtype v);

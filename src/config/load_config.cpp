@@ -50,6 +50,11 @@ Experiment Loader::read(const YAML::Node& root) {
     fail_expected(prompt_len_range_where, "workload.prompt_len_range",
                   "true (workload.prompt_len is written 'LO..HI')", "false");
   }
+  // The semantics preset fills the convention keys the file and the --set did not give.
+  for (const std::string& key : semantics_preset_keys()) {
+    if (origins_.count("router." + key)) e.router.given_preset_keys.push_back(key);
+  }
+  apply_semantics_preset(e.router, e.model.top_k, e.router.given_preset_keys);
   validate(e);
   return e;
 }
@@ -220,7 +225,11 @@ nlohmann::json experiment_to_json(const Experiment& e) { return yaml_to_json(YAM
 
 void apply_override(Experiment& e, const std::string& key_eq_value) {
   const std::string source = e.source_file.empty() ? "<effective>" : "<effective " + e.source_file + ">";
-  Experiment updated = load_experiment_text(experiment_to_yaml(e), source, {key_eq_value});
+  // Convention keys the experiment left to its semantics preset stay out of the text, so that the preset
+  // (perhaps a new one, or one that follows a new score or top_k) sets them again.
+  YAML::Emitter text;
+  emit_experiment(text, e, true);
+  Experiment updated = load_experiment_text(std::string(text.c_str()) + "\n", source, {key_eq_value});
   updated.source_file = e.source_file;
   // An unchanged hardware reference keeps naming where it was first given, not the re-emitted text.
   if (updated.hardware.name == e.hardware.name && updated.hardware.inline_yaml == e.hardware.inline_yaml) {

@@ -51,6 +51,10 @@ template <> struct EnumCount<Priority> { static constexpr int value = 2; };
 template <> struct EnumCount<CapacityScope> { static constexpr int value = 2; };
 template <> struct EnumCount<Layout> { static constexpr int value = 3; };
 template <> struct EnumCount<GroupMaskFill> { static constexpr int value = 2; };
+template <> struct EnumCount<RoutingSemantics> { static constexpr int value = 4; };
+template <> struct EnumCount<CapacityRounding> { static constexpr int value = 2; };
+template <> struct EnumCount<BiasUpdateCounts> { static constexpr int value = 2; };
+template <> struct EnumCount<BiasArithmetic> { static constexpr int value = 2; };
 template <> struct EnumCount<WorkloadSource> { static constexpr int value = 5; };
 template <> struct EnumCount<PlacementKind> { static constexpr int value = 2; };
 
@@ -259,8 +263,10 @@ class Loader {
 const std::vector<Section>& sections();
 const Section* find_section(const std::string& key);
 const std::vector<std::string>& top_keys();
-// Every key of `e` as one YAML map (experiment_to_yaml).
-void emit_experiment(YAML::Emitter& out, const Experiment& e);
+// Every key of `e` as one YAML map (experiment_to_yaml). given_preset_keys_only: leave out the router keys
+// of semantics_preset_keys() that e.router.given_preset_keys does not list, so that loading the text back
+// applies the (possibly changed) semantics preset to them again (apply_override).
+void emit_experiment(YAML::Emitter& out, const Experiment& e, bool given_preset_keys_only = false);
 
 // ---- hardware: and expect:, the top-level keys outside the table (load_config_expect.cpp) ---------
 bool is_known_metric(const std::string& m);

@@ -6,6 +6,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -100,6 +101,7 @@ const std::vector<Section>& sections() {
         enum_field("dtype", &E::model, &ModelConfig::dtype)}},
       {"router",
        {enum_field("gating", &E::router, &RouterConfig::gating),
+        enum_field("semantics", &E::router, &RouterConfig::semantics),
         enum_field("score", &E::router, &RouterConfig::score),
         bool_field("renormalize", &E::router, &RouterConfig::renormalize),
         bool_field("pre_softmax", &E::router, &RouterConfig::pre_softmax),
@@ -118,6 +120,9 @@ const std::vector<Section>& sections() {
         int_field("topk_groups", &E::router, &RouterConfig::topk_groups, 1, kMaxExperts),
         enum_field("group_mask_fill", &E::router, &RouterConfig::group_mask_fill),
         double_field("bias_update_rate", &E::router, &RouterConfig::bias_update_rate, Bound::at_least),
+        enum_field("bias_update_counts", &E::router, &RouterConfig::bias_update_counts),
+        enum_field("bias_update_arithmetic", &E::router, &RouterConfig::bias_update_arithmetic),
+        enum_field("capacity_rounding", &E::router, &RouterConfig::capacity_rounding),
         double_field("routed_scaling_factor", &E::router, &RouterConfig::routed_scaling_factor, Bound::above)}},
       {"workload",
        {enum_field("source", &E::workload, &WorkloadConfig::source),
@@ -182,13 +187,20 @@ void Loader::read_section(const Section& s, const YAML::Node& n, const std::stri
   }
 }
 
-void emit_experiment(YAML::Emitter& out, const Experiment& e) {
+void emit_experiment(YAML::Emitter& out, const Experiment& e, bool given_preset_keys_only) {
+  const std::vector<std::string>& preset = semantics_preset_keys();
+  const std::vector<std::string>& given = e.router.given_preset_keys;
+  auto left_to_preset = [&](const std::string& key) {
+    return std::find(preset.begin(), preset.end(), key) != preset.end() &&
+           std::find(given.begin(), given.end(), key) == given.end();
+  };
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << e.name;
   for (const Section& s : sections()) {
     out << YAML::Key << s.key << YAML::Value << YAML::BeginMap;
     for (const Field& f : s.fields) {
       if (!f.emit) continue;
+      if (given_preset_keys_only && s.key == "router" && left_to_preset(f.key)) continue;
       out << YAML::Key << f.key << YAML::Value;
       f.emit(out, e);
     }

@@ -284,6 +284,7 @@ DecoderRecord run_layer(const DecoderLayerWeights& lw, const DecoderShape& s, in
   rec.measured.combine_s = phases.combine_s + seconds_since(t3);
   rec.measured.layer_s = seconds_since(t0);
   rec.metrics = compute_balance_metrics(r, buf.logits.data(), routing.router.layout, routing.router.block_size);
+  rec.expert_bias = state.expert_bias;
   return rec;
 }
 

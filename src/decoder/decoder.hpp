@@ -70,6 +70,7 @@ struct DecoderRecord {
   int64_t attended_positions = 0;  // sum over the step's tokens of the positions each attends to (pos + 1)
   double kv_cache_bytes = 0;       // executed cache in use for this layer after the step (float32)
   BalanceMetrics metrics;          // routing of this layer and step (load = tokens per expert)
+  std::vector<float> expert_bias;  // aux_free_bias: this layer's bias after this step's update, else empty
   DecoderTimes measured;
 };
 

@@ -86,12 +86,21 @@ struct PhaseSummary {
   double kv_cache_bytes = 0;       // decoder: whole model's KV cache (model.layers) at the phase's end
 };
 
+// aux_free_bias: one layer's expert bias right after one update (one routed batch).
+struct BiasUpdate {
+  int64_t batch = 0;               // the entry of per_batch (and records) whose routing made the update
+  int step = 0;                    // step-structured runs: the record's step; batch runs: the batch index
+  int layer = 0;                   // the layer whose router state it is (batch runs: 0)
+  std::vector<float> bias;         // [num_experts]
+};
+
 struct VariantResult {
   RouterVariant variant;
   std::vector<BalanceMetrics> per_batch;  // one entry per routed batch (decoder: per step and layer), in order
   std::vector<StepRecord> records;        // decoder, trace, load_profile: one per entry of per_batch
   std::vector<PhaseSummary> phases;       // decoder: prefill, decode; trace: per recorded phase; profile
   std::vector<float> final_bias;          // aux_free_bias: the bias after the last batch (last layer)
+  std::vector<BiasUpdate> bias_updates;   // aux_free_bias: the bias after every update, in routing order
   // Cost of the last batch's routing, per placement; for step-structured runs the mean over the decode
   // records (all records when there is no decode phase), so that variants rank on typical steps.
   std::vector<ModeledPlacement> modeled;

@@ -248,6 +248,8 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
       const RouteRequest req = request_for(e, batches[b], static_cast<int>(b));
       const Routing r = route_omp(v.router, req, &state);
       vr.per_batch.push_back(compute_balance_metrics(r, batches[b].logits.data(), v.router.layout, v.router.block_size));
+      if (!state.expert_bias.empty())
+        vr.bias_updates.push_back({static_cast<int64_t>(b), static_cast<int>(b), 0, state.expert_bias});
     }
     vr.final_bias = state.expert_bias;
     vr.modeled = model_placements(e, result.hardware, v.router, vr.last(), result.num_tokens);

@@ -209,6 +209,8 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
             attention_prefill_time(result.hardware, attn, ceil_div(d.num_tokens, D), ceil_div(d.attended_positions, D));
       }
       model_record(e, result.hardware, v.router, d.metrics, rec);
+      if (!d.expert_bias.empty())
+        vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), d.step, d.layer, d.expert_bias});
       vr.per_batch.push_back(d.metrics);
       vr.records.push_back(std::move(rec));
     }
@@ -260,6 +262,10 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
         req.token_ids = b.token_ids.data();
         req.seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
         r = route_omp(v.router, req, &states[b.layer]);
+        if (!states[b.layer].expert_bias.empty()) {
+          vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), static_cast<int>(b.step), b.layer,
+                                     states[b.layer].expert_bias});
+        }
       } else {
         r = recorded_routing(b, e.model.experts, e.model.top_k);
       }

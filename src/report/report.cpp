@@ -500,6 +500,14 @@ nlohmann::json run_to_json(const RunResult& run) {
       r["series"] = series;
     }
     if (!v.final_bias.empty()) r["expert_bias"] = v.final_bias;
+    if (!v.bias_updates.empty()) {
+      // Every update, per layer, in routing order: batch indexes per_batch (and records), so that the
+      // bias can be followed to convergence (docs/json-schema.md).
+      nlohmann::json updates = nlohmann::json::array();
+      for (const BiasUpdate& u : v.bias_updates)
+        updates.push_back({{"batch", u.batch}, {"step", u.step}, {"layer", u.layer}, {"bias", u.bias}});
+      r["expert_bias_updates"] = updates;
+    }
     nlohmann::json modeled;
     for (const ModeledPlacement& p : v.modeled) modeled[p.placement] = placement_json(p);
     r["modeled"] = modeled;

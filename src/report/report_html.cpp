@@ -118,6 +118,71 @@ std::string series_chart(const std::vector<std::pair<std::string, std::vector<do
   return os.str();
 }
 
+// The expert bias of one strategy's layer after each of its updates: one polyline per expert, over the
+// updates in order (batches, or steps of a step-structured run), on a signed axis through 0.
+std::string bias_chart(const std::string& label, int layer, const std::vector<std::vector<double>>& updates) {
+  const double w = 780, h = 220, pad = 36, legend = 150;
+  const size_t n = updates.size();
+  size_t experts = 0;
+  double lo = 0.0, hi = 0.0;
+  for (const auto& b : updates) {
+    experts = std::max(experts, b.size());
+    for (double v : b) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  if (hi - lo <= 0) hi = lo + 1e-3;
+  auto y_of = [&](double v) { return h - pad - (h - 2 * pad) * ((v - lo) / (hi - lo)); };
+  std::ostringstream os;
+  os << "<figure><figcaption>" << esc(label) << ": expert bias of layer " << layer
+     << " after each update</figcaption><svg class=\"bias\" width=\"" << w << "\" height=\"" << h
+     << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\">";
+  os << "<line x1=\"" << pad << "\" x2=\"" << w - legend - pad << "\" y1=\"" << num(y_of(0.0), 1) << "\" y2=\""
+     << num(y_of(0.0), 1) << "\" stroke=\"#999\"/>";
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
+  for (size_t e = 0; e < experts; ++e) {
+    os << "<polyline fill=\"none\" stroke=\"" << colors[e % 9] << "\" stroke-width=\"1.5\" points=\"";
+    for (size_t i = 0; i < n; ++i) {
+      if (e >= updates[i].size()) continue;
+      const double x = pad + (w - legend - 2 * pad) * (n > 1 ? double(i) / (n - 1) : 0.5);
+      os << num(x, 1) << "," << num(y_of(updates[i][e]), 1) << " ";
+    }
+    os << "\"><title>expert " << e << "</title></polyline>";
+    if (e < 12) {
+      os << "<text x=\"" << w - legend + 6 << "\" y=\"" << 14 + 14 * e << "\" fill=\"" << colors[e % 9] << "\">expert "
+         << e << "</text>";
+    }
+  }
+  os << "<text x=\"" << pad << "\" y=\"" << h - 10 << "\">update 1.." << n << "; bias " << num(lo, 4) << " to "
+     << num(hi, 4) << "</text></svg></figure>\n";
+  return os.str();
+}
+
+// One bias chart per strategy and layer, from its expert_bias_updates (aux_free_bias); "" when none.
+std::string bias_charts(const nlohmann::json& run) {
+  std::ostringstream os;
+  for (const auto& s : run["strategies"]) {
+    if (!s.contains("expert_bias_updates") || !s["expert_bias_updates"].is_array()) continue;
+    std::vector<int> layers;
+    for (const auto& u : s["expert_bias_updates"]) {
+      const int layer = u.value("layer", 0);
+      if (std::find(layers.begin(), layers.end(), layer) == layers.end()) layers.push_back(layer);
+    }
+    std::sort(layers.begin(), layers.end());
+    for (int layer : layers) {
+      std::vector<std::vector<double>> updates;
+      for (const auto& u : s["expert_bias_updates"]) {
+        if (u.value("layer", 0) == layer && u.contains("bias") && u["bias"].is_array())
+          updates.push_back(u["bias"].get<std::vector<double>>());
+      }
+      if (!updates.empty()) os << bias_chart(s["strategy"].get<std::string>(), layer, updates);
+    }
+  }
+  const std::string charts = os.str();
+  return charts.empty() ? "" : "<h2>Expert bias (aux_free_bias)</h2>\n" + charts;
+}
+
 // "Where the modeled time goes": each strategy's erosion on its primary placement (expert_parallel when
 // modeled, else single), in microseconds; "" when the result carries no erosion (an older schema).
 std::string erosion_table(const nlohmann::json& run) {
@@ -197,6 +262,7 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
      << erosion_table(run)
      << "<h2>Imbalance</h2>\n" << value_bars("imbalance", "max load / mean load (1 is perfect)", imbalance);
   if (!series.empty()) os << series_chart(series);
+  os << bias_charts(run);
   os << "<h2>Per-expert load</h2>\n";
   for (const auto& s : run["strategies"]) {
     if (!s["metrics"].contains("load") || !s["metrics"]["load"].is_array() || s["metrics"]["load"].empty()) continue;

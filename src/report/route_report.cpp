@@ -28,6 +28,12 @@ std::string format_route(const RouteReport& r, ReportFormat format) {
   j["memory_limit_bytes"] = r.memory_limit_bytes;
   const nlohmann::json metrics = metrics_to_json(r.metrics);
   j["metrics"] = metrics;
+  if (!r.expert_bias.empty()) {
+    j["expert_bias"] = r.expert_bias;
+    nlohmann::json update = {{"batch", 0}, {"step", 0}, {"layer", 0}, {"bias", r.expert_bias}};
+    j["expert_bias_updates"] = nlohmann::json::array();
+    j["expert_bias_updates"].push_back(update);
+  }
   if (format == ReportFormat::json) return j.dump(2) + "\n";
   std::ostringstream os;
   os << r.file << ": " << r.num_tokens << " tokens x " << r.num_experts << " experts, " << r.gating << ", top_k "
@@ -35,6 +41,7 @@ std::string format_route(const RouteReport& r, ReportFormat format) {
   os << "  memory estimate: " << text::mib(r.memory_estimate_bytes) << " (limit " << text::mib(r.memory_limit_bytes)
      << ")\n";
   for (auto it = metrics.begin(); it != metrics.end(); ++it) os << "  " << it.key() << ": " << it.value().dump() << "\n";
+  if (!r.expert_bias.empty()) os << "  expert_bias: " << j["expert_bias"].dump() << "\n";
   return os.str();
 }
 

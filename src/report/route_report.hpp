@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "src/config/experiment.hpp"
 #include "src/report/report.hpp"
@@ -19,11 +20,13 @@ struct RouteReport {
   double capacity_factor = 0;
   double memory_estimate_bytes = 0, memory_limit_bytes = 0;
   BalanceMetrics metrics;
+  std::vector<float> expert_bias;   // aux_free_bias: the bias after the one update this routing made
   Experiment experiment;            // the effective experiment the logits were routed under
   std::string hardware_digest;      // its profile's (nothing is modeled; recorded for the baseline identity)
 };
 
-// json: the fields above and `metrics` (metrics_to_json); table, csv and markdown: a text listing, one
+// json: the fields above, `metrics` (metrics_to_json) and, for aux_free_bias, `expert_bias` and
+// `expert_bias_updates` (one entry, batch 0, layer 0, as run writes them); table, csv and markdown: a text listing, one
 // metric per line.
 std::string format_route(const RouteReport& r, ReportFormat format);
 

@@ -123,6 +123,68 @@ TEST(Cli, RouteAgreesWithIndependentTopK) {
   EXPECT_EQ(j["metrics"]["dropped"], 0);
 }
 
+TEST(Cli, RouteRenormalizeFlagsBothAct) {
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/l.npy", encode_npy_f32(synthetic_logits(20, 4, 1.0, 5), 20, 4));
+  auto renormalize = [&](const std::string& flags) {
+    const auto r = run_cli("route --logits " + dir + "/l.npy --format json " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["experiment"]["config"]["router"]["renormalize"].get<bool>();
+  };
+  EXPECT_TRUE(renormalize("--renormalize"));
+  EXPECT_FALSE(renormalize("--no-renormalize"));
+  EXPECT_FALSE(renormalize("--renormalize --set router.renormalize=false"));  // --set comes last
+  const auto both = run_cli("route --logits " + dir + "/l.npy --renormalize --no-renormalize");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--no-renormalize"), std::string::npos) << both.err;
+}
+
+TEST(Cli, RouteReportsTheBiasOfMegatronAndExact) {
+  // The 6 x 3 case of docs/routing-semantics.md: k 1, cf 1.0 (C = 2), demand (4, 2, 0), kept (2, 2, 0).
+  std::vector<float> logits(6 * 3, 0.0f);
+  for (int t = 0; t < 6; ++t) logits[t * 3 + (t < 4 ? 0 : 1)] = 2.0f;
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/l.npy", encode_npy_f32(logits, 6, 3));
+  auto bias = [&](const std::string& semantics) {
+    const auto r = run_cli("route --logits " + dir + "/l.npy --gating aux_free_bias --top-k 1 --capacity-factor 1"
+                           " --format json --set router.bias_update_rate=0.001 --set router.semantics=" + semantics);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["expert_bias_updates"].size(), 1u);
+    EXPECT_EQ(j["expert_bias_updates"][0]["bias"], j["expert_bias"]);
+    return j["expert_bias"].get<std::vector<float>>();
+  };
+  EXPECT_EQ(bias("megatron"), (std::vector<float>{-0.001f, -0.001f, 0.001f}));
+  EXPECT_EQ(bias("exact"), (std::vector<float>{-0.001f, 0.0f, 0.001f}));
+}
+
+TEST(Cli, RunReportsTheBiasAfterEveryUpdate) {
+  const auto r = run_cli("compare --gating aux_free_bias --no-execute --format json --set workload.batch=256"
+                         " --set workload.batches=4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto row = nlohmann::json::parse(r.out)["strategies"][0];
+  const auto& updates = row["expert_bias_updates"];
+  ASSERT_EQ(updates.size(), 4u);
+  for (size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(updates[b]["batch"], b);
+    EXPECT_EQ(updates[b]["layer"], 0);
+    EXPECT_EQ(updates[b]["bias"].size(), 8u);
+  }
+  EXPECT_NE(updates[0]["bias"], updates[3]["bias"]);
+  EXPECT_EQ(updates[3]["bias"], row["expert_bias"]);
+  // A decoder run: one update per layer and step, each naming its layer.
+  const auto d = run_cli("run --format json --no-execute --set router.gating=aux_free_bias --set workload.source=decoder"
+                         " --set workload.batch=2 --set workload.prompt_len=4 --set workload.decode_steps=2"
+                         " --set execute.layers=2 --set execute.hidden=32 --set execute.ffn=64");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const auto drow = nlohmann::json::parse(d.out)["strategies"][0];
+  ASSERT_EQ(drow["expert_bias_updates"].size(), drow["records"].size());
+  for (size_t i = 0; i < drow["records"].size(); ++i) {
+    EXPECT_EQ(drow["expert_bias_updates"][i]["layer"], drow["records"][i]["layer"]);
+    EXPECT_EQ(drow["expert_bias_updates"][i]["step"], drow["records"][i]["step"]);
+  }
+}
+
 TEST(Cli, BadInputIsExitTwoWithOneLine) {
   const std::string dir = testing::make_temp_dir();
   testing::write_text(dir + "/bad.yaml", "model:\n  experts: 8\n  top_k: 9\n");

@@ -66,6 +66,13 @@ std::vector<GatingCase> gating_cases() {
     c.score = ScoreFunction::sigmoid;
     c.bias_update_rate = 0.05;
   });
+  // router.semantics megatron: float capacity, kept counts, float32 bias arithmetic.
+  add("AuxFreeBiasMegatron", Gating::aux_free_bias, [](RouterConfig& c) {
+    c.semantics = RoutingSemantics::megatron;
+    c.score = ScoreFunction::sigmoid;
+    apply_semantics_preset(c, 2, {"score"});
+    c.bias_update_rate = 0.05;
+  });
   return cases;
 }
 

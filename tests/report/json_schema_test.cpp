@@ -152,6 +152,8 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
   expect_documented("validate", json_of("validate --batches 16,32" + kSmall), {kEvery, "validate"}, {});
   testing::write_text(dir + "/l.csv", "1,0,2,0\n0,3,0,1\n");
   expect_documented("route", json_of("route --logits " + dir + "/l.csv --top-k 2"), {kEvery, "route"}, {});
+  expect_documented("route, aux_free_bias", json_of("route --logits " + dir + "/l.csv --top-k 2 --gating aux_free_bias"),
+                    {kEvery, "route"}, {"aux_free_bias"});
 }
 
 // The expert-parallel run under mpirun (with replicas, rebalancing and --verify), written to the file

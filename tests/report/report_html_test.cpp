@@ -34,6 +34,7 @@ TEST(ReportHtml, HasEveryElement) {
   EXPECT_EQ(count(html, "<svg class=\"load-bars\""), 3);
   EXPECT_EQ(count(html, "<svg class=\"efficiency\""), 1);
   EXPECT_EQ(count(html, "<svg class=\"series\""), 1);  // several batches: the imbalance series
+  EXPECT_EQ(count(html, "<svg class=\"bias\""), 1);    // aux_free_bias: its bias after each batch
   EXPECT_EQ(count(html, "<table id=\"metrics\">"), 1);
   EXPECT_EQ(count(html, "<table id=\"erosion\">"), 1);
   EXPECT_EQ(count(html, "<tr><td>"), 6);  // 3 strategies in each table

@@ -40,6 +40,11 @@ TEST(AuxFreeBias, OmpMatchesReferenceOnSweep) {
   c.group_mask_fill = GroupMaskFill::zero;
   c.score = ScoreFunction::softmax;
   bases.push_back(c);
+  // Megatron's conventions: the update from the kept counts in float32, the float capacity ceiling.
+  c.bias_update_counts = BiasUpdateCounts::kept;
+  c.bias_update_arithmetic = BiasArithmetic::float32;
+  c.capacity_rounding = CapacityRounding::float64;
+  bases.push_back(c);
   test::sweep_omp_against_ref(bases, 909);
 }
 

@@ -5,7 +5,9 @@
 # benchmarks (permutation GB/s vs a device-to-device copy, grouped GEMM TFLOP/s vs one dense cuBLAS GEMM
 # of the same FLOPs, the whole MoE layer vs the same layer under balanced routing and, when python3 can
 # import torch with CUDA, vs a PyTorch eager MoE block of the same shape), a quick `moesim calibrate
-# --backend cuda` against the datasheet profile MOESIM_GPU_BASE (default h200), and prints a table.
+# --backend cuda` against the datasheet profile MOESIM_GPU_BASE (default h200), times the published
+# kernel tables' shapes of that GPU kind through moesim's CUDA layer (rows in the data/validation format),
+# and prints a table.
 # Needs a CUDA device; exits 3 without one. Sized to finish in under 5 minutes on one modern GPU.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -108,6 +110,52 @@ PY
 else
   echo "(python3 with CUDA torch not found: PyTorch comparison skipped)"
 fi
+
+# The published kernel tables of this GPU kind (data/validation, gpu == MOESIM_GPU_BASE), timed here through
+# moesim's own CUDA MoE layer at the same shapes and batches under uniform routing (skew 0, as the
+# benchmarks' random logits), written in the validation format so measured points join the published
+# ones: moesim validate --published "$build/measured-validation.csv". fp8 tables are skipped (the CUDA
+# experts run fp32/tf32/bf16/fp16).
+measured="$build/measured-validation.csv"
+echo "== published shapes of ${MOESIM_GPU_BASE:-h200} timed on this device: $measured =="
+python3 - "$root/data/validation" "${MOESIM_GPU_BASE:-h200}" "$bench" "$measured" <<'PY' || status=1
+import csv, datetime, glob, os, subprocess, sys
+folder, gpu, bench, out = sys.argv[1:5]
+header = ("gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope").split(",")
+try:
+    device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                            text=True).stdout.strip().splitlines()[:1] or ["unknown device"]
+except OSError:
+    device = ["unknown device"]
+rows, failed = [], 0
+for path in sorted(glob.glob(os.path.join(folder, "*.csv"))):
+    for r in csv.DictReader(open(path, newline="")):
+        if r["gpu"] != gpu or r["dtype"] not in ("bf16", "fp16") or r["scope"] != "layer":
+            continue
+        args = [bench, "--csv", "--tokens", r["batch"], "--experts", r["experts"], "--top-k", r["top_k"],
+                "--hidden", r["k"], "--ffn", r["n"], "--dtype", r["dtype"], "--skew", "0", "--warmup", "2",
+                "--iterations", "10"]
+        p = subprocess.run(args, capture_output=True, text=True)
+        layer = [x for x in csv.DictReader(p.stdout.splitlines()) if x["case"].startswith("MoE layer")]
+        if p.returncode != 0 or not layer:
+            failed += 1
+            print(f"gpu-check: {os.path.basename(path)} batch {r['batch']}: the benchmark failed", file=sys.stderr)
+            continue
+        us = float(layer[0]["median_ms"]) * 1000
+        rows.append([gpu, r["dtype"], r["experts"], r["n"], r["k"], r["top_k"], r["tp"], r["batch"], f"{us:.2f}",
+                     "moesim scripts/gpu-check.sh", datetime.date.today().isoformat(),
+                     "moesim_gpu_bench MoE layer (route + dispatch + cuBLAS SwiGLU + combine), median of 10",
+                     "moesim CUDA backend", "synthetic logits, skew 0 (uniform)",
+                     f"{device[0]}; the shape of {os.path.basename(path)}", "layer"])
+        print(f"  {os.path.basename(path)} batch {r['batch']}: {us:.1f} us (published {r['measured_us']} us)")
+with open(out, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(header)
+    w.writerows(rows)
+print(f"{len(rows)} points written to {out}" + (f"; {failed} failed" if failed else ""))
+sys.exit(1 if failed else 0)
+PY
+[ -n "${OUT:-}" ] && [ -s "$measured" ] && cp "$measured" "$OUT/" || true
 
 echo "== calibration: moesim calibrate --backend cuda --base ${MOESIM_GPU_BASE:-h200} --quick =="
 "$build/moesim" calibrate --backend cuda --base "${MOESIM_GPU_BASE:-h200}" --quick --out "$build/gpu-measured.yaml" ||

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "src/common/error.hpp"
 
@@ -292,14 +293,16 @@ std::vector<double> device_plan_load(const ExpertPlacement& p) {
 }
 
 int colocated_replicas(const ExpertPlacement& p) {
+  // (expert, device) pairs in order: a run of k > 1 equal pairs is k colocated slots.
+  std::vector<std::pair<int32_t, int32_t>> pairs(p.expert.size());
+  for (size_t i = 0; i < p.expert.size(); ++i) pairs[i] = {p.expert[i], p.device[i]};
+  std::sort(pairs.begin(), pairs.end());
   int n = 0;
-  for (size_t i = 0; i < p.expert.size(); ++i) {
-    for (size_t j = 0; j < p.expert.size(); ++j) {
-      if (j != i && p.expert[j] == p.expert[i] && p.device[j] == p.device[i]) {
-        ++n;
-        break;
-      }
-    }
+  for (size_t i = 0; i < pairs.size();) {
+    size_t j = i + 1;
+    while (j < pairs.size() && pairs[j] == pairs[i]) ++j;
+    if (j - i > 1) n += static_cast<int>(j - i);
+    i = j;
   }
   return n;
 }

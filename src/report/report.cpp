@@ -179,23 +179,22 @@ nlohmann::json erosion_json(const Erosion& x) {
           {"time_per_served_assignment_s", finite_or_null(x.time_per_served_s())}};
 }
 
-namespace {
-
-// The placement a cost ran on: per physical slot its logical expert, device and node, replicas per
-// expert, the planner's load per device and the predicted against the realised balancedness.
-nlohmann::json plan_json(const LayerCost& c) {
-  const ExpertPlacement& p = c.placement;
+// The placement a cost ran on (report.hpp).
+nlohmann::json plan_json(const ExpertPlacement& p, const std::vector<double>& device_load, double predicted,
+                         double realised) {
   return {{"expert", p.expert},
           {"device", p.device},
           {"node", p.node},
           {"replicas", p.replicas},
           {"slot_load", p.plan_load},
           {"nodes", p.num_nodes},
-          {"device_load", c.device_plan_load},
-          {"predicted_balancedness", c.predicted_balancedness},
-          {"realised_balancedness", c.balancedness},
+          {"device_load", device_load},
+          {"predicted_balancedness", predicted},
+          {"realised_balancedness", realised},
           {"colocated_replicas", colocated_replicas(p)}};
 }
+
+namespace {
 
 nlohmann::json rebalance_json(const RebalanceRun& r) {
   nlohmann::json epochs = nlohmann::json::array(), steps = nlohmann::json::array();
@@ -248,7 +247,9 @@ nlohmann::json placement_json(const ModeledPlacement& p) {
     j["rank_imbalance"] = p.cost.rank_imbalance;
     j["balancedness"] = p.cost.balancedness;
     j["all_to_all_s"] = p.cost.all_to_all_s;
-    if (!p.cost.placement.expert.empty()) j["plan"] = plan_json(p.cost);
+    if (!p.cost.placement.expert.empty())
+      j["plan"] = plan_json(p.cost.placement, p.cost.device_plan_load, p.cost.predicted_balancedness,
+                            p.cost.balancedness);
   }
   return j;
 }

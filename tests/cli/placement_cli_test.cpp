@@ -1,5 +1,5 @@
 // End-to-end tests of the expert-parallel placement in the moesim binary: the plan in the JSON of a
-// single-process run and of compare, placement.rebalance_every acting without mpirun (epochs, predicted
+// single-process run, of compare and of sweep rows, placement.rebalance_every acting without mpirun (epochs, predicted
 // against realised balancedness, the gain), the new keys in `moesim config`, and one-line exit-2 errors
 // for EPLB's preconditions. Host only.
 #include <gtest/gtest.h>
@@ -55,6 +55,16 @@ TEST(PlacementCli, CompareJsonCarriesThePlanPerStrategy) {
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["strategies"].size(), 2u);
   for (const auto& s : j["strategies"]) expect_plan(s["modeled"]["expert_parallel"]["plan"], 12, 4);
+}
+
+TEST(PlacementCli, SweepRowsCarryThePlan) {
+  const auto r = run_cli("sweep --vary placement.replicas=0,4 --format json --set workload.batch=512"
+                         " --set placement.kind=expert_parallel --set placement.devices=4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  expect_plan(j["rows"][0]["plan"], 8, 4);
+  expect_plan(j["rows"][1]["plan"], 12, 4);
 }
 
 TEST(PlacementCli, HierarchicalPlanHasNodes) {

@@ -105,6 +105,8 @@ int cmd_route(int argc, char** argv) {
     std::vector<std::string> sets = {"model.experts=" + std::to_string(num_experts),
                                      "model.top_k=" + std::to_string(top_k > 0 ? top_k : std::min(2, num_experts)),
                                      "router.capacity_factor=0", "router.groups=1", "router.topk_groups=1"};
+    // Routing statistics only: no placement is modeled, so the built-in one's devices must not constrain E.
+    sets.push_back("placement.kind=single");
     if (!gating.empty()) sets.push_back("router.gating=" + gating);
     if (!capacity_factor.empty()) sets.push_back("router.capacity_factor=" + capacity_factor);
     if (renormalize) sets.push_back("router.renormalize=true");

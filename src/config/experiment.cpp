@@ -137,6 +137,24 @@ const char* to_string(PlacementKind v) {
   return "?";
 }
 
+const char* to_string(PlacementPolicy v) {
+  switch (v) {
+    case PlacementPolicy::global: return "global";
+    case PlacementPolicy::hierarchical: return "hierarchical";
+    case PlacementPolicy::round_robin: return "round_robin";
+    case PlacementPolicy::map: return "map";
+  }
+  return "?";
+}
+
+const char* to_string(LoadEstimator v) {
+  switch (v) {
+    case LoadEstimator::window: return "window";
+    case LoadEstimator::ema: return "ema";
+  }
+  return "?";
+}
+
 int dtype_bytes(Dtype v) {
   switch (v) {
     case Dtype::fp32:

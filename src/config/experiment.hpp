@@ -43,6 +43,12 @@ enum class BiasUpdateCounts { demand, kept };
 enum class BiasArithmetic { float64, float32 };
 enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits };
 enum class PlacementKind { single, expert_parallel };
+// How an expert-parallel placement puts experts on devices (docs/cost-model.md "Expert placement"):
+// DeepSeek EPLB's global or hierarchical rebalance_experts, today's e % D, or an explicit map.
+enum class PlacementPolicy { global, hierarchical, round_robin, map };
+// The loads a re-plan starts from: the sum of the last rebalance_every steps, or an exponential moving
+// average over every step seen.
+enum class LoadEstimator { window, ema };
 
 struct ModelConfig {
   std::string name = "quickstart";
@@ -118,10 +124,16 @@ struct HardwareRef {
 
 struct PlacementConfig {
   PlacementKind kind = PlacementKind::single;
+  PlacementPolicy policy = PlacementPolicy::global;
   int devices = 1;
-  int replicas = 0;                     // extra replica slots for EPLB-style replication
-  std::vector<int> map;                 // expert -> device; empty = round-robin
-  int rebalance_every = 0;
+  int replicas = 0;                     // extra replica slots (EPLB: num_replicas = experts + replicas)
+  int nodes = 1;                        // hierarchical: server nodes; devices split evenly over them
+  int groups = 0;                       // hierarchical: expert groups; 0 = router.groups
+  std::vector<int> map;                 // policy map: expert -> device
+  bool spread_replicas = false;         // no two replicas of one expert on one device
+  int rebalance_every = 0;              // re-plan every N steps from past loads (0: plan once)
+  LoadEstimator load_estimator = LoadEstimator::window;
+  double ema_weight = 0.5;              // load_estimator ema: the newest step's weight, in (0, 1]
 };
 
 struct ExecuteConfig {
@@ -172,6 +184,8 @@ const char* to_string(BiasUpdateCounts v);
 const char* to_string(BiasArithmetic v);
 const char* to_string(WorkloadSource v);
 const char* to_string(PlacementKind v);
+const char* to_string(PlacementPolicy v);
+const char* to_string(LoadEstimator v);
 
 // The router keys (names under router.) a semantics preset sets, in the order it resolves them.
 const std::vector<std::string>& semantics_preset_keys();

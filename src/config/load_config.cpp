@@ -59,6 +59,80 @@ Experiment Loader::read(const YAML::Node& root) {
   return e;
 }
 
+// The expert-parallel placement's keys against each other (EPLB's asserts, docs/cost-model.md "Expert
+// placement"); a single placement ignores them, but a map and ema_weight are checked always.
+void Loader::validate_placement(const Experiment& e) const {
+  const PlacementConfig& p = e.placement;
+  const std::string pol = to_string(p.policy);
+  if (p.ema_weight > 1) {
+    std::ostringstream got;
+    got << p.ema_weight;
+    fail_expected(origin({"placement.ema_weight"}), "placement.ema_weight", "a number in (0, 1]", got.str());
+  }
+  if (!p.map.empty() && p.policy != PlacementPolicy::map) {
+    fail_expected(origin({"placement.map", "placement.policy"}), "placement.map",
+                  "no map for placement.policy " + pol + " (set placement.policy: map to use it)",
+                  std::to_string(p.map.size()) + " entries");
+  }
+  if (p.kind != PlacementKind::expert_parallel) return;
+  const int E = e.model.experts, D = p.devices, R = p.replicas;
+  const int slots = E + R;
+  if (p.policy == PlacementPolicy::map && p.map.empty()) {
+    fail_expected(origin({"placement.map", "placement.policy"}), "placement.map",
+                  "one device per expert for placement.policy map", "no map");
+  }
+  if ((p.policy == PlacementPolicy::map || p.policy == PlacementPolicy::round_robin) && R > 0) {
+    fail_expected(origin({"placement.replicas", "placement.policy"}), "placement.replicas",
+                  "0 for placement.policy " + pol + " (replicas are placed by the global or hierarchical policy)",
+                  std::to_string(R));
+  }
+  if ((p.policy == PlacementPolicy::map || p.policy == PlacementPolicy::round_robin) && p.rebalance_every > 0) {
+    fail_expected(origin({"placement.rebalance_every", "placement.policy"}), "placement.rebalance_every",
+                  "0 for placement.policy " + pol + " (it ignores loads; use global or hierarchical)",
+                  std::to_string(p.rebalance_every));
+  }
+  if (p.rebalance_every > 0 && e.workload.source != WorkloadSource::synthetic &&
+      e.workload.source != WorkloadSource::logits) {
+    fail_expected(origin({"placement.rebalance_every", "workload.source"}), "placement.rebalance_every",
+                  std::string("0 for workload.source ") + to_string(e.workload.source) +
+                      " (re-planning runs over the batches of a synthetic or logits workload)",
+                  std::to_string(p.rebalance_every));
+  }
+  if (p.policy != PlacementPolicy::global && p.policy != PlacementPolicy::hierarchical) return;
+  // devices 1 under mpirun means the job's size: checked there (src/distributed/ep_run.cpp).
+  if (slots % D != 0) {
+    fail_expected(origin({"placement.devices", "placement.replicas", "model.experts"}), "placement.devices",
+                  "a divisor of model.experts + placement.replicas (" + std::to_string(slots) + ") for placement.policy " +
+                      pol,
+                  std::to_string(D));
+  }
+  if (p.spread_replicas && int64_t{slots} > int64_t{E} * D) {
+    fail_expected(origin({"placement.spread_replicas", "placement.replicas", "placement.devices"}),
+                  "placement.spread_replicas",
+                  "false, or placement.replicas <= model.experts x (placement.devices - 1) = " +
+                      std::to_string(int64_t{E} * (D - 1)),
+                  "true with " + std::to_string(R) + " replicas");
+  }
+  if (p.policy != PlacementPolicy::hierarchical) return;
+  const int G = p.groups > 0 ? p.groups : e.router.groups;
+  const std::string gkey = p.groups > 0 ? "placement.groups" : "router.groups";
+  if (E % G != 0) {
+    fail_expected(origin({gkey, "model.experts", "placement.policy"}), gkey,
+                  "a divisor of model.experts (" + std::to_string(E) + ") for placement.policy hierarchical",
+                  std::to_string(G));
+  }
+  if (G % p.nodes != 0) {
+    fail_expected(origin({"placement.nodes", gkey, "placement.policy"}), "placement.nodes",
+                  "a divisor of " + gkey + " (" + std::to_string(G) + ") for placement.policy hierarchical",
+                  std::to_string(p.nodes));
+  }
+  if (D % p.nodes != 0) {
+    fail_expected(origin({"placement.nodes", "placement.devices", "placement.policy"}), "placement.nodes",
+                  "a divisor of placement.devices (" + std::to_string(D) + ") for placement.policy hierarchical",
+                  std::to_string(p.nodes));
+  }
+}
+
 // Constraints between keys, checked once every override is in; each names the key and where it was last set.
 void Loader::validate(const Experiment& e) const {
   const ModelConfig& m = e.model;
@@ -110,6 +184,7 @@ void Loader::validate(const Experiment& e) const {
                   "one length or workload.batch (" + std::to_string(w.batch) + ") lengths",
                   std::to_string(w.prompt_len.size()) + " lengths");
   }
+  validate_placement(e);
   if (!p.map.empty()) {
     if (static_cast<int64_t>(p.map.size()) != m.experts) {
       fail_expected(origin({"placement.map", "model.experts"}), "placement.map",

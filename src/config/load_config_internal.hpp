@@ -57,6 +57,8 @@ template <> struct EnumCount<BiasUpdateCounts> { static constexpr int value = 2;
 template <> struct EnumCount<BiasArithmetic> { static constexpr int value = 2; };
 template <> struct EnumCount<WorkloadSource> { static constexpr int value = 5; };
 template <> struct EnumCount<PlacementKind> { static constexpr int value = 2; };
+template <> struct EnumCount<PlacementPolicy> { static constexpr int value = 4; };
+template <> struct EnumCount<LoadEstimator> { static constexpr int value = 2; };
 
 template <class E>
 std::string enum_choices() {
@@ -252,6 +254,7 @@ class Loader {
   void read_expect(const YAML::Node& n, const std::string& where, Experiment& e);
   Expectation read_expect_item(const YAML::Node& n, const std::string& path, const std::string& metric);
   void validate(const Experiment& e) const;
+  void validate_placement(const Experiment& e) const;
 
   std::string source_;
   std::vector<std::pair<std::string, std::string>> set_origins_;  // (key path, "--set KEY=VALUE"), in order

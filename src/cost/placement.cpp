@@ -1,5 +1,5 @@
-// Expert placement (single, expert parallel, EPLB replication + packing) and the modeled MoE layer cost
-// for actual and balanced loads. The single-device path allocates nothing but the two one-element
+// Expert placement (single; expert parallel round-robin, map, or DeepSeek EPLB's global and hierarchical
+// replication + packing) and the modeled MoE layer cost for actual and balanced loads. The single-device path allocates nothing but the two one-element
 // output vectors, so the model can be evaluated millions of times per second inside sweeps.
 // Deterministic: every tie is broken by the lower index. Host only. Covered by tests/cost/placement_test.cpp.
 #include "src/cost/placement.hpp"
@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "src/common/error.hpp"
 
@@ -222,69 +223,247 @@ double efficiency_of(const Erosion& x) {
   return loads_s > 0 ? x.reference_s / loads_s : 1.0;
 }
 
-ExpertPlacement place_experts(const std::vector<int64_t>& plan_load, const PlacementConfig& cfg) {
+namespace {
+
+// EPLB balanced_packing (see placement.hpp): items `w` [n] onto `num_packs` packs of n / num_packs; fills
+// pack [n] and rank [n] (arrival order in the pack). label [n] (spread only): the item's expert.
+void balanced_packing(const std::vector<double>& w, int num_packs, const std::vector<int32_t>* label,
+                      std::vector<int>& pack, std::vector<int>& rank) {
+  const int n = static_cast<int>(w.size());
+  const int per_pack = n / num_packs;
+  pack.assign(n, 0);
+  rank.assign(n, 0);
+  if (per_pack == 1) {  // EPLB's identity case: no sort, item i on pack i
+    std::iota(pack.begin(), pack.end(), 0);
+    return;
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return w[a] > w[b]; });
+  std::vector<double> pack_w(num_packs, 0.0);
+  std::vector<int> pack_n(num_packs, 0);
+  std::vector<std::vector<int32_t>> held(label ? num_packs : 0);
+  for (int item : order) {
+    int best = -1, best_free = -1;  // lightest with room; lightest with room not holding the expert
+    for (int m = 0; m < num_packs; ++m) {
+      if (pack_n[m] >= per_pack) continue;
+      if (best < 0 || pack_w[m] < pack_w[best]) best = m;
+      if (label && std::find(held[m].begin(), held[m].end(), (*label)[item]) == held[m].end() &&
+          (best_free < 0 || pack_w[m] < pack_w[best_free]))
+        best_free = m;
+    }
+    const int m = best_free >= 0 ? best_free : best;
+    pack[item] = m;
+    rank[item] = pack_n[m]++;
+    pack_w[m] += w[item];
+    if (label) held[m].push_back((*label)[item]);
+  }
+}
+
+// EPLB replicate_experts: slots [num_phy]; the first n are the experts, each extra goes to the expert of
+// highest w / count (ties: lower index) among those below `cap` replicas. Fills phy2log and count [n].
+void replicate_experts(const std::vector<double>& w, int num_phy, int cap, std::vector<int>& phy2log,
+                       std::vector<int32_t>& count) {
+  const int n = static_cast<int>(w.size());
+  phy2log.resize(num_phy);
+  count.assign(n, 1);
+  std::iota(phy2log.begin(), phy2log.begin() + n, 0);
+  for (int i = n; i < num_phy; ++i) {
+    int best = -1;
+    for (int e = 0; e < n; ++e) {
+      if (count[e] >= cap) continue;
+      if (best < 0 || w[e] / count[e] > w[best] / count[best]) best = e;
+    }
+    MOESIM_REQUIRE(best >= 0, "no expert can take another replica (cap " << cap << ")");
+    phy2log[i] = best;
+    ++count[best];
+  }
+}
+
+[[noreturn]] void placement_error(const std::string& key, const std::string& expected, const std::string& got) {
+  throw ConfigError(key + ": expected " + expected + ", got " + got);
+}
+
+}  // namespace
+
+std::vector<double> device_plan_load(const ExpertPlacement& p) {
+  std::vector<double> d(p.num_devices, 0.0);
+  for (size_t i = 0; i < p.device.size() && i < p.plan_load.size(); ++i) d[p.device[i]] += p.plan_load[i];
+  return d;
+}
+
+int colocated_replicas(const ExpertPlacement& p) {
+  // (expert, device) pairs in order: a run of k > 1 equal pairs is k colocated slots.
+  std::vector<std::pair<int32_t, int32_t>> pairs(p.expert.size());
+  for (size_t i = 0; i < p.expert.size(); ++i) pairs[i] = {p.expert[i], p.device[i]};
+  std::sort(pairs.begin(), pairs.end());
+  int n = 0;
+  for (size_t i = 0; i < pairs.size();) {
+    size_t j = i + 1;
+    while (j < pairs.size() && pairs[j] == pairs[i]) ++j;
+    if (j - i > 1) n += static_cast<int>(j - i);
+    i = j;
+  }
+  return n;
+}
+
+double balancedness_of(const std::vector<double>& v) {
+  double mx = 0, sum = 0;
+  for (double x : v) {
+    mx = std::max(mx, x);
+    sum += x;
+  }
+  return mx > 0 ? sum / static_cast<double>(v.size()) / mx : 1.0;
+}
+
+PlacementConfig resolve_placement(const PlacementConfig& placement, const RouterConfig& router) {
+  PlacementConfig p = placement;
+  if (p.groups == 0) p.groups = router.groups;
+  return p;
+}
+
+ExpertPlacement rebalance_eplb(const std::vector<double>& w, int num_physical, int num_groups, int num_nodes,
+                               int num_devices, bool spread) {
+  const int E = static_cast<int>(w.size());
+  const int P = num_physical, G = num_groups, N = num_nodes, D = num_devices;
+  if (P < E) placement_error("placement.replicas", "a number >= 0", std::to_string(P - E));
+  if (P % D != 0) {
+    placement_error("placement.devices", "a divisor of model.experts + placement.replicas (" + std::to_string(P) + ")",
+                    std::to_string(D));
+  }
+  if (E % G != 0) {
+    placement_error("placement.groups", "a divisor of model.experts (" + std::to_string(E) + ")", std::to_string(G));
+  }
+  if (G % N != 0) {
+    placement_error("placement.nodes", "a divisor of placement.groups (" + std::to_string(G) + ")", std::to_string(N));
+  }
+  if (D % N != 0) {
+    placement_error("placement.nodes", "a divisor of placement.devices (" + std::to_string(D) + ")",
+                    std::to_string(N));
+  }
+  const int group_size = E / G, groups_per_node = G / N, experts_per_node = E / N, slots_per_node = P / N;
+  const int devices_per_node = D / N, slots_per_device = P / D;
+  if (spread && int64_t{slots_per_node} > int64_t{experts_per_node} * devices_per_node) {
+    placement_error("placement.spread_replicas",
+                    "false, or at most " + std::to_string(devices_per_node) + " replicas per expert (devices per node)",
+                    "true with " + std::to_string(slots_per_node) + " slots for " + std::to_string(experts_per_node) +
+                        " experts per node");
+  }
+  // Step 1: groups onto nodes; mlog2log numbers each node's experts in the order its groups arrived.
+  std::vector<double> group_w(G, 0.0);
+  for (int e = 0; e < E; ++e) group_w[e / group_size] += w[e];
+  std::vector<int> group_pack, group_rank;
+  balanced_packing(group_w, N, nullptr, group_pack, group_rank);
+  std::vector<int> mlog2log(E);
+  for (int e = 0; e < E; ++e) {
+    const int g = e / group_size;
+    mlog2log[(group_pack[g] * groups_per_node + group_rank[g]) * group_size + e % group_size] = e;
+  }
+  ExpertPlacement p;
+  p.num_devices = D;
+  p.num_nodes = N;
+  p.replicas.assign(E, 1);
+  p.expert.assign(P, 0);
+  p.device.assign(P, 0);
+  p.node.assign(P, 0);
+  p.plan_load.assign(P, 0.0);
+  for (int n = 0; n < N; ++n) {
+    // Step 2: replicate within the node.
+    std::vector<double> wm(experts_per_node);
+    for (int j = 0; j < experts_per_node; ++j) wm[j] = w[mlog2log[n * experts_per_node + j]];
+    std::vector<int> phy2mlog;
+    std::vector<int32_t> count;
+    replicate_experts(wm, slots_per_node, spread ? devices_per_node : slots_per_node, phy2mlog, count);
+    // Step 3: the node's slots onto its devices.
+    std::vector<double> tw(slots_per_node);
+    std::vector<int32_t> label(slots_per_node);
+    for (int k = 0; k < slots_per_node; ++k) {
+      tw[k] = wm[phy2mlog[k]] / count[phy2mlog[k]];
+      label[k] = phy2mlog[k];
+    }
+    std::vector<int> pack, rank;
+    balanced_packing(tw, devices_per_node, spread ? &label : nullptr, pack, rank);
+    for (int k = 0; k < slots_per_node; ++k) {
+      const int slot = n * slots_per_node + pack[k] * slots_per_device + rank[k];
+      const int e = mlog2log[n * experts_per_node + phy2mlog[k]];
+      p.expert[slot] = e;
+      p.device[slot] = n * devices_per_node + pack[k];
+      p.node[slot] = n;
+      p.plan_load[slot] = tw[k];
+    }
+    for (int j = 0; j < experts_per_node; ++j) p.replicas[mlog2log[n * experts_per_node + j]] = count[j];
+  }
+  return p;
+}
+
+ExpertPlacement place_experts_real(const std::vector<double>& plan_load, const PlacementConfig& cfg) {
   const int num_experts = static_cast<int>(plan_load.size());
   MOESIM_REQUIRE(num_experts >= 1, "placement needs at least one expert");
-  ExpertPlacement p;
-  p.replicas.assign(num_experts, 1);
   if (cfg.kind == PlacementKind::single) {
-    p.num_devices = 1;
+    ExpertPlacement p;
+    p.replicas.assign(num_experts, 1);
     p.expert.resize(num_experts);
     std::iota(p.expert.begin(), p.expert.end(), 0);
     p.device.assign(num_experts, 0);
-    assign_load(p, plan_load);
+    p.node.assign(num_experts, 0);
+    p.plan_load = plan_load;
     return p;
   }
   MOESIM_REQUIRE(cfg.devices >= 1, "placement.devices must be >= 1, got " << cfg.devices);
   MOESIM_REQUIRE(cfg.replicas >= 0, "placement.replicas must be >= 0, got " << cfg.replicas);
-  p.num_devices = cfg.devices;
-  if (cfg.replicas == 0) {
-    MOESIM_REQUIRE(cfg.map.empty() || static_cast<int>(cfg.map.size()) == num_experts,
-                   "placement.map has " << cfg.map.size() << " entries, expected " << num_experts);
+  MOESIM_REQUIRE(cfg.nodes >= 1, "placement.nodes must be >= 1, got " << cfg.nodes);
+  const std::string policy = to_string(cfg.policy);
+  if (cfg.policy == PlacementPolicy::map || cfg.policy == PlacementPolicy::round_robin) {
+    if (cfg.replicas > 0) {
+      placement_error("placement.replicas", "0 for placement.policy " + policy +
+                                                " (replicas are placed by the global or hierarchical policy)",
+                      std::to_string(cfg.replicas));
+    }
+    const bool map = cfg.policy == PlacementPolicy::map;
+    if (map && static_cast<int>(cfg.map.size()) != num_experts) {
+      placement_error("placement.map", std::to_string(num_experts) + " entries, one per expert",
+                      std::to_string(cfg.map.size()) + " entries");
+    }
+    ExpertPlacement p;
+    p.num_devices = cfg.devices;
+    p.num_nodes = cfg.devices % cfg.nodes == 0 ? cfg.nodes : 1;
+    const int per_node = cfg.devices / p.num_nodes;
+    p.replicas.assign(num_experts, 1);
     p.expert.resize(num_experts);
     p.device.resize(num_experts);
+    p.node.resize(num_experts);
+    p.plan_load = plan_load;
     for (int e = 0; e < num_experts; ++e) {
       p.expert[e] = e;
-      p.device[e] = cfg.map.empty() ? e % cfg.devices : cfg.map[e];
-      MOESIM_REQUIRE(p.device[e] >= 0 && p.device[e] < cfg.devices,
-                     "placement.map[" << e << "] = " << p.device[e] << " is not a device");
+      p.device[e] = map ? cfg.map[e] : e % cfg.devices;
+      if (p.device[e] < 0 || p.device[e] >= cfg.devices) {
+        placement_error("placement.map[" + std::to_string(e) + "]",
+                        "a device in [0, " + std::to_string(cfg.devices - 1) + "]", std::to_string(p.device[e]));
+      }
+      p.node[e] = p.device[e] / per_node;
     }
-    assign_load(p, plan_load);
     return p;
   }
   if (!cfg.map.empty()) {
-    throw ConfigError("placement.map: expected no map when placement.replicas > 0 (replicas are placed by "
-                      "EPLB packing), got " + std::to_string(cfg.map.size()) + " entries");
+    placement_error("placement.map", "no map for placement.policy " + policy,
+                    std::to_string(cfg.map.size()) + " entries");
   }
-  // EPLB replicate_experts: each extra slot to argmax_e load_e / replicas_e (ties: lower e).
-  for (int r = 0; r < cfg.replicas; ++r) {
-    int best = 0;
-    for (int e = 1; e < num_experts; ++e) {
-      if (plan_load[e] * p.replicas[best] > plan_load[best] * p.replicas[e]) best = e;
-    }
-    ++p.replicas[best];
+  const bool hierarchical = cfg.policy == PlacementPolicy::hierarchical;
+  const int groups = hierarchical ? std::max(1, cfg.groups) : 1;
+  const int nodes = hierarchical ? cfg.nodes : 1;
+  ExpertPlacement p =
+      rebalance_eplb(plan_load, num_experts + cfg.replicas, groups, nodes, cfg.devices, cfg.spread_replicas);
+  if (!hierarchical && cfg.nodes > 1 && cfg.devices % cfg.nodes == 0) {  // global: nodes only label devices
+    p.num_nodes = cfg.nodes;
+    for (size_t i = 0; i < p.device.size(); ++i) p.node[i] = p.device[i] / (cfg.devices / cfg.nodes);
   }
-  for (int e = 0; e < num_experts; ++e)
-    for (int j = 0; j < p.replicas[e]; ++j) p.expert.push_back(e);
-  const int num_slots = static_cast<int>(p.expert.size());
-  p.device.assign(num_slots, 0);
+  return p;
+}
+
+ExpertPlacement place_experts(const std::vector<int64_t>& plan_load, const PlacementConfig& cfg) {
+  const std::vector<double> w(plan_load.begin(), plan_load.end());
+  ExpertPlacement p = place_experts_real(w, cfg);
   assign_load(p, plan_load);
-  // EPLB balanced_packing: heaviest slot first onto the lightest device that still has room.
-  std::vector<int> order(num_slots);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p.load[a] > p.load[b]; });
-  const int64_t room = ceil_div(num_slots, cfg.devices);
-  std::vector<int64_t> device_load(cfg.devices, 0), device_count(cfg.devices, 0);
-  for (int slot : order) {
-    int best = -1;
-    for (int d = 0; d < cfg.devices; ++d) {
-      if (device_count[d] >= room) continue;
-      if (best < 0 || device_load[d] < device_load[best]) best = d;
-    }
-    p.device[slot] = best;
-    device_load[best] += p.load[slot];
-    ++device_count[best];
-  }
   return p;
 }
 
@@ -364,7 +543,11 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     }
     out.erosion = erosion_of(hw, rm, in, tokens, loads_ideal_s, out.actual, out.actual.quantized_s);
   } else {
-    ExpertPlacement p = place_experts(in.placement_load.empty() ? in.load : in.placement_load, in.placement);
+    ExpertPlacement p = place_experts_real(
+        in.placement_load.empty() ? std::vector<double>(in.load.begin(), in.load.end()) : in.placement_load,
+        in.placement);
+    out.device_plan_load = device_plan_load(p);
+    out.predicted_balancedness = balancedness_of(out.device_plan_load);
     assign_load(p, in.load);
     PlacedCost a = cost_placed(hw, rm, p, rule_actual, in);
     std::vector<int64_t> even(num_experts);
@@ -384,6 +567,7 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     int64_t delivered = 0;
     for (int64_t l : in.load) delivered += l;
     out.erosion = erosion_of(hw, rm, in, delivered, loads_ideal_s, a.experts, out.actual.quantized_s);
+    out.placement = std::move(p);
     int64_t mx = 0, sum = 0;
     for (int64_t t : out.device_tokens) {
       mx = std::max(mx, t);

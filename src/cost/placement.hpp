@@ -1,5 +1,6 @@
 // The modeled cost of one MoE layer for a routing's per-expert loads, on one device or expert-parallel
-// over D devices (round-robin, a given map, or EPLB-style replication and packing), beside the same
+// over D devices (round-robin, a given map, or DeepSeek EPLB's global or hierarchical replication and
+// packing), beside the same
 // layer under perfectly balanced routing. Inputs: loads [num_experts]; outputs: LayerCost.
 // Pure arithmetic, deterministic, host only. Covered by tests/cost/placement_test.cpp.
 #pragma once
@@ -14,27 +15,61 @@
 
 namespace moesim {
 
-// Physical experts (replicas included) and the device each sits on.
+// Physical experts (replicas included) and the device each sits on. Under the global and hierarchical
+// policies the slots are in EPLB's physical order (phy2log): device d holds slots [d S, (d + 1) S),
+// S = (E + R) / D; under round_robin and map slot e is expert e.
 struct ExpertPlacement {
   int num_devices = 1;
+  int num_nodes = 1;
   std::vector<int32_t> replicas;  // [num_experts] physical copies of each logical expert (>= 1)
-  std::vector<int32_t> expert;    // [num_physical] logical expert of each physical slot
+  std::vector<int32_t> expert;    // [num_physical] logical expert of each physical slot (EPLB's phy2log)
   std::vector<int32_t> device;    // [num_physical] device of each physical slot, in [0, num_devices)
-  std::vector<int64_t> load;      // [num_physical] assignments each slot processes
+  std::vector<int32_t> node;      // [num_physical] node of each slot's device, in [0, num_nodes)
+  std::vector<double> plan_load;  // [num_physical] the planner's real-valued load: plan_load[e] / replicas[e]
+  std::vector<int64_t> load;      // [num_physical] assignments each slot processes (integers, assign_load)
 };
 
-// Places experts for `plan_load` [num_experts]:
-//  - kind single: one device, one slot per expert;
-//  - expert_parallel, replicas == 0: slot e on map[e], or on e % devices when map is empty;
-//  - expert_parallel, replicas R > 0 (DeepSeek EPLB, eplb.py replicate_experts + balanced_packing):
-//    each of the R extra slots goes to the expert with the highest load per replica (ties: lower id);
-//    the slots, heaviest first (ties: lower expert, then lower replica), go to the least-loaded device
-//    (ties: lower device) that still holds fewer than ceil((E + R) / D) slots, so devices hold equal
-//    counts when D divides E + R. A map together with replicas is a ConfigError.
-// Each expert's load is split evenly over its replicas (the first load % r replicas take one more).
-ExpertPlacement place_experts(const std::vector<int64_t>& plan_load, const PlacementConfig& placement);
+// The planner's load per device [num_devices] (sum of plan_load over each device's slots).
+std::vector<double> device_plan_load(const ExpertPlacement& p);
+// Slots that share their device with another replica of the same expert (EPLB's greedy allows it;
+// placement.spread_replicas avoids it).
+int colocated_replicas(const ExpertPlacement& p);
+// mean / max of `v` (1 when every entry is 0): balancedness as vLLM's EPLB logs it.
+double balancedness_of(const std::vector<double>& v);
 
-// Re-splits `load` [num_experts] over an existing placement's replicas (same rule as place_experts).
+// The placement with placement.groups resolved: 0 means router.groups (EPLB's groups are the routing
+// groups).
+PlacementConfig resolve_placement(const PlacementConfig& placement, const RouterConfig& router);
+
+// Places experts for `plan_load` [num_experts] (docs/cost-model.md "Expert placement"):
+//  - kind single: one device, one slot per expert;
+//  - policy round_robin: slot e on device e % D (replicas must be 0);
+//  - policy map: slot e on map[e] (replicas must be 0);
+//  - policy global (DeepSeek EPLB rebalance_experts with one group and one node) and hierarchical
+//    (groups packed onto nodes, then replication and packing within each node): see rebalance_eplb.
+// Throws ConfigError naming the placement key when EPLB's preconditions fail (D must divide E + R,
+// nodes must divide groups and devices, groups must divide E).
+ExpertPlacement place_experts(const std::vector<int64_t>& plan_load, const PlacementConfig& placement);
+// The same from real-valued loads (an exponential moving average); place_experts converts and calls it.
+ExpertPlacement place_experts_real(const std::vector<double>& plan_load, const PlacementConfig& placement);
+
+// DeepSeek EPLB (github.com/deepseek-ai/EPLB, eplb.py rebalance_experts_hierarchical), on real loads w [E]:
+//  1. group g's load is the sum over its E / G contiguous experts; balanced_packing puts the G groups on
+//     the N nodes, G / N each; node n's experts are numbered in the order its groups were packed;
+//  2. per node, replicate_experts gives each of its (E + R) / N - E / N extra slots, in turn, to the
+//     expert with the highest w / replicas (ties: the lower number); the node's slots are its experts,
+//     then the extras in the order made;
+//  3. per node, balanced_packing puts the slots (weight w / replicas) on its D / N devices, S each.
+// balanced_packing (n items onto m packs of n / m): when n / m == 1, item i goes to pack i without
+// sorting; else items by weight, heaviest first (ties: the lower item, a stable sort), each onto the
+// lightest pack that still has room (ties: the lower pack); the item's slot in its pack is the order it
+// arrived. With spread, a pack that already holds the item's expert is skipped while another has room,
+// and replicate_experts gives an expert at most D / N replicas.
+ExpertPlacement rebalance_eplb(const std::vector<double>& w, int num_physical, int num_groups, int num_nodes,
+                               int num_devices, bool spread);
+
+// Re-splits `load` [num_experts] over an existing placement's replicas: each expert's load / r per
+// replica, the first load % r of its slots (in slot order) one more, so that executed splits stay integers.
 void assign_load(ExpertPlacement& placement, const std::vector<int64_t>& load);
 
 struct LayerCostInput {
@@ -47,7 +82,7 @@ struct LayerCostInput {
   int64_t capacity = 0;             // C per expert; 0 = dropless (capacity layout then uses max(load))
   int block_size = 64;              // block layout rows per block
   PlacementConfig placement;
-  std::vector<int64_t> placement_load;  // [num_experts] loads the placement is planned from; empty = load
+  std::vector<double> placement_load;   // [num_experts] loads the placement is planned from; empty = load
   // Assignments the routing owed and did not deliver (undelivered_assignments): costed as dropped work.
   int64_t undelivered = 0;
 };
@@ -106,6 +141,12 @@ struct LayerCost {
   double balancedness = 1.0;        // mean / max of device_tokens, its inverse
   double all_to_all_s = 0.0;        // dispatch + combine, quantized (with link latency)
   double all_to_all_bytes = 0.0;    // bytes that leave their device, dispatch + combine
+  // Expert parallel: the plan the actual loads ran on (planned from placement_load), the planner's
+  // real-valued load per device, and its predicted balancedness (mean / max of that load) beside the
+  // realised one (balancedness, from device_tokens).
+  ExpertPlacement placement;
+  std::vector<double> device_plan_load;  // [devices]
+  double predicted_balancedness = 1.0;
 };
 
 // acc += f x every field of x (means over records, whole-model totals over layers).

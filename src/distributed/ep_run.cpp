@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "src/cost/rebalance.hpp"
 #include "src/common/clock.hpp"
 #include "src/common/median.hpp"
 #include "src/common/error.hpp"
@@ -83,20 +84,30 @@ double max_over_mean(const std::vector<double>& v) {
 }
 
 std::string placement_rule(const PlacementConfig& p) {
-  if (p.replicas > 0) {
-    std::string s = "EPLB, " + std::to_string(p.replicas) + " replica slots";
-    if (p.rebalance_every > 0)
-      s += ", re-planned every " + std::to_string(p.rebalance_every) + " steps from the last " +
-           std::to_string(p.rebalance_every) + " steps' loads";
-    else
-      s += ", planned from step 0's loads";
-    return s;
+  std::string s;
+  switch (p.policy) {
+    case PlacementPolicy::round_robin: return "round-robin";
+    case PlacementPolicy::map: return "placement.map";
+    case PlacementPolicy::global: s = "EPLB global"; break;
+    case PlacementPolicy::hierarchical:
+      s = "EPLB hierarchical, " + std::to_string(p.groups) + " groups on " + std::to_string(p.nodes) + " nodes";
+      break;
   }
-  return p.map.empty() ? "round-robin" : "placement.map";
+  s += ", " + std::to_string(p.replicas) + " replica slots";
+  if (p.spread_replicas) s += ", replicas spread";
+  if (p.rebalance_every > 0) {
+    s += ", re-planned every " + std::to_string(p.rebalance_every) + " steps from ";
+    s += p.load_estimator == LoadEstimator::window
+             ? "the last " + std::to_string(p.rebalance_every) + " steps' loads"
+             : "an exponential moving average of the loads (weight " + std::to_string(p.ema_weight) + ")";
+  } else {
+    s += ", planned from step 0's loads";
+  }
+  return s;
 }
 
 LayerCost model_step(const Experiment& e, const HardwareProfile& hw, const PlacementConfig& pc,
-                     const std::vector<int64_t>& load, const std::vector<int64_t>& plan_load, int64_t capacity,
+                     const std::vector<int64_t>& load, const std::vector<double>& plan_load, int64_t capacity,
                      int64_t num_tokens, bool model_size) {
   LayerCostInput in =
       layer_cost_input(e, e.router, model_size ? CostedSize::model : CostedSize::executed, num_tokens, load, capacity);
@@ -179,10 +190,12 @@ void require_ep_runnable(const Experiment& e, int num_ranks) {
     throw ConfigError(e.source_file + ": execute.dtype: expected fp32 (the CPU experts), got " +
                       to_string(e.execute.dtype));
   }
-  if (e.placement.rebalance_every > 0 && e.placement.replicas == 0) {
-    throw ConfigError(e.source_file + ": placement.rebalance_every: expected 0 when placement.replicas is 0 "
-                      "(rebalancing moves replica slots; round-robin and map placements ignore loads), got " +
-                      std::to_string(e.placement.rebalance_every));
+  const PlacementPolicy policy = e.placement.policy;
+  const int slots = e.model.experts + e.placement.replicas;
+  if ((policy == PlacementPolicy::global || policy == PlacementPolicy::hierarchical) && slots % num_ranks != 0) {
+    throw ConfigError(e.source_file + ": placement.devices: expected the MPI ranks (" + std::to_string(num_ranks) +
+                      ") to divide model.experts + placement.replicas (" + std::to_string(slots) +
+                      ") for placement.policy " + to_string(policy) + "; change -np or placement.replicas");
   }
   for (int d : e.placement.map) {
     if (d >= num_ranks) {
@@ -210,7 +223,7 @@ struct EpRunInputs {
 EpRunInputs prepare_inputs(const Experiment& e, const EpRunOptions& opts, EpRunResult& res) {
   const int num_ranks = res.num_ranks;
   EpRunInputs in;
-  in.pc = e.placement;
+  in.pc = resolve_placement(e.placement, e.router);
   ep_agree(kPrefix, [&] {
     require_ep_runnable(e, num_ranks);
     in.pc.devices = num_ranks;
@@ -254,7 +267,8 @@ struct EpRunState {
   RouterState router;
   std::unique_ptr<EpMoeLayer> layer, static_layer;
   std::vector<std::vector<int64_t>> observed;  // global loads per step
-  std::vector<int64_t> plan_load;              // the loads the current placement was planned from
+  std::vector<double> plan_load;               // the loads the current placement was planned from
+  std::vector<double> static_plan_load;        // step 0's loads (the static placement's)
   std::vector<float> y_local, y_static;        // the rank's outputs of the last forwards
 };
 
@@ -304,17 +318,15 @@ StepRouting route_step(const Experiment& e, const LogitsBatch& batch, size_t b, 
 void plan_epoch(const Experiment& e, const EpRunInputs& in, int step, const std::vector<int64_t>& load,
                 EpRunState& s, EpRunResult& res, EpStep& rec) {
   const PlacementConfig& pc = in.pc;
-  const int E = e.model.experts;
-  const bool rebalance = pc.rebalance_every > 0 && step > 0 && step % pc.rebalance_every == 0;
-  if (step == 0 || rebalance) {
+  if (step == 0 || is_replan_step(pc, step)) {
     if (step == 0) {
-      s.plan_load = load;
+      s.plan_load.assign(load.begin(), load.end());
+      s.static_plan_load = s.plan_load;
     } else {
-      s.plan_load.assign(E, 0);
-      for (size_t o = s.observed.size() - pc.rebalance_every; o < s.observed.size(); ++o)
-        for (int x = 0; x < E; ++x) s.plan_load[x] += s.observed[o][x];
+      s.plan_load = estimate_plan_load(s.observed, pc);
     }
-    const ExpertPlacement p = place_experts(s.plan_load, pc);
+    ExpertPlacement p = place_experts_real(s.plan_load, pc);
+    assign_load(p, load);
     res.placements.push_back(p);
     res.epoch_first_step.push_back(step);
     if (!s.layer) {
@@ -449,7 +461,7 @@ EpStep run_step(const Experiment& e, const EpRunOptions& opts, const EpRunInputs
   const std::vector<int64_t>& load = rec.metrics.load;
 
   plan_epoch(e, in, step, load, s, res, rec);
-  const std::vector<int64_t> current_plan_load = s.plan_load;
+  const std::vector<double> current_plan_load = s.plan_load;
   rec.has_static = rec.epoch > 0;
   const StepTimes times = timed_forwards(e, in, step, routing.local, load, rec.has_static, res, s);
   gather_step(times, routing.route_s, res.num_ranks, rec);
@@ -458,8 +470,14 @@ EpStep run_step(const Experiment& e, const EpRunOptions& opts, const EpRunInputs
   // model's size after the last step.
   rec.modeled = model_step(e, res.hardware, in.pc, load, current_plan_load, global.capacity, N, false);
   if (rec.has_static) {
-    rec.static_modeled = model_step(e, res.hardware, in.pc, load, s.observed.front(), global.capacity, N, false);
+    rec.static_modeled = model_step(e, res.hardware, in.pc, load, s.static_plan_load, global.capacity, N, false);
     rec.static_rank_imbalance = rec.static_modeled.rank_imbalance;
+    // The gain at the model's real size: the executed size's launch and tile floors can hide it.
+    if (res.has_model_size) {
+      rec.has_model_size = true;
+      rec.model_size = model_step(e, res.hardware, in.pc, load, current_plan_load, global.capacity, N, true);
+      rec.static_model_size = model_step(e, res.hardware, in.pc, load, s.static_plan_load, global.capacity, N, true);
+    }
   }
   if (b + 1 == in.batches.size() && res.has_model_size)
     res.modeled_model_size = model_step(e, res.hardware, in.pc, load, current_plan_load, global.capacity, N, true);

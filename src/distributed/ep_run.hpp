@@ -43,6 +43,10 @@ struct EpStep {
   LayerCost static_modeled;
   double static_rank_imbalance = 1;    // exact rows per rank under the static placement
   double static_layer_s = 0;           // measured, slowest rank
+  // Rebalancing, the profile has model.dtype: this step at the model's real size, on this step's
+  // placement and on the static one.
+  bool has_model_size = false;
+  LayerCost model_size, static_model_size;
 };
 
 struct EpRunResult {

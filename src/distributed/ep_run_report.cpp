@@ -36,6 +36,8 @@ struct Gain {
   int steps = 0;
   double rank_imbalance = 0, static_rank_imbalance = 0, modeled_s = 0, static_modeled_s = 0, layer_s = 0,
          static_layer_s = 0;
+  bool model_size = false;  // every counted step has the model's real size
+  double model_size_s = 0, static_model_size_s = 0;
 };
 Gain rebalance_gain(const EpRunResult& r) {
   Gain g;
@@ -48,11 +50,14 @@ Gain rebalance_gain(const EpRunResult& r) {
     g.static_modeled_s += s.static_modeled.actual.quantized_s;
     g.layer_s += s.layer_s;
     g.static_layer_s += s.static_layer_s;
+    g.model_size = g.steps == 1 ? s.has_model_size : g.model_size && s.has_model_size;
+    g.model_size_s += s.model_size.actual.quantized_s;
+    g.static_model_size_s += s.static_model_size.actual.quantized_s;
   }
   if (g.steps > 0) {
     const double n = g.steps;
     for (double* v : {&g.rank_imbalance, &g.static_rank_imbalance, &g.modeled_s, &g.static_modeled_s, &g.layer_s,
-                      &g.static_layer_s})
+                      &g.static_layer_s, &g.model_size_s, &g.static_model_size_s})
       *v /= n;
   }
   return g;
@@ -231,7 +236,15 @@ std::string table_closing(const EpRunResult& r) {
   const Gain g = rebalance_gain(r);
   if (g.steps > 0) {
     os << "rebalancing gain over the static placement (epoch 0), mean of " << g.steps << " steps: rank_imbalance "
-       << fixed(g.static_rank_imbalance, 3) << " -> " << fixed(g.rank_imbalance, 3) << "; modeled layer "
+       << fixed(g.static_rank_imbalance, 3) << " -> " << fixed(g.rank_imbalance, 3);
+    if (g.model_size) {
+      os << "; modeled layer at the model's size (hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", "
+         << to_string(e.model.dtype) << ") " << fixed(1e6 * g.static_model_size_s, 3) << " -> "
+         << fixed(1e6 * g.model_size_s, 3) << " us ("
+         << fixed(g.model_size_s > 0 ? g.static_model_size_s / g.model_size_s : 1.0, 3) << "x)";
+    }
+    os << "; modeled layer at the executed size (hidden " << e.execute.hidden << ", ffn " << e.execute.ffn << ", "
+       << to_string(e.execute.dtype) << ") "
        << fixed(ms(g.static_modeled_s), 3) << " -> " << fixed(ms(g.modeled_s), 3) << " ms ("
        << fixed(g.modeled_s > 0 ? g.static_modeled_s / g.modeled_s : 1.0, 3) << "x); measured layer "
        << fixed(ms(g.static_layer_s), 3) << " -> " << fixed(ms(g.layer_s), 3) << " ms ("
@@ -285,10 +298,17 @@ nlohmann::json ep_run_to_json(const EpRunResult& r) {
   nlohmann::json epochs = nlohmann::json::array();
   for (size_t i = 0; i < r.placements.size(); ++i) {
     const ExpertPlacement& p = r.placements[i];
-    epochs.push_back({{"first_step", r.epoch_first_step[i]}, {"expert", p.expert}, {"device", p.device},
-                      {"replicas", p.replicas}});
+    epochs.push_back({{"first_step", r.epoch_first_step[i]},
+                      {"expert", p.expert},
+                      {"device", p.device},
+                      {"node", p.node},
+                      {"replicas", p.replicas},
+                      {"device_load", device_plan_load(p)},
+                      {"predicted_balancedness", balancedness_of(device_plan_load(p))},
+                      {"colocated_replicas", colocated_replicas(p)}});
   }
   ep["placement"] = {{"rule", r.placement_rule},
+                     {"policy", to_string(e.placement.policy)},
                      {"replicas", e.placement.replicas},
                      {"rebalance_every", e.placement.rebalance_every},
                      {"epochs", epochs}};
@@ -319,9 +339,15 @@ nlohmann::json ep_run_to_json(const EpRunResult& r) {
                          {"layer_s", s.layer_s},
                          {"ranks", ranks},
                          {"modeled", cost_json(s.modeled)}};
+    js["predicted_balancedness"] = s.modeled.predicted_balancedness;
+    js["realised_balancedness"] = s.modeled.balancedness;
     if (s.has_static) {
       js["static"] = {{"rank_imbalance", s.static_rank_imbalance}, {"layer_s", s.static_layer_s},
                       {"modeled", cost_json(s.static_modeled)}};
+      if (s.has_model_size) {
+        js["model_size"] = cost_json(s.model_size);
+        js["static"]["model_size"] = cost_json(s.static_model_size);
+      }
     }
     steps.push_back(js);
   }
@@ -336,6 +362,10 @@ nlohmann::json ep_run_to_json(const EpRunResult& r) {
                             {"static_modeled_layer_s", g.static_modeled_s},
                             {"layer_s", g.layer_s},
                             {"static_layer_s", g.static_layer_s}};
+    if (g.model_size) {
+      ep["rebalance_gain"]["model_size_layer_s"] = g.model_size_s;
+      ep["rebalance_gain"]["static_model_size_layer_s"] = g.static_model_size_s;
+    }
   }
   if (!r.verify_message.empty()) ep["verify"] = {{"ok", r.verify_ok}, {"message", r.verify_message}};
   j["expert_parallel"] = ep;

@@ -12,6 +12,7 @@
 #include "src/config/experiment.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/cost/placement.hpp"
+#include "src/cost/rebalance.hpp"
 #include "src/cost/roofline.hpp"
 #include "src/decoder/decoder_shape.hpp"
 #include "router/balance_metrics.hpp"
@@ -119,6 +120,10 @@ struct VariantResult {
   std::string output_digest;
   std::string final_hidden_digest;
   std::string verify_message;             // --verify: "ok" or the first mismatch
+  // placement.rebalance_every > 0 (synthetic and logits workloads): every batch modeled on its epoch's
+  // plan at the model's size; modeled's expert_parallel entry is then its last batch.
+  bool has_rebalance = false;
+  RebalanceRun rebalance;
   const BalanceMetrics& last() const { return per_batch.back(); }
 };
 

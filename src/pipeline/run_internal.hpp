@@ -28,6 +28,11 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens);
 
+// placement.rebalance_every: every routed batch of vr modeled on its epoch's plan (src/cost/rebalance.hpp);
+// the last batch's cost replaces vr.modeled's expert_parallel entry.
+void model_rebalanced(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
+                      VariantResult& vr);
+
 // Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median, fastest and
 // slowest time of each phase (CUDA: CUDA-event times, `dtype` the GEMM precision).
 MeasuredTimes time_layer(const RouterConfig& router, const RouteRequest& req, const ExpertWeights& w,

@@ -57,7 +57,7 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
   in.placement = PlacementConfig{};
   out.push_back({"single", 1, model_moe_layer(hw, in)});
   if (e.placement.kind == PlacementKind::expert_parallel) {
-    in.placement = e.placement;
+    in.placement = resolve_placement(e.placement, router);
     out.push_back({"expert_parallel", e.placement.devices, model_moe_layer(hw, in)});
   }
   return out;
@@ -67,6 +67,21 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
                                                const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens) {
   return model_placements(e, hw, router, m.load, m.capacity, num_tokens,
                           undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
+}
+
+void model_rebalanced(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
+                      VariantResult& vr) {
+  std::vector<LayerCostInput> steps;
+  for (const BalanceMetrics& m : vr.per_batch) {
+    LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, m.load, m.capacity);
+    in.undelivered = undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k);
+    in.placement = resolve_placement(e.placement, router);
+    steps.push_back(std::move(in));
+  }
+  vr.rebalance = model_rebalancing(hw, steps);
+  vr.has_rebalance = true;
+  for (ModeledPlacement& p : vr.modeled)
+    if (p.placement == "expert_parallel") p.cost = vr.rebalance.last;
 }
 
 // First difference between two routings, or "" when identical (weights within 1e-5 relative:
@@ -253,6 +268,8 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
     }
     vr.final_bias = state.expert_bias;
     vr.modeled = model_placements(e, result.hardware, v.router, vr.last(), result.num_tokens);
+    if (e.placement.kind == PlacementKind::expert_parallel && e.placement.rebalance_every > 0)
+      model_rebalanced(e, result.hardware, v.router, result.num_tokens, vr);
 
     if (execute && !batches.empty()) {
       // The executed layer replays the last batch with a fresh router state (time_layer).

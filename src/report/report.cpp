@@ -179,7 +179,58 @@ nlohmann::json erosion_json(const Erosion& x) {
           {"time_per_served_assignment_s", finite_or_null(x.time_per_served_s())}};
 }
 
+// The placement a cost ran on (report.hpp).
+nlohmann::json plan_json(const ExpertPlacement& p, const std::vector<double>& device_load, double predicted,
+                         double realised) {
+  return {{"expert", p.expert},
+          {"device", p.device},
+          {"node", p.node},
+          {"replicas", p.replicas},
+          {"slot_load", p.plan_load},
+          {"nodes", p.num_nodes},
+          {"device_load", device_load},
+          {"predicted_balancedness", predicted},
+          {"realised_balancedness", realised},
+          {"colocated_replicas", colocated_replicas(p)}};
+}
+
 namespace {
+
+nlohmann::json rebalance_json(const RebalanceRun& r) {
+  nlohmann::json epochs = nlohmann::json::array(), steps = nlohmann::json::array();
+  for (const PlanEpoch& ep : r.epochs) {
+    const std::vector<double> dl = device_plan_load(ep.placement);
+    epochs.push_back({{"first_step", ep.first_step},
+                      {"plan_load", ep.plan_load},
+                      {"expert", ep.placement.expert},
+                      {"device", ep.placement.device},
+                      {"node", ep.placement.node},
+                      {"replicas", ep.placement.replicas},
+                      {"device_load", dl},
+                      {"predicted_balancedness", balancedness_of(dl)},
+                      {"colocated_replicas", colocated_replicas(ep.placement)}});
+  }
+  for (const RebalanceStep& st : r.steps) {
+    steps.push_back({{"step", st.step},
+                     {"epoch", st.epoch},
+                     {"rebalanced", st.rebalanced},
+                     {"predicted_balancedness", st.predicted_balancedness},
+                     {"realised_balancedness", st.realised_balancedness},
+                     {"rank_imbalance", st.rank_imbalance},
+                     {"static_rank_imbalance", st.static_rank_imbalance},
+                     {"layer_s", st.layer_s},
+                     {"static_layer_s", st.static_layer_s}});
+  }
+  nlohmann::json j = {{"epochs", epochs}, {"steps", steps}};
+  if (r.gain_steps > 0) {
+    j["gain"] = {{"steps", r.gain_steps},
+                 {"rank_imbalance", r.rank_imbalance},
+                 {"static_rank_imbalance", r.static_rank_imbalance},
+                 {"layer_s", r.layer_s},
+                 {"static_layer_s", r.static_layer_s}};
+  }
+  return j;
+}
 
 nlohmann::json placement_json(const ModeledPlacement& p) {
   nlohmann::json j = {{"devices", p.devices},
@@ -196,6 +247,9 @@ nlohmann::json placement_json(const ModeledPlacement& p) {
     j["rank_imbalance"] = p.cost.rank_imbalance;
     j["balancedness"] = p.cost.balancedness;
     j["all_to_all_s"] = p.cost.all_to_all_s;
+    if (!p.cost.placement.expert.empty())
+      j["plan"] = plan_json(p.cost.placement, p.cost.device_plan_load, p.cost.predicted_balancedness,
+                            p.cost.balancedness);
   }
   return j;
 }
@@ -511,6 +565,7 @@ nlohmann::json run_to_json(const RunResult& run) {
     nlohmann::json modeled;
     for (const ModeledPlacement& p : v.modeled) modeled[p.placement] = placement_json(p);
     r["modeled"] = modeled;
+    if (v.has_rebalance) r["rebalance"] = rebalance_json(v.rebalance);
     if (v.executed) {
       // Medians under the original keys; *_min_s / *_max_s the fastest and slowest repeat; noisy and
       // noise_reason the noise flag (docs/design.md, "Measured spread and noise").

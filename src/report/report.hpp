@@ -43,6 +43,11 @@ nlohmann::json cost_json(const CostBreakdown& c);
 // A modeled layer's erosion block (DESIGN.md "erosion"): reference_s, actual_s, parts {imbalance_s,
 // quantization_s, padding_s, communication_s}, dropped_work_s and the assignment counts behind the ranking.
 nlohmann::json erosion_json(const Erosion& x);
+// An expert-parallel plan (docs/json-schema.md `plan`): per physical slot its logical expert, device, node
+// and planned load; replicas per expert; the planned load per device [devices]; the predicted (planned)
+// against the realised balancedness; the colocated replicas.
+nlohmann::json plan_json(const ExpertPlacement& p, const std::vector<double>& device_load, double predicted,
+                         double realised);
 
 // 1-based rank of each variant by the primary placement's modeled time per served assignment
 // (Erosion::time_per_served_s: N k minus the dropped assignments and the unrouted tokens' k), so that

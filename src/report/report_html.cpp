@@ -183,6 +183,43 @@ std::string bias_charts(const nlohmann::json& run) {
   return charts.empty() ? "" : "<h2>Expert bias (aux_free_bias)</h2>\n" + charts;
 }
 
+// One strategy's expert-parallel plan: a column per device, its slots stacked by the planner's load and
+// coloured by logical expert (the golden-angle hue of its id), the device's planned load beneath.
+std::string plan_chart(const std::string& label, const nlohmann::json& plan) {
+  const auto expert = plan["expert"].get<std::vector<int>>();
+  const auto device = plan["device"].get<std::vector<int>>();
+  const auto slot_load = plan["slot_load"].get<std::vector<double>>();
+  const auto device_load = plan["device_load"].get<std::vector<double>>();
+  if (expert.size() != device.size() || expert.size() != slot_load.size() || device_load.empty()) return "";
+  const double w = 640, h = 200, pad = 30;
+  const double top = std::max(1e-9, *std::max_element(device_load.begin(), device_load.end()));
+  const double cw = (w - 2 * pad) / device_load.size();
+  std::vector<double> filled(device_load.size(), 0.0);
+  std::ostringstream os;
+  os << "<figure class=\"plan\"><figcaption>" << esc(label) << ": slots per device, coloured by expert (predicted "
+     << "balancedness " << num(plan.value("predicted_balancedness", 1.0)) << ", realised "
+     << num(plan.value("realised_balancedness", 1.0)) << ", colocated replicas " << plan.value("colocated_replicas", 0)
+     << ")</figcaption><svg class=\"plan-slots\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
+     << " " << h << "\" role=\"img\">";
+  for (size_t i = 0; i < expert.size(); ++i) {
+    const int d = device[i];
+    if (d < 0 || static_cast<size_t>(d) >= device_load.size()) continue;
+    const double sh = (h - 2 * pad) * slot_load[i] / top;
+    const double y = h - pad - filled[d] - sh;
+    filled[d] += sh;
+    os << "<rect class=\"slot\" x=\"" << num(pad + d * cw + 2, 1) << "\" y=\"" << num(y, 1) << "\" width=\""
+       << num(std::max(1.0, cw - 4), 1) << "\" height=\"" << num(sh, 1) << "\" fill=\"hsl("
+       << num(std::fmod(expert[i] * 137.508, 360.0), 1) << ",55%,55%)\" stroke=\"#fff\"><title>slot " << i
+       << ": expert " << expert[i] << ", device " << d << ", load " << num(slot_load[i], 1) << "</title></rect>";
+  }
+  for (size_t d = 0; d < device_load.size(); ++d) {
+    os << "<text x=\"" << num(pad + (d + 0.5) * cw, 1) << "\" y=\"" << h - 10 << "\" text-anchor=\"middle\">d" << d
+       << " " << num(device_load[d], 0) << "</text>";
+  }
+  os << "</svg></figure>\n";
+  return os.str();
+}
+
 // "Where the modeled time goes": each strategy's erosion on its primary placement (expert_parallel when
 // modeled, else single), in microseconds; "" when the result carries no erosion (an older schema).
 std::string erosion_table(const nlohmann::json& run) {
@@ -269,6 +306,15 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
     const size_t records = s.contains("records") && s["records"].is_array() ? s["records"].size() : 0;
     const std::string over = records > 1 ? ", summed over the " + std::to_string(records) + " records" : "";
     os << load_bars(s["strategy"].get<std::string>(), s["metrics"]["load"].get<std::vector<double>>(), over);
+  }
+  bool plan_header = false;
+  for (const auto& s : run["strategies"]) {
+    if (!s.contains("modeled") || !s["modeled"].is_object() || !s["modeled"].contains("expert_parallel")) continue;
+    const auto& ep = s["modeled"]["expert_parallel"];
+    if (!ep.contains("plan") || !ep["plan"].contains("slot_load")) continue;
+    if (!plan_header) os << "<h2>Expert-parallel placement</h2>\n";
+    plan_header = true;
+    os << plan_chart(s["strategy"].get<std::string>(), ep["plan"]);
   }
   os << "<p><small>moesim " << esc(run.value("moesim_version", std::string())) << ", from " << esc(source_name)
      << "</small></p>\n</body></html>\n";

@@ -96,6 +96,49 @@ std::string erosion_legend(const RunResult& run) {
   return os.str();
 }
 
+// The expert-parallel plan of each strategy (slots per device when there are at most 64), its predicted
+// against realised balancedness, and the rebalancing gain when placement.rebalance_every re-plans.
+std::string placement_section(const RunResult& run) {
+  const PlacementConfig& pc = run.experiment.placement;
+  if (pc.kind != PlacementKind::expert_parallel) return "";
+  std::ostringstream os;
+  os << "placement: " << to_string(pc.policy) << ", " << pc.devices << " devices, " << pc.replicas << " replica slots"
+     << (pc.policy == PlacementPolicy::hierarchical ? ", " + std::to_string(pc.nodes) + " nodes" : "")
+     << (pc.spread_replicas ? ", replicas spread" : "")
+     << " (balancedness = mean / max load per device: predicted from the plan's loads, realised by the batch)\n";
+  for (const VariantResult& v : run.variants) {
+    const ModeledPlacement* mp = find_placement(v, "expert_parallel");
+    if (!mp || mp->cost.placement.expert.empty()) continue;
+    const ExpertPlacement& p = mp->cost.placement;
+    os << "  " << v.variant.label << ": predicted " << fmt(mp->cost.predicted_balancedness, 3) << ", realised "
+       << fmt(mp->cost.balancedness, 3) << ", colocated replicas " << colocated_replicas(p);
+    if (p.expert.size() <= 64) {
+      os << "; experts per device:";
+      for (int d = 0; d < p.num_devices; ++d) {
+        os << (d ? " |" : "") << " " << d << ":";
+        for (size_t i = 0; i < p.expert.size(); ++i)
+          if (p.device[i] == d) os << " " << p.expert[i];
+      }
+    }
+    os << "\n";
+    if (v.has_rebalance) {
+      const RebalanceRun& r = v.rebalance;
+      os << "    rebalancing every " << pc.rebalance_every << " steps (" << to_string(pc.load_estimator)
+         << " estimator): " << r.epochs.size() << " plans";
+      if (r.gain_steps > 0) {
+        os << "; over the " << r.gain_steps << " steps from the first re-plan, rank_imbalance "
+           << fmt(r.static_rank_imbalance, 3) << " (static plan of step 0) -> " << fmt(r.rank_imbalance, 3)
+           << ", modeled layer " << fmt(r.static_layer_s * 1e6, 1) << " -> " << fmt(r.layer_s * 1e6, 1) << " us ("
+           << fmt(r.layer_s > 0 ? r.static_layer_s / r.layer_s : 1.0, 3) << "x, at the model's size)";
+      } else {
+        os << "; no step after the first re-plan (workload.batches <= placement.rebalance_every)";
+      }
+      os << "\n";
+    }
+  }
+  return os.str();
+}
+
 // Why each strategy's row differs from the others: what it does, with the settings it used.
 std::string strategy_notes(const RunResult& run, const std::string& bullet) {
   const Experiment& e = run.experiment;
@@ -359,6 +402,7 @@ std::string format_run(const RunResult& run, ReportFormat format) {
   if (run.variants.size() > 1) os << "strategies:\n" << strategy_notes(run, "  ");
   os << erosion_legend(run) << "measured_ms: executed layer, median of " << e.execute.repeats
      << "; meas_eff: measured balanced / actual (the executed layer under `balanced` routing of the same tokens)\n";
+  os << placement_section(run);
   os << noise_legend(run, "");
   if (stepped) {
     const std::vector<StepRecord>& recs = run.variants.front().records;

@@ -247,6 +247,8 @@ std::string format_json(const SweepResult& s) {
     row["compute_bound_experts"] = r.compute_bound_experts;
     row["imbalance"] = r.imbalance;
     row["drop_rate"] = r.drop_rate;
+    if (!r.plan.expert.empty())
+      row["plan"] = plan_json(r.plan, r.device_plan_load, r.predicted_balancedness, r.realised_balancedness);
     if (r.measured) {
       row["measured"] = {{"layer_s", r.measured_layer_s},
                          {"experts_s", r.measured_experts_s},

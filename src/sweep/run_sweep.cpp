@@ -49,6 +49,10 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.compute_bound_experts = p.cost.compute_bound_experts;
   row.imbalance = v.last().imbalance;
   row.drop_rate = v.last().drop_rate;
+  row.plan = p.cost.placement;
+  row.device_plan_load = p.cost.device_plan_load;
+  row.predicted_balancedness = p.cost.predicted_balancedness;
+  row.realised_balancedness = p.cost.balancedness;
   if (v.executed) {
     row.measured = true;
     row.measured_layer_s = v.measured.layer_s;

@@ -53,6 +53,10 @@ struct SweepRow {
   double measured_layer_min_s = 0, measured_layer_max_s = 0;  // fastest and slowest repeat
   double measured_balanced_layer_min_s = 0, measured_balanced_layer_max_s = 0;
   MeasuredNoise measured_noise;     // src/pipeline/measured_noise.hpp: when up, the table shows no meas_eff
+  // Expert parallel: the plan the point's loads ran on (placement.expert empty otherwise).
+  ExpertPlacement plan;
+  std::vector<double> device_plan_load;  // [devices]
+  double predicted_balancedness = 1, realised_balancedness = 1;
 };
 
 // The knee of one curve of a sweep over workload.batch (src/sweep/knee.hpp): the rows that differ only in

@@ -47,7 +47,7 @@ TEST(Determinism, CompareAllGatingsWithDrops) {
 TEST(Determinism, CompareDropPoliciesAndPriorities) {
   expect_same_json_at_every_thread_count(
       "compare --gating token_choice,noisy_top_k,sinkhorn --no-execute --set workload.batch=2000"
-      " --set model.experts=12 --set model.top_k=3 --vary router.capacity_factor=0.5,1.25"
+      " --set model.experts=12 --set model.top_k=3 --set placement.replicas=4 --vary router.capacity_factor=0.5,1.25"
       " --vary router.drop_policy=position,score,random --vary router.priority=k_major,token_major");
 }
 

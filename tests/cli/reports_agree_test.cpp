@@ -26,12 +26,13 @@ using testing::run_cli;
 const std::string kRoot = MOESIM_SOURCE_DIR;
 
 // A decoder run small enough for a unit test: 4 sequences, a prefill of 3..9 tokens each and 3 decode
-// steps through 2 executed layers, E=6, k=2, capacity factor 1 so that some assignments drop.
+// steps through 2 executed layers, E=6, k=2, capacity factor 1 so that some assignments drop; round-robin
+// over the built-in 8 devices (EPLB's policies need D to divide E + R).
 const std::string kDecoder =
     " --set workload.source=decoder --set workload.batch=4 --set workload.prompt_len=3..9"
     " --set workload.decode_steps=3 --set workload.topics=3 --set workload.seed=5 --set model.experts=6"
     " --set model.top_k=2 --set router.capacity_factor=1.0 --set execute.hidden=48 --set execute.ffn=32"
-    " --set execute.layers=2 --set execute.repeats=1";
+    " --set execute.layers=2 --set execute.repeats=1 --set placement.policy=round_robin";
 
 std::string fixed(double v, int precision) {
   char buf[64];

@@ -172,7 +172,7 @@ TEST(LoadConfig, ScalarOverrides) {
 TEST(LoadConfig, ListOverrides) {
   const Experiment e = default_experiment({"workload.source=decoder", "workload.batch=3",
                                            "workload.prompt_len=[16, 32, 48]", "placement.devices=2",
-                                           "placement.map=[0, 1, 0, 1, 0, 1, 1, 1]"});
+                                           "placement.policy=map", "placement.map=[0, 1, 0, 1, 0, 1, 1, 1]"});
   EXPECT_EQ(e.workload.prompt_len, (std::vector<int>{16, 32, 48}));
   EXPECT_FALSE(e.workload.prompt_len_range);
   EXPECT_EQ(e.placement.map, (std::vector<int>{0, 1, 0, 1, 0, 1, 1, 1}));
@@ -252,11 +252,11 @@ router: {gating: group_limited, score: sigmoid, renormalize: true, pre_softmax: 
          capacity_scope: sequence, renormalize_after_drop: true, layout: block, block_size: 16,
          noise_std: 0.3, sinkhorn_iterations: 7, sinkhorn_tolerance: 1e-9, groups: 4, topk_groups: 2,
          group_mask_fill: "0", bias_update_rate: 0.125, routed_scaling_factor: 1.7}
-workload: {source: load_profile, batch: 99, batches: 3, prompt_len: 10..20, decode_steps: 0, seed: 12345678901,
+workload: {source: logits, batch: 99, batches: 3, prompt_len: 10..20, decode_steps: 0, seed: 12345678901,
            skew: 0, topics: 2, path: "data/x.json", profile_key: "mistral/expert_counts/arxiv"}
 hardware: {name: custom, peak_tflops: {bf16: 100}, bandwidth_gb_s: 900}
-placement: {kind: expert_parallel, devices: 3, replicas: 2, map: [0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2],
-            rebalance_every: 10}
+placement: {kind: expert_parallel, policy: hierarchical, devices: 6, replicas: 6, nodes: 3, groups: 6,
+            spread_replicas: true, rebalance_every: 10, load_estimator: ema, ema_weight: 0.25}
 execute: {enabled: false, hidden: 64, ffn: 96, layers: 2, repeats: 1, dtype: bf16}
 expect:
   - {metric: imbalance, min: 1, max: 3.5, aggregate: p95, strategy: group_limited}
@@ -281,7 +281,18 @@ expect:
   const Experiment back = load_experiment_text(yaml, "effective.yaml", {});
   EXPECT_EQ(experiment_to_yaml(back), yaml);
   EXPECT_EQ(back.name, "~");
-  EXPECT_EQ(back.placement.map, e.placement.map);
+  EXPECT_EQ(back.placement.policy, PlacementPolicy::hierarchical);
+  EXPECT_EQ(back.placement.nodes, 3);
+  EXPECT_EQ(back.placement.groups, 6);
+  EXPECT_TRUE(back.placement.spread_replicas);
+  EXPECT_EQ(back.placement.load_estimator, LoadEstimator::ema);
+  EXPECT_DOUBLE_EQ(back.placement.ema_weight, 0.25);
+  // A map needs policy map (and no replicas): its own round trip.
+  const Experiment m = load_experiment_text(
+      "placement: {kind: expert_parallel, policy: map, devices: 3, map: [0, 1, 2, 0, 1, 2, 0, 1]}\n", "map.yaml", {});
+  const Experiment m_back = load_experiment_text(experiment_to_yaml(m), "effective.yaml", {});
+  EXPECT_EQ(m_back.placement.map, (std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1}));
+  EXPECT_EQ(m_back.placement.policy, PlacementPolicy::map);
   EXPECT_EQ(back.hardware.inline_yaml, e.hardware.inline_yaml);
   EXPECT_DOUBLE_EQ(back.router.bias_update_rate, 0.125);
   EXPECT_EQ(back.workload.prompt_len, (std::vector<int>{10, 20}));
@@ -378,8 +389,23 @@ TEST(LoadConfig, BadConfigsAreRejectedWithKeyAndLine) {
       {"range contradicting prompt_len_range", "workload:\n  prompt_len: 8..64\n  prompt_len_range: false\n", {}, {"exp.yaml:3:", "workload.prompt_len_range"}},
       {"prompt lengths not one per sequence", "workload:\n  source: decoder\n  batch: 4\n  prompt_len: [1, 2, 3]\n", {}, {"exp.yaml:4:", "workload.prompt_len: expected one length or workload.batch (4) lengths"}},
       {"trace without a path", "workload:\n  source: trace\n", {}, {"exp.yaml:2:", "workload.path: expected a file path for source trace"}},
-      {"placement map of the wrong length", "placement:\n  devices: 2\n  map: [0, 1]\n", {}, {"exp.yaml:3:", "placement.map: expected 8 entries"}},
-      {"placement map device out of range", ok + "placement:\n  devices: 2\n  map: [0, 1, 2, 0, 1, 0, 1, 0]\n", {}, {"exp.yaml:5:", "placement.map[2]: expected a device in [0, 1] (placement.devices), got 2"}},
+      {"placement map of the wrong length", "placement:\n  devices: 2\n  policy: map\n  map: [0, 1]\n", {}, {"exp.yaml:4:", "placement.map: expected 8 entries"}},
+      {"placement map device out of range", ok + "placement:\n  devices: 2\n  policy: map\n  map: [0, 1, 2, 0, 1, 0, 1, 0]\n", {}, {"exp.yaml:6:", "placement.map[2]: expected a device in [0, 1] (placement.devices), got 2"}},
+      {"placement map without policy map", "placement:\n  devices: 2\n  map: [0, 1, 0, 1, 0, 1, 0, 1]\n", {}, {"exp.yaml:3:", "placement.map: expected no map for placement.policy global (set placement.policy: map to use it), got 8 entries"}},
+      {"placement policy map without a map", "placement:\n  kind: expert_parallel\n  policy: map\n", {}, {"exp.yaml:", "placement.map: expected one device per expert for placement.policy map, got no map"}},
+      {"unknown placement policy", "placement:\n  policy: greedy\n", {}, {"exp.yaml:2:", "placement.policy: expected one of global|hierarchical|round_robin|map", "'greedy'"}},
+      {"devices not dividing experts + replicas", "placement:\n  kind: expert_parallel\n  devices: 3\n", {}, {"exp.yaml:3:", "placement.devices: expected a divisor of model.experts + placement.replicas (8) for placement.policy global, got 3"}},
+      {"devices not dividing experts + replicas (replicas set last)", "placement:\n  kind: expert_parallel\n  devices: 4\n  replicas: 2\n", {}, {"exp.yaml:", "placement.devices: expected a divisor of model.experts + placement.replicas (10)"}},
+      {"nodes not dividing groups", "router:\n  groups: 4\nplacement:\n  kind: expert_parallel\n  policy: hierarchical\n  devices: 8\n  nodes: 3\n", {}, {"exp.yaml:7:", "placement.nodes: expected a divisor of router.groups (4) for placement.policy hierarchical, got 3"}},
+      {"placement groups not dividing experts", "placement:\n  kind: expert_parallel\n  policy: hierarchical\n  devices: 8\n  groups: 3\n", {}, {"exp.yaml:5:", "placement.groups: expected a divisor of model.experts (8) for placement.policy hierarchical, got 3"}},
+      {"nodes not dividing devices", "placement:\n  kind: expert_parallel\n  policy: hierarchical\n  devices: 2\n  groups: 4\n  nodes: 4\n", {}, {"exp.yaml:6:", "placement.nodes: expected a divisor of placement.devices (2)"}},
+      {"round_robin with replicas", "placement:\n  kind: expert_parallel\n  policy: round_robin\n  devices: 2\n  replicas: 2\n", {}, {"exp.yaml:5:", "placement.replicas: expected 0 for placement.policy round_robin"}},
+      {"rebalancing a round_robin placement", "placement:\n  kind: expert_parallel\n  policy: round_robin\n  rebalance_every: 2\n", {}, {"exp.yaml:4:", "placement.rebalance_every: expected 0 for placement.policy round_robin"}},
+      {"rebalancing a decoder workload", "workload:\n  source: decoder\nplacement:\n  kind: expert_parallel\n  rebalance_every: 2\n", {}, {"exp.yaml:5:", "placement.rebalance_every: expected 0 for workload.source decoder"}},
+      {"spread with more slots than experts x devices", "placement:\n  kind: expert_parallel\n  devices: 2\n  replicas: 10\n  spread_replicas: true\n", {}, {"exp.yaml:5:", "placement.spread_replicas: expected false, or placement.replicas <= model.experts x (placement.devices - 1) = 8, got true with 10 replicas"}},
+      {"ema_weight above 1", "placement:\n  ema_weight: 1.5\n", {}, {"exp.yaml:2:", "placement.ema_weight: expected a number in (0, 1], got 1.5"}},
+      {"ema_weight zero", "placement:\n  ema_weight: 0\n", {}, {"exp.yaml:2:", "placement.ema_weight"}},
+      {"unknown load estimator", "placement:\n  load_estimator: median\n", {}, {"exp.yaml:2:", "placement.load_estimator: expected one of window|ema"}},
       {"expect without a bound", "expect:\n  drop_rate: {aggregate: p95}\n", {}, {"exp.yaml:2:", "expect.drop_rate: expected at least one of min, max"}},
       {"expect min above max", "expect:\n  cv: {min: 2, max: 1}\n", {}, {"exp.yaml:2:", "expect.cv.max"}},
       {"expect unknown strategy", "expect:\n  cv: {max: 1, strategy: greedy}\n", {}, {"exp.yaml:2:", "expect.cv.strategy: expected a gating name"}},

@@ -43,9 +43,13 @@ CostBreakdown grouped(const HardwareProfile& hw, const std::vector<int64_t>& row
   return g.time();
 }
 
+// The cost tests below pin their devices by hand: round-robin (e % D) without replicas, a map when
+// one is given, EPLB's global policy with replicas (tests/cost/placement_policy_test.cpp covers the
+// policies themselves).
 PlacementConfig expert_parallel(int devices, int replicas = 0, std::vector<int> map = {}) {
   PlacementConfig p;
   p.kind = PlacementKind::expert_parallel;
+  p.policy = !map.empty() ? PlacementPolicy::map : replicas > 0 ? PlacementPolicy::global : PlacementPolicy::round_robin;
   p.devices = devices;
   p.replicas = replicas;
   p.map = std::move(map);
@@ -334,9 +338,10 @@ TEST(Erosion, BalancedRoutingHasNoImbalance) {
   const HardwareProfile hw = toy();
   for (int64_t n : {1, 5, 37, 400, 4100}) {
     for (int devices : {1, 2, 4}) {
-      for (int replicas : {0, 2}) {
+      for (int replicas : {0, 2, 4}) {
         for (Layout layout : {Layout::dropless, Layout::block, Layout::capacity}) {
           const int E = 8, k = 2;
+          if ((E + replicas) % devices != 0) continue;  // EPLB needs D to divide E + R
           std::vector<int64_t> load(E);
           for (int e = 0; e < E; ++e) load[e] = n * k / E + (e < n * k % E ? 1 : 0);
           LayerCostInput in = layer(E, k, n, load);
@@ -387,13 +392,15 @@ TEST(Erosion, TileBoundariesAreNotImbalance) {
 
 TEST(Placement, RandomLoadsKeepInvariants) {
   // Invariants on random loads: device tokens sum to the loads, replicas sum to E + R, every device
-  // holds at most ceil((E + R) / D) slots, ideal <= quantized <= calibrated (efficiencies <= 1).
+  // holds at most ceil((E + R) / D) slots (exactly (E + R) / D under EPLB), ideal <= quantized <= calibrated (efficiencies <= 1).
   const uint64_t seed = std::random_device{}();
   std::mt19937_64 rng(seed);
   const HardwareProfile hw = toy("efficiency_flops: 0.7\nefficiency_bw: 0.9\n");
   for (int trial = 0; trial < 100; ++trial) {
     const int E = 1 + static_cast<int>(rng() % 13), D = 1 + static_cast<int>(rng() % 6);
-    const int R = static_cast<int>(rng() % 5);
+    // Replicas only where EPLB allows them: D divides E + R (R in [0, 5) otherwise 0, round-robin).
+    int R = static_cast<int>(rng() % 5);
+    if ((E + R) % D != 0) R = 0;
     std::vector<int64_t> load(E);
     for (auto& l : load) l = static_cast<int64_t>(rng() % 300);
     const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});

@@ -19,12 +19,13 @@
 namespace moesim {
 namespace {
 
+// E = 6 on the built-in 8 devices: round-robin (EPLB's policies need D to divide E + R).
 Experiment tiny_decoder(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {"workload.source=decoder", "workload.batch=4",  "workload.prompt_len=3..9",
                                 "workload.decode_steps=4", "workload.topics=3", "workload.seed=5",
                                 "model.experts=6",         "model.top_k=2",     "router.capacity_factor=0",
                                 "execute.hidden=48",       "execute.ffn=32",    "execute.layers=2",
-                                "execute.repeats=1"};
+                                "execute.repeats=1",       "placement.policy=round_robin"};
   o.insert(o.end(), extra.begin(), extra.end());
   return default_experiment(o);
 }

@@ -1,7 +1,8 @@
 # Runs COMMAND (an expert-parallel `moesim run --format json` under mpirun, "|"-separated) and checks
 # its report: RANKS ranks, STEPS steps, EPOCHS placement epochs, per step the rows received over all
 # ranks equal the kept assignments (sum of the load) and equal the model's device tokens rank by rank,
-# idle and all-to-all times present, a rebalancing gain when EPOCHS > 1, and --verify ok.
+# idle and all-to-all times present, a rebalancing gain when EPOCHS > 1 (at the executed and the model's
+# size), the plan in the run schema, and --verify ok.
 string(REPLACE "|" ";" cmd "${COMMAND}")
 execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
 if(NOT rc EQUAL 0)
@@ -44,11 +45,23 @@ if(EPOCHS GREATER 1)
   if(gain_steps LESS 1 OR NOT rebalanced)
     message(FATAL_ERROR "no rebalancing gain reported")
   endif()
+  # The gain at the model's real size, beside the executed size's.
+  string(JSON model_size_s GET "${out}" expert_parallel rebalance_gain model_size_layer_s)
+  string(JSON static_model_size_s GET "${out}" expert_parallel rebalance_gain static_model_size_layer_s)
+  if(NOT model_size_s GREATER 0 OR NOT static_model_size_s GREATER 0)
+    message(FATAL_ERROR "no rebalancing gain at the model's size: ${model_size_s} / ${static_model_size_s}")
+  endif()
 endif()
 string(JSON ok GET "${out}" expert_parallel verify ok)
 if(NOT ok)
   string(JSON msg GET "${out}" expert_parallel verify message)
   message(FATAL_ERROR "verify: ${msg}")
+endif()
+# The plan in the run schema: per slot expert and device, replicas per expert.
+string(JSON plan_slots LENGTH "${out}" strategies 0 modeled expert_parallel plan expert)
+string(JSON plan_devices LENGTH "${out}" strategies 0 modeled expert_parallel plan device)
+if(plan_slots LESS 1 OR NOT plan_slots EQUAL plan_devices)
+  message(FATAL_ERROR "no placement plan in strategies[0].modeled.expert_parallel: ${plan_slots} slots, ${plan_devices} devices")
 endif()
 # The single-process schema: one strategy row with its metrics, the provenance and the experiment tree.
 string(JSON strategy GET "${out}" strategies 0 strategy)

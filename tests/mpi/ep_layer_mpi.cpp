@@ -45,6 +45,22 @@ struct Case {
   int shared_experts = 0;
 };
 
+// The driver tests the exchange, not the planner: round-robin without replicas, the case's map, and
+// EPLB's global packing with the replicas rounded up so that the job's ranks divide E + R.
+PlacementConfig job_placement(PlacementConfig pc, int num_experts, int ranks) {
+  pc.kind = PlacementKind::expert_parallel;
+  pc.devices = ranks;
+  if (!pc.map.empty()) {
+    pc.policy = PlacementPolicy::map;
+  } else if (pc.replicas > 0) {
+    pc.policy = PlacementPolicy::global;
+    pc.replicas += (ranks - (num_experts + pc.replicas) % ranks) % ranks;
+  } else {
+    pc.policy = PlacementPolicy::round_robin;
+  }
+  return pc;
+}
+
 // Runs one case on every rank; returns this rank's first failure ("" when none).
 std::string run_case(const Case& c) {
   const int ranks = ep_num_ranks(), me = ep_rank();
@@ -59,9 +75,7 @@ std::string run_case(const Case& c) {
     load[global.expert[a]] += global.kept[a];
     kept += global.kept[a];
   }
-  PlacementConfig pc = c.placement;
-  pc.kind = PlacementKind::expert_parallel;
-  pc.devices = ranks;
+  const PlacementConfig pc = job_placement(c.placement, c.num_experts, ranks);
   ExpertPlacement p = place_experts(load, pc);
   const ExpertWeights w = make_expert_weights(c.num_experts, c.hidden, c.ffn, c.seed);
   const ExpertWeights shared = make_expert_weights(c.shared_experts, c.hidden, c.ffn, c.seed + 17);
@@ -157,9 +171,7 @@ TEST(EpLayerMpi, RankHoldingNoExpertsWorks) {
   expect_case(c);
   if (ranks > 1) {
     // And the empty rank really holds no slot.
-    PlacementConfig pc = c.placement;
-    pc.kind = PlacementKind::expert_parallel;
-    pc.devices = ranks;
+    const PlacementConfig pc = job_placement(c.placement, c.num_experts, ranks);
     EXPECT_TRUE(ep_rank_slots(place_experts(std::vector<int64_t>(c.num_experts, 1), pc), ranks - 1).empty());
   }
 }
@@ -252,10 +264,9 @@ TEST(EpLayerMpi, RebalancedPlacementGivesTheSameOutput) {
   const EpTokenShare share = ep_token_share(c.num_tokens, me, ranks);
   const Routing local = ep_local_routing(global, share);
   const std::vector<float> x_local(x.begin() + share.begin * c.hidden, x.begin() + share.end * c.hidden);
-  PlacementConfig pc;
-  pc.kind = PlacementKind::expert_parallel;
-  pc.devices = ranks;
-  pc.replicas = 2;
+  PlacementConfig two;
+  two.replicas = 2;
+  const PlacementConfig pc = job_placement(two, c.num_experts, ranks);
   EpMoeLayer layer(w, nullptr, place_experts(std::vector<int64_t>(c.num_experts, 1), pc), Layout::dropless, 1);
   std::vector<float> before(x_local.size()), after(x_local.size());
   std::vector<int64_t> load;
@@ -286,9 +297,7 @@ int fail_on_rank(int bad) {
     const Routing global =
         route_omp(c.router, test::make_request(logits, c.num_tokens, c.num_experts, c.top_k), nullptr);
     const ExpertWeights w = make_expert_weights(c.num_experts, c.hidden, c.ffn, c.seed);
-    PlacementConfig pc;
-    pc.kind = PlacementKind::expert_parallel;
-    pc.devices = ranks;
+    const PlacementConfig pc = job_placement(PlacementConfig{}, c.num_experts, ranks);
     EpMoeLayer layer(w, nullptr, place_experts(std::vector<int64_t>(c.num_experts, 1), pc), Layout::dropless, 1);
     const EpTokenShare share = ep_token_share(c.num_tokens, me, ranks);
     Routing local = ep_local_routing(global, share);

@@ -110,7 +110,7 @@ TEST(EpPlan, SlotRangesSplitEachExpertEvenlyOverItsReplicas) {
   PlacementConfig pc;
   pc.kind = PlacementKind::expert_parallel;
   pc.devices = 3;
-  pc.replicas = 4;
+  pc.replicas = 4;  // EPLB's global policy: 3 ranks divide 5 + 4 slots
   const std::vector<int64_t> load = {100, 7, 0, 31, 2};
   const ExpertPlacement p = place_experts(load, pc);
   std::vector<int64_t> first, count;
@@ -126,15 +126,18 @@ TEST(EpPlan, SlotRangesSplitEachExpertEvenlyOverItsReplicas) {
 }
 
 // Placements of the plan sweep: round-robin, a map leaving the last rank empty, a map piling most
-// experts on rank 0, and EPLB replicas planned from the routing's own loads.
+// experts on rank 0, EPLB's global packing without replicas (when the ranks divide E), and EPLB
+// replicas (3 or more, so that the ranks divide E + R) planned from the routing's own loads.
 std::vector<ExpertPlacement> placements_for(const std::vector<int64_t>& load, int ranks) {
   const int num_experts = static_cast<int>(load.size());
   std::vector<ExpertPlacement> out;
   PlacementConfig pc;
   pc.kind = PlacementKind::expert_parallel;
   pc.devices = ranks;
+  pc.policy = PlacementPolicy::round_robin;
   out.push_back(place_experts(load, pc));
   if (ranks > 1) {
+    pc.policy = PlacementPolicy::map;
     pc.map.resize(num_experts);
     for (int e = 0; e < num_experts; ++e) pc.map[e] = e % (ranks - 1);
     out.push_back(place_experts(load, pc));
@@ -142,7 +145,9 @@ std::vector<ExpertPlacement> placements_for(const std::vector<int64_t>& load, in
     out.push_back(place_experts(load, pc));
     pc.map.clear();
   }
-  pc.replicas = 3;
+  pc.policy = PlacementPolicy::global;
+  if (num_experts % ranks == 0) out.push_back(place_experts(load, pc));
+  pc.replicas = 3 + (ranks - (num_experts + 3) % ranks) % ranks;
   out.push_back(place_experts(load, pc));
   return out;
 }
@@ -209,7 +214,7 @@ TEST(EpPlan, SlotWeightsCopyTheirExpertsWeights) {
   PlacementConfig pc;
   pc.kind = PlacementKind::expert_parallel;
   pc.devices = 2;
-  pc.replicas = 2;
+  pc.replicas = 3;  // EPLB's global policy: 2 ranks divide 5 + 3 slots
   const ExpertPlacement p = place_experts({1, 50, 2, 3, 40}, pc);
   for (int rank = 0; rank < 2; ++rank) {
     const std::vector<int32_t> slots = ep_rank_slots(p, rank);

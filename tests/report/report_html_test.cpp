@@ -1,4 +1,5 @@
-// The HTML report: one load chart per strategy, the metrics table and the efficiency chart, valid
+// The HTML report: one load chart per strategy, the metrics table and the efficiency chart, the
+// expert-parallel plan per strategy (slots per device), valid
 // against a malformed input; and the page renders in headless Chromium (skipped, with the reason,
 // where Chromium is not installed).
 #include <gtest/gtest.h>
@@ -38,6 +39,11 @@ TEST(ReportHtml, HasEveryElement) {
   EXPECT_EQ(count(html, "<table id=\"metrics\">"), 1);
   EXPECT_EQ(count(html, "<table id=\"erosion\">"), 1);
   EXPECT_EQ(count(html, "<tr><td>"), 6);  // 3 strategies in each table
+  // The built-in experiment is expert parallel over 8 devices: one plan chart per strategy, a column per
+  // device with its planned load, one rectangle per physical slot (8 experts, no replicas).
+  EXPECT_EQ(count(html, "<svg class=\"plan-slots\""), 3);
+  EXPECT_EQ(count(html, "<rect class=\"slot\""), 3 * 8);
+  EXPECT_EQ(count(html, ">d7 "), 3);
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, no scripts
   EXPECT_EQ(html.find("http"), std::string::npos);     // and no network
   EXPECT_THROW(render_html_report(nlohmann::json::object(), "x.json"), InputError);

@@ -89,7 +89,9 @@ TEST(TraceReplay, PipelineReplaysOrReRoutes) {
   const std::string dir = testing::make_temp_dir();
   testing::write_text(dir + "/decisions.jsonl", write_trace(rs, false));
   testing::write_text(dir + "/logits.jsonl", write_trace(rs, true));
-  const std::vector<std::string> base = {"workload.source=trace", "model.experts=6", "model.top_k=2"};
+  // E = 6 on the built-in 8 devices: round-robin (EPLB's policies need D to divide E + R).
+  const std::vector<std::string> base = {"workload.source=trace", "model.experts=6", "model.top_k=2",
+                                         "placement.policy=round_robin"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), base.begin(), base.end());
     return default_experiment(extra);

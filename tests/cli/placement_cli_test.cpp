@@ -1,0 +1,125 @@
+// End-to-end tests of the expert-parallel placement in the moesim binary: the plan in the JSON of a
+// single-process run, of compare and of sweep rows, placement.rebalance_every acting without mpirun (epochs, predicted
+// against realised balancedness, the gain), the new keys in `moesim config`, and one-line exit-2 errors
+// for EPLB's preconditions. Host only.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+using testing::run_cli;
+
+// Model only (no executed layer): 8 experts top-2, 512 tokens, skewed, on 4 devices with 4 replicas.
+const std::string kEp =
+    " --no-execute --set workload.batch=512 --set workload.skew=1.5 --set model.experts=8 --set model.top_k=2"
+    " --set placement.kind=expert_parallel --set placement.devices=4 --set placement.replicas=4";
+
+void expect_plan(const nlohmann::json& plan, int slots, int devices) {
+  ASSERT_TRUE(plan.is_object());
+  EXPECT_EQ(plan["expert"].size(), static_cast<size_t>(slots));
+  EXPECT_EQ(plan["device"].size(), static_cast<size_t>(slots));
+  EXPECT_EQ(plan["node"].size(), static_cast<size_t>(slots));
+  const auto replicas = plan["replicas"].get<std::vector<int>>();
+  EXPECT_EQ(std::accumulate(replicas.begin(), replicas.end(), 0), slots);
+  EXPECT_EQ(plan["device_load"].size(), static_cast<size_t>(devices));
+  for (const char* k : {"predicted_balancedness", "realised_balancedness"}) {
+    EXPECT_GT(plan[k].get<double>(), 0.0) << k;
+    EXPECT_LE(plan[k].get<double>(), 1.0) << k;
+  }
+  EXPECT_GE(plan["colocated_replicas"].get<int>(), 0);
+}
+
+TEST(PlacementCli, RunJsonCarriesThePlan) {
+  const auto r = run_cli("run --format json" + kEp);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& ep = j["strategies"][0]["modeled"]["expert_parallel"];
+  expect_plan(ep["plan"], 12, 4);
+  // Planned from the batch's own loads: the planner's device loads sum to the kept assignments.
+  const auto load = j["strategies"][0]["metrics"]["load"].get<std::vector<int64_t>>();
+  const auto dl = ep["plan"]["device_load"].get<std::vector<double>>();
+  EXPECT_DOUBLE_EQ(std::accumulate(dl.begin(), dl.end(), 0.0),
+                   static_cast<double>(std::accumulate(load.begin(), load.end(), int64_t{0})));
+  EXPECT_FALSE(j["strategies"][0].contains("rebalance"));
+}
+
+TEST(PlacementCli, CompareJsonCarriesThePlanPerStrategy) {
+  const auto r = run_cli("compare --gating token_choice,hash --format json" + kEp);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["strategies"].size(), 2u);
+  for (const auto& s : j["strategies"]) expect_plan(s["modeled"]["expert_parallel"]["plan"], 12, 4);
+}
+
+TEST(PlacementCli, SweepRowsCarryThePlan) {
+  const auto r = run_cli("sweep --vary placement.replicas=0,4 --format json --set workload.batch=512"
+                         " --set placement.kind=expert_parallel --set placement.devices=4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  expect_plan(j["rows"][0]["plan"], 8, 4);
+  expect_plan(j["rows"][1]["plan"], 12, 4);
+}
+
+TEST(PlacementCli, HierarchicalPlanHasNodes) {
+  const auto r = run_cli("run --format json" + kEp + " --set placement.policy=hierarchical --set placement.groups=4"
+                         " --set placement.nodes=2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto plan = nlohmann::json::parse(r.out)["strategies"][0]["modeled"]["expert_parallel"]["plan"];
+  expect_plan(plan, 12, 4);
+  EXPECT_EQ(plan["nodes"], 2);
+  EXPECT_EQ(plan["node"].get<std::vector<int>>(), (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}));
+}
+
+TEST(PlacementCli, RebalanceEveryActsWithoutMpirun) {
+  const auto r = run_cli("run --format json" + kEp + " --set workload.batches=6 --set placement.rebalance_every=2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& rb = j["strategies"][0]["rebalance"];
+  ASSERT_TRUE(rb.is_object());
+  ASSERT_EQ(rb["epochs"].size(), 3u);  // planned at steps 0, 2, 4
+  EXPECT_EQ(rb["epochs"][1]["first_step"], 2);
+  ASSERT_EQ(rb["steps"].size(), 6u);
+  EXPECT_TRUE(rb["steps"][4]["rebalanced"].get<bool>());
+  EXPECT_EQ(rb["gain"]["steps"], 4);
+  for (const auto& s : rb["steps"]) {
+    EXPECT_GT(s["predicted_balancedness"].get<double>(), 0.0);
+    EXPECT_GT(s["realised_balancedness"].get<double>(), 0.0);
+  }
+  // The headline expert-parallel cost is the last batch on its epoch's plan (planned from past loads).
+  EXPECT_DOUBLE_EQ(j["strategies"][0]["modeled"]["expert_parallel"]["time_s"].get<double>(),
+                   rb["steps"][5]["layer_s"].get<double>());
+  const auto table = run_cli("run" + kEp + " --set workload.batches=6 --set placement.rebalance_every=2");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("rebalancing"), std::string::npos) << table.out;
+}
+
+TEST(PlacementCli, ConfigPrintsThePlacementKeys) {
+  const auto r = run_cli("config");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* key : {"policy: global", "nodes: 1", "groups: 0", "spread_replicas: false",
+                          "load_estimator: window", "ema_weight: 0.5"})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key;
+}
+
+TEST(PlacementCli, EplbPreconditionsExitTwoWithOneLine) {
+  for (const std::string& args :
+       {std::string(" --set placement.devices=5"), std::string(" --set placement.replicas=2"),
+        std::string(" --set placement.policy=hierarchical --set router.groups=4 --set placement.nodes=3"),
+        std::string(" --set placement.policy=round_robin")}) {
+    SCOPED_TRACE(args);
+    const auto r = run_cli("run" + kEp + args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("placement."), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace moesim

@@ -1,0 +1,106 @@
+// Tests src/cost/rebalance: the re-plan rule, the window and ema load estimators by hand, and a modeled
+// 4-step run whose hot pairing changes, re-planned against the static plan of step 0 (epochs, predicted
+// against realised balancedness, the gain). Host only.
+#include "src/cost/rebalance.hpp"
+
+#include <gtest/gtest.h>
+
+namespace moesim {
+namespace {
+
+HardwareProfile toy() {
+  return parse_hardware_profile("name: toy\npeak_tflops: {fp16: 10}\nmemory_bandwidth_gbs: 1000\nsm_count: 4\n"
+                                "tile_m: 16\ntile_n: 16\nlaunch_overhead_us: 1\nlink_bandwidth_gbs: 100\n"
+                                "link_latency_us: 1\n",
+                                "toy.yaml");
+}
+
+PlacementConfig global(int devices, int every, LoadEstimator est = LoadEstimator::window, double weight = 0.5) {
+  PlacementConfig p;
+  p.kind = PlacementKind::expert_parallel;
+  p.policy = PlacementPolicy::global;
+  p.devices = devices;
+  p.rebalance_every = every;
+  p.load_estimator = est;
+  p.ema_weight = weight;
+  return p;
+}
+
+std::vector<LayerCostInput> steps_of(const std::vector<std::vector<int64_t>>& loads, const PlacementConfig& pc) {
+  std::vector<LayerCostInput> out;
+  for (const auto& l : loads) {
+    LayerCostInput in;
+    in.hidden = 64;
+    in.ffn = 128;
+    in.num_experts = static_cast<int>(l.size());
+    in.top_k = 1;
+    in.dtype = Dtype::fp16;
+    in.num_tokens = 10;
+    in.load = l;
+    in.placement = pc;
+    out.push_back(in);
+  }
+  return out;
+}
+
+TEST(Rebalance, ReplanSteps) {
+  const PlacementConfig p = global(2, 2);
+  EXPECT_FALSE(is_replan_step(p, 0));
+  EXPECT_FALSE(is_replan_step(p, 1));
+  EXPECT_TRUE(is_replan_step(p, 2));
+  EXPECT_FALSE(is_replan_step(p, 3));
+  EXPECT_TRUE(is_replan_step(p, 4));
+  EXPECT_FALSE(is_replan_step(global(2, 0), 2));
+}
+
+TEST(Rebalance, LoadEstimatorsByHand) {
+  const std::vector<std::vector<int64_t>> seen = {{1, 2}, {3, 4}, {5, 6}};
+  // window: the last rebalance_every steps, summed.
+  EXPECT_EQ(estimate_plan_load(seen, global(2, 2)), (std::vector<double>{8, 10}));
+  EXPECT_EQ(estimate_plan_load(seen, global(2, 5)), (std::vector<double>{9, 12}));  // fewer steps than the window
+  // ema with weight 0.5: [1, 2] -> [2, 3] -> [3.5, 4.5].
+  EXPECT_EQ(estimate_plan_load(seen, global(2, 2, LoadEstimator::ema, 0.5)), (std::vector<double>{3.5, 4.5}));
+  // weight 1 is the last step alone.
+  EXPECT_EQ(estimate_plan_load(seen, global(2, 2, LoadEstimator::ema, 1.0)), (std::vector<double>{5, 6}));
+}
+
+TEST(Rebalance, ReplanFollowsTheLoads) {
+  // Step 0 [4, 3, 2, 1] plans {e0, e3} on d0 and {e1, e2} on d1. Steps 2 and 3 route [4, 1, 3, 2]: on the
+  // static plan 6 against 4 (max/mean 1.2). The re-plan at step 2 from the window of steps 0 and 1
+  // ([4, 3, 2, 1] + [4, 0, 5, 3] = [8, 3, 7, 4]) pairs {e0, e1} and {e2, e3}: 5 and 5 (1.0).
+  const std::vector<std::vector<int64_t>> loads = {{4, 3, 2, 1}, {4, 0, 5, 3}, {4, 1, 3, 2}, {4, 1, 3, 2}};
+  const RebalanceRun run = model_rebalancing(toy(), steps_of(loads, global(2, 2)));
+  ASSERT_EQ(run.epochs.size(), 2u);
+  EXPECT_EQ(run.epochs[0].first_step, 0);
+  EXPECT_EQ(run.epochs[0].placement.expert, (std::vector<int32_t>{0, 3, 1, 2}));
+  EXPECT_EQ(run.epochs[1].first_step, 2);
+  EXPECT_EQ(run.epochs[1].plan_load, (std::vector<double>{8, 3, 7, 4}));
+  EXPECT_EQ(run.epochs[1].placement.expert, (std::vector<int32_t>{0, 1, 2, 3}));
+  ASSERT_EQ(run.steps.size(), 4u);
+  EXPECT_FALSE(run.steps[1].rebalanced);
+  EXPECT_TRUE(run.steps[2].rebalanced);
+  EXPECT_EQ(run.steps[3].epoch, 1);
+  // Step 1 on the static plan: d0 = 4 + 3, d1 = 0 + 5; realised 6 / 7, predicted (its own plan) 1.
+  EXPECT_DOUBLE_EQ(run.steps[1].realised_balancedness, 6.0 / 7.0);
+  EXPECT_DOUBLE_EQ(run.steps[1].predicted_balancedness, 1.0);
+  // Step 2: predicted from [8, 3, 7, 4] (11 and 11), realised 5 and 5.
+  EXPECT_DOUBLE_EQ(run.steps[2].predicted_balancedness, 1.0);
+  EXPECT_DOUBLE_EQ(run.steps[2].realised_balancedness, 1.0);
+  EXPECT_DOUBLE_EQ(run.steps[2].static_rank_imbalance, 1.2);
+  EXPECT_EQ(run.gain_steps, 2);
+  EXPECT_DOUBLE_EQ(run.rank_imbalance, 1.0);
+  EXPECT_DOUBLE_EQ(run.static_rank_imbalance, 1.2);
+  EXPECT_LT(run.layer_s, run.static_layer_s);
+  EXPECT_EQ(run.last.device_tokens, (std::vector<int64_t>{5, 5}));
+  // ema (weight 0.5): [4, 3, 2, 1] -> [4, 1.5, 3.5, 2], the same pairing.
+  const RebalanceRun ema = model_rebalancing(toy(), steps_of(loads, global(2, 2, LoadEstimator::ema, 0.5)));
+  EXPECT_EQ(ema.epochs[1].plan_load, (std::vector<double>{4, 1.5, 3.5, 2}));
+  EXPECT_EQ(ema.epochs[1].placement.expert, (std::vector<int32_t>{0, 1, 2, 3}));
+  // Without re-planning: one epoch, no gain.
+  const RebalanceRun none = model_rebalancing(toy(), steps_of(loads, global(2, 0)));
+  EXPECT_EQ(none.epochs.size(), 1u);
+  EXPECT_EQ(none.gain_steps, 0);
+}
+
+}  // namespace
+}  // namespace moesim

@@ -126,6 +126,10 @@ struct PlacementConfig {
   PlacementKind kind = PlacementKind::single;
   PlacementPolicy policy = PlacementPolicy::global;
   int devices = 1;
+  // GPUs each expert's ffn is sharded over (tensor parallelism): each computes ffn / T of every expert
+  // it holds, and the layer adds the all-reduce of their partial outputs. Combines with expert_parallel
+  // (each of its devices is then a group of T GPUs). Modeled only: the executed pipeline runs whole experts.
+  int tensor_parallel = 1;
   int replicas = 0;                     // extra replica slots (EPLB: num_replicas = experts + replicas)
   int nodes = 1;                        // hierarchical: server nodes; devices split evenly over them
   int groups = 0;                       // hierarchical: expert groups; 0 = router.groups

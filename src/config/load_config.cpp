@@ -74,6 +74,11 @@ void Loader::validate_placement(const Experiment& e) const {
                   "no map for placement.policy " + pol + " (set placement.policy: map to use it)",
                   std::to_string(p.map.size()) + " entries");
   }
+  if (e.model.ffn % p.tensor_parallel != 0) {
+    fail_expected(origin({"placement.tensor_parallel", "model.ffn"}), "placement.tensor_parallel",
+                  "a divisor of model.ffn (" + std::to_string(e.model.ffn) + "): each GPU holds ffn / T of an expert",
+                  std::to_string(p.tensor_parallel));
+  }
   if (p.kind != PlacementKind::expert_parallel) return;
   const int E = e.model.experts, D = p.devices, R = p.replicas;
   const int slots = E + R;

@@ -145,6 +145,7 @@ const std::vector<Section>& sections() {
        {enum_field("kind", &E::placement, &PlacementConfig::kind),
         enum_field("policy", &E::placement, &PlacementConfig::policy),
         int_field("devices", &E::placement, &PlacementConfig::devices, 1, kMaxExperts),
+        int_field("tensor_parallel", &E::placement, &PlacementConfig::tensor_parallel, 1, 1024),
         int_field("replicas", &E::placement, &PlacementConfig::replicas, 0, kMaxExperts),
         int_field("nodes", &E::placement, &PlacementConfig::nodes, 1, kMaxExperts),
         int_field("groups", &E::placement, &PlacementConfig::groups, 0, kMaxExperts),

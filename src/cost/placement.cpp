@@ -102,6 +102,28 @@ AllToAll all_to_all(const HardwareProfile& hw, const std::vector<int64_t>& devic
   return a;
 }
 
+// The all-reduce of tensor parallelism (model_moe_layer): a ring over T GPUs moves 2 (T - 1) / T of the
+// [rows, hidden] partial outputs through each GPU's link; latency outside the ideal column. Zero for T 1.
+CostBreakdown tensor_parallel_reduce(const HardwareProfile& hw, int tp, int64_t rows, int64_t hidden, Dtype dtype) {
+  CostBreakdown c;
+  if (tp <= 1 || rows <= 0) return c;
+  if (hw.link_bandwidth_bytes_per_s <= 0) {
+    throw ConfigError(hw.name + ": hardware.link_bandwidth_gbs: expected a positive number for "
+                      "placement.tensor_parallel " + std::to_string(tp) + " (its all-reduce crosses the link), got none");
+  }
+  const double bytes = 2.0 * (tp - 1) / tp * static_cast<double>(rows) * static_cast<double>(hidden) * dtype_bytes(dtype);
+  c.ideal_s = bytes / hw.link_bandwidth_bytes_per_s;
+  c.quantized_s = c.ideal_s + hw.link_latency_s;
+  c.calibrated_s = c.quantized_s;
+  return c;
+}
+
+void add_to(CostBreakdown& acc, const CostBreakdown& x) {
+  acc.ideal_s += x.ideal_s;
+  acc.quantized_s += x.quantized_s;
+  acc.calibrated_s += x.calibrated_s;
+}
+
 struct PlacedCost {
   CostBreakdown experts;   // max over devices of each device's grouped kernel (no all-to-all)
   CostBreakdown cost;      // experts + all-to-all
@@ -493,7 +515,8 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
 
 LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
   validate(in);
-  const ExpertRoofline rm(hw, in.hidden, in.ffn, in.dtype);
+  const int tp = std::max(1, in.placement.tensor_parallel);
+  const ExpertRoofline rm(hw, in.hidden, (in.ffn + tp - 1) / tp, in.dtype);
   const int num_experts = in.num_experts;
   const int64_t assignments = in.num_tokens * in.top_k;
   const BalancedLoads balanced(assignments, num_experts, in.capacity);
@@ -529,9 +552,14 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
       actual.add(in.num_tokens);
       even.add(in.num_tokens);
     }
-    out.actual = actual.time();
+    const CostBreakdown experts = actual.time();
+    out.actual = experts;
     out.balanced = even.time();
-    out.device_time_s.assign(1, out.actual.quantized_s);
+    out.device_time_s.assign(1, experts.quantized_s);
+    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, in.num_tokens, in.hidden, in.dtype);
+    add_to(out.actual, reduce);
+    add_to(out.balanced, reduce);
+    out.tensor_parallel_reduce_s = reduce.quantized_s;
     out.device_tokens.assign(1, tokens);
     // T1: the loads as they are (the dropless layout's rows are the loads: no second pass).
     double loads_ideal_s = out.actual.ideal_s;
@@ -541,7 +569,7 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
       for (int s = 0; s < in.shared_experts; ++s) plain.add(in.num_tokens);
       loads_ideal_s = plain.time().ideal_s;
     }
-    out.erosion = erosion_of(hw, rm, in, tokens, loads_ideal_s, out.actual, out.actual.quantized_s);
+    out.erosion = erosion_of(hw, rm, in, tokens, loads_ideal_s, experts, out.actual.quantized_s);
   } else {
     ExpertPlacement p = place_experts_real(
         in.placement_load.empty() ? std::vector<double>(in.load.begin(), in.load.end()) : in.placement_load,
@@ -556,6 +584,21 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     const PlacedCost b = cost_placed(hw, rm, pb, rule_balanced, in);
     out.actual = a.cost;
     out.balanced = b.cost;
+    // Each expert-parallel device is a group of T GPUs reducing the rows it holds; the layer waits for the
+    // group with the most (shared experts' local tokens included).
+    const auto most_rows = [&](const PlacedCost& c) {
+      int64_t most = 0;
+      for (size_t d = 0; d < c.device_tokens.size(); ++d) {
+        const int64_t local = in.num_tokens / static_cast<int64_t>(c.device_tokens.size()) +
+                              (static_cast<int64_t>(d) < in.num_tokens % static_cast<int64_t>(c.device_tokens.size()) ? 1 : 0);
+        most = std::max(most, c.device_tokens[d] + (in.shared_experts > 0 ? local : 0));
+      }
+      return most;
+    };
+    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, most_rows(a), in.hidden, in.dtype);
+    add_to(out.actual, reduce);
+    add_to(out.balanced, tensor_parallel_reduce(hw, tp, most_rows(b), in.hidden, in.dtype));
+    out.tensor_parallel_reduce_s = reduce.quantized_s;
     out.compute_bound_experts = a.compute_bound;
     out.device_time_s = std::move(a.device_time_s);
     out.device_tokens = std::move(a.device_tokens);

@@ -141,6 +141,7 @@ struct LayerCost {
   double balancedness = 1.0;        // mean / max of device_tokens, its inverse
   double all_to_all_s = 0.0;        // dispatch + combine, quantized (with link latency)
   double all_to_all_bytes = 0.0;    // bytes that leave their device, dispatch + combine
+  double tensor_parallel_reduce_s = 0.0;  // the all-reduce of placement.tensor_parallel, quantized (with latency)
   // Expert parallel: the plan the actual loads ran on (planned from placement_load), the planner's
   // real-valued load per device, and its predicted balancedness (mean / max of that load) beside the
   // realised one (balancedness, from device_tokens).
@@ -170,6 +171,13 @@ double efficiency_of(const Erosion& erosion);
 //    parallel with the link. The ideal column omits latency.
 //  - balanced: the same N, k, E with loads floor/ceil(N k / E) (the `balanced` gating: expert e gets
 //    one extra when e < N k mod E), capped at C when capacity > 0, placed by the same rule.
+//  - tensor parallel (placement.tensor_parallel T > 1): every expert's ffn is split over T GPUs, so each
+//    GPU's grouped kernel runs the expert shape (hidden, ceil(ffn / T)) on all the rows, and the partial
+//    outputs are summed by a ring all-reduce over the link (Megatron-LM's row-parallel linear; vLLM's
+//    tensor-parallel fused MoE reduces the layer's output): 2 (T - 1) / T x rows x hidden x act_bytes,
+//    plus one link latency outside the ideal column; rows = the batch's N tokens on one device, the most
+//    rows any expert-parallel device (a group of T GPUs) holds otherwise. Balanced and actual alike; the
+//    erosion counts it as communication.
 // Throws ConfigError when the profile lacks what the placement needs (a peak for dtype, link bandwidth).
 LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in);
 

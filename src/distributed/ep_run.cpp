@@ -182,6 +182,11 @@ void require_ep_runnable(const Experiment& e, int num_ranks) {
     throw ConfigError(e.source_file + ": workload.source: expected synthetic or logits for an expert-parallel "
                       "run under mpirun, got " + to_string(e.workload.source));
   }
+  if (e.placement.tensor_parallel != 1) {
+    throw ConfigError(e.source_file + ": placement.tensor_parallel: expected 1 for a run under mpirun (each rank "
+                      "executes whole experts; tensor parallelism is modeled only: run without mpirun), got " +
+                      std::to_string(e.placement.tensor_parallel));
+  }
   if (!e.execute.enabled) {
     throw ConfigError(e.source_file + ": execute.enabled: expected true for a run under mpirun (it executes the "
                       "layer); run without mpirun for the cost model alone");

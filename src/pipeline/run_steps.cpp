@@ -97,6 +97,7 @@ std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& rec
       c.balancedness += x.balancedness / n;
       c.all_to_all_s += x.all_to_all_s / n;
       c.all_to_all_bytes += x.all_to_all_bytes / n;
+      c.tensor_parallel_reduce_s += x.tensor_parallel_reduce_s / n;
       c.device_time_s.resize(x.device_time_s.size(), 0.0);
       device_tokens.resize(x.device_tokens.size(), 0.0);
       for (size_t d = 0; d < x.device_time_s.size(); ++d) c.device_time_s[d] += x.device_time_s[d] / n;

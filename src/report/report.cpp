@@ -241,6 +241,7 @@ nlohmann::json placement_json(const ModeledPlacement& p) {
                       {"balanced", cost_json(p.cost.balanced)},
                       {"erosion", erosion_json(p.cost.erosion)},
                       {"compute_bound_experts", p.cost.compute_bound_experts}};
+  if (p.cost.tensor_parallel_reduce_s > 0) j["tensor_parallel_reduce_s"] = p.cost.tensor_parallel_reduce_s;
   if (p.placement == "expert_parallel") {
     j["device_time_s"] = p.cost.device_time_s;
     j["device_tokens"] = p.cost.device_tokens;

@@ -62,7 +62,8 @@ std::vector<Column> columns(const RunResult& run) {
   cols.push_back({"imb_us", [primary, us](size_t i) { return us(primary(i).imbalance_s); }});
   cols.push_back({"tile_us", [primary, us](size_t i) { return us(primary(i).quantization_s); }});
   cols.push_back({"pad_us", [primary, us](size_t i) { return us(primary(i).padding_s); }});
-  if (ep) cols.push_back({"comm_us", [primary, us](size_t i) { return us(primary(i).communication_s); }});
+  const bool comm = ep || run.experiment.placement.tensor_parallel > 1;
+  if (comm) cols.push_back({"comm_us", [primary, us](size_t i) { return us(primary(i).communication_s); }});
   cols.push_back({"drop_us", [primary, us](size_t i) { return us(primary(i).dropped_work_s); }});
   cols.push_back({"batch_eff", [&](size_t i) { return fmt(primary_placement(vs[i]).cost.batching_efficiency, 3); }});
   cols.push_back({"measured_ms", [&](size_t i) { return vs[i].executed ? fmt(vs[i].measured.layer_s * 1e3, 2) : "-"; }});
@@ -79,16 +80,20 @@ std::vector<Column> columns(const RunResult& run) {
 // What the modeled columns mean, and what the split compares.
 std::string erosion_legend(const RunResult& run) {
   const bool ep = run.experiment.placement.kind == PlacementKind::expert_parallel;
+  const int tp = run.experiment.placement.tensor_parallel;
+  const bool comm = ep || tp > 1;
   const std::string total = ep ? "ep" + std::to_string(run.experiment.placement.devices) + "_us" : "model_us";
   std::ostringstream os;
   os << "model_us: modeled MoE layer on one device (roofline with the kernel's row tiles, waves and launches)"
      << (ep ? "; " + total + ": on the expert-parallel placement, all-to-all included; rank_imb: max/mean tokens per device" : "")
+     << (tp > 1 ? "; each expert's ffn split over " + std::to_string(tp) + " GPUs (placement.tensor_parallel)" : "")
      << "\n"
-     << total << " = ref_us + imb_us + tile_us + pad_us" << (ep ? " + comm_us" : "")
+     << total << " = ref_us + imb_us + tile_us + pad_us" << (comm ? " + comm_us" : "")
      << ": ref_us = the assignments delivered, balanced over the experts" << (ep ? " and devices" : "")
      << ", on the ideal roofline; imb_us = the uneven loads on the ideal roofline (below 0: skew left experts idle whose "
         "weights balanced routing reads); tile_us = tiles, waves and launches; pad_us = capacity or block rows"
      << (ep ? "; comm_us = all-to-all with its skew" : "")
+     << (tp > 1 ? std::string(ep ? " and" : "; comm_us =") + " the tensor-parallel all-reduce" : "")
      << "; drop_us = the ideal time of the dropped and unrouted assignments: work not done, not in " << total << "\n"
      << "batch_eff: ref_us / (ref_us + imb_us), what imbalance alone costs (drops, tiles and padding held out); "
         "rank: by " << total << " per assignment served of the N k owed (dropped and unrouted work counts against it), "

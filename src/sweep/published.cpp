@@ -31,32 +31,6 @@ namespace fs = std::filesystem;
 constexpr uint64_t kStreamPublished = 0x7075626c;  // "publ": the routing draws of one point
 constexpr const char* kValidationDir = "data/validation/";
 
-// One CSV line split into fields: commas inside double quotes do not split, "" is a literal quote.
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
-  }
-  return fields;
-}
-
 struct Where {
   const std::string& origin;
   int line;
@@ -125,6 +99,31 @@ GemmPart gemm_part(PublishedScope s) {
 
 }  // namespace
 
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
 const char* to_string(PublishedScope s) {
   switch (s) {
     case PublishedScope::layer: return "layer";
@@ -153,7 +152,7 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
   PublishedTable table;
   table.origin = origin;
   table.name = stem_of(origin);
-  const std::vector<std::string> header = split_csv(kPublishedHeader);
+  const std::vector<std::string> header = split_csv_line(kPublishedHeader);
   std::istringstream in(text);
   std::string line;
   int number = 0;
@@ -167,7 +166,7 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
       continue;
     }
     if (line.empty()) continue;
-    const std::vector<std::string> f = split_csv(line);
+    const std::vector<std::string> f = split_csv_line(line);
     if (f.size() != header.size())
       w.fail("row", std::to_string(header.size()) + " fields", std::to_string(f.size()) + " fields");
     PublishedPoint p;

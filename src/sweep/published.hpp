@@ -44,6 +44,9 @@ struct PublishedTable {
   std::vector<PublishedPoint> points;
 };
 
+// One CSV line split into fields: commas inside double quotes do not split, "" is a literal quote.
+std::vector<std::string> split_csv_line(const std::string& line);
+
 // Parses one CSV (the exact header, one point per line). Errors: InputError "ORIGIN:LINE: COLUMN: expected
 // WHAT, got 'VALUE'". A GPU without a built-in profile is an error.
 PublishedTable parse_published_csv(const std::string& text, const std::string& origin);

@@ -15,6 +15,8 @@
 #include <tuple>
 #include <vector>
 
+#include "src/sweep/published.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,31 +29,7 @@ constexpr std::size_t kMinGpuKinds = 3;
 
 fs::path validation_dir() { return fs::path(MOESIM_SOURCE_DIR) / "data" / "validation"; }
 
-// One CSV line split into fields: commas inside double quotes do not split, "" is a literal quote.
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
-  }
-  return fields;
-}
+using moesim::split_csv_line;
 
 std::vector<fs::path> csv_files() {
   std::vector<fs::path> files;
@@ -92,7 +70,7 @@ TEST(ValidationData, EveryFileIsWellFormed) {
       ++line_no;
       if (line.empty()) continue;
       ++rows;
-      const auto f = split_csv(line);
+      const auto f = split_csv_line(line);
       ASSERT_EQ(f.size(), kFields) << "line " << line_no;
       for (const auto col : numeric)
         EXPECT_TRUE(parses_positive(f[col])) << "line " << line_no << " column " << col << " = '" << f[col] << "'";
@@ -115,7 +93,7 @@ TEST(ValidationData, CoversEnoughTablesAndGpus) {
     std::string line;
     std::getline(in, line);
     while (std::getline(in, line))
-      if (!line.empty()) gpus.insert(split_csv(line)[0]);
+      if (!line.empty()) gpus.insert(split_csv_line(line)[0]);
   }
   EXPECT_GE(files.size(), kMinFiles);
   EXPECT_GE(gpus.size(), kMinGpuKinds);

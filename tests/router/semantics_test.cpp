@@ -19,9 +19,9 @@ namespace {
 
 using test::make_request;
 
-using RouteFn = Routing (*)(const RouterConfig&, const RouteRequest&, RouterState*);
-const RouteFn kBoth[] = {&route_omp, &route_ref};
-const char* const kNames[] = {"route_omp", "route_ref"};
+using test::kBoth;
+using test::kNames;
+using test::RouteFn;
 const RoutingSemantics kAll[] = {RoutingSemantics::exact, RoutingSemantics::megatron, RoutingSemantics::huggingface,
                                  RoutingSemantics::deepseek};
 

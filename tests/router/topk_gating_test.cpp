@@ -17,9 +17,9 @@ namespace {
 using test::make_request;
 using test::random_logits;
 
-using RouteFn = Routing (*)(const RouterConfig&, const RouteRequest&, RouterState*);
-const RouteFn kBoth[] = {&route_omp, &route_ref};
-const char* const kNames[] = {"route_omp", "route_ref"};
+using test::kBoth;
+using test::kNames;
+using test::RouteFn;
 
 // Hand values below are written in double; the router rounds each weight to float once.
 constexpr double kHandTolerance = 1e-6;

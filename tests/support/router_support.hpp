@@ -20,6 +20,12 @@
 namespace moesim {
 namespace test {
 
+// The two router entry points every router test runs side by side: the Thrust/OpenMP path and the serial
+// reference.
+using RouteFn = Routing (*)(const RouterConfig&, const RouteRequest&, RouterState*);
+inline const RouteFn kBoth[] = {&route_omp, &route_ref};
+inline const char* const kNames[] = {"route_omp", "route_ref"};
+
 // route_omp and route_ref evaluate the same double formulas in the same order, so on one host their
 // weights agree to the bit; the bound only leaves room for a libm whose exp differs in the last bit.
 constexpr double kWeightTolerance = 1e-6;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/cost_support.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -15,13 +17,8 @@
 namespace moesim {
 namespace {
 
-// F = 10 TFLOP/s fp16, BW = 1 TB/s, 4 SMs, 16x16 tiles, 1 us launches; links 100 GB/s, 1 us latency.
-HardwareProfile toy(const std::string& extra = "") {
-  return parse_hardware_profile("name: toy\npeak_tflops: {fp16: 10}\nmemory_bandwidth_gbs: 1000\nsm_count: 4\n"
-                                "tile_m: 16\ntile_n: 16\nlaunch_overhead_us: 1\nlink_bandwidth_gbs: 100\n"
-                                "link_latency_us: 1\n" + extra,
-                                "toy.yaml");
-}
+// The toy accelerator of tests/support/cost_support.hpp (links 100 GB/s, 1 us latency).
+HardwareProfile toy(const std::string& extra = "") { return test::toy_profile(extra); }
 
 // hidden 64, ffn 128, fp16 (see roofline_test.cpp: W = 49152 B, 768 B and 49152 FLOPs per row).
 LayerCostInput layer(int num_experts, int top_k, int64_t num_tokens, std::vector<int64_t> load) {

@@ -5,15 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/cost_support.hpp"
+
 namespace moesim {
 namespace {
 
-HardwareProfile toy() {
-  return parse_hardware_profile("name: toy\npeak_tflops: {fp16: 10}\nmemory_bandwidth_gbs: 1000\nsm_count: 4\n"
-                                "tile_m: 16\ntile_n: 16\nlaunch_overhead_us: 1\nlink_bandwidth_gbs: 100\n"
-                                "link_latency_us: 1\n",
-                                "toy.yaml");
-}
+// The toy accelerator of tests/support/cost_support.hpp (links 100 GB/s, 1 us latency).
+HardwareProfile toy(const std::string& extra = "") { return test::toy_profile(extra); }
 
 PlacementConfig global(int devices, int every, LoadEstimator est = LoadEstimator::window, double weight = 0.5) {
   PlacementConfig p;

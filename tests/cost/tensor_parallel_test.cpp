@@ -3,6 +3,8 @@
 // by hand on one device and with expert parallelism; T 1 changes nothing; the config checks. Host only.
 #include <gtest/gtest.h>
 
+#include "tests/support/cost_support.hpp"
+
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/cost/placement.hpp"
@@ -11,13 +13,8 @@
 namespace moesim {
 namespace {
 
-// F = 10 TFLOP/s fp16, BW = 1 TB/s, 4 SMs, 16x16 tiles, 1 us launches; links 100 GB/s, 1 us latency.
-HardwareProfile toy() {
-  return parse_hardware_profile("name: toy\npeak_tflops: {fp16: 10}\nmemory_bandwidth_gbs: 1000\nsm_count: 4\n"
-                                "tile_m: 16\ntile_n: 16\nlaunch_overhead_us: 1\nlink_bandwidth_gbs: 100\n"
-                                "link_latency_us: 1\n",
-                                "toy.yaml");
-}
+// The toy accelerator of tests/support/cost_support.hpp (links 100 GB/s, 1 us latency).
+HardwareProfile toy(const std::string& extra = "") { return test::toy_profile(extra); }
 
 LayerCostInput layer(int64_t ffn, int tp, std::vector<int64_t> load, int64_t tokens) {
   LayerCostInput in;

@@ -181,9 +181,9 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     p.experts = static_cast<int>(parse_positive(w, "experts", f[2], 65536));
     p.n = parse_positive(w, "n", f[3], int64_t(1) << 20);
     p.k = parse_positive(w, "k", f[4], int64_t(1) << 20);
-    p.top_k = static_cast<int>(parse_positive(w, "top_k", f[5], p.experts));
+    p.top_k = static_cast<int>(parse_positive(w, "top_k", f[5], std::min(p.experts, kPublishedMaxTopK)));
     p.tp = static_cast<int>(parse_positive(w, "tp", f[6], 1024));
-    p.batch = parse_positive(w, "batch", f[7], int64_t(1) << 20);
+    p.batch = parse_positive(w, "batch", f[7], kPublishedMaxBatch);
     p.measured_s = parse_time_us(w, f[8]) * 1e-6;
     p.source = f[9];
     if (p.source.empty()) w.fail("source", "the measurement's source (owner/repo#PR)", "");
@@ -218,6 +218,14 @@ std::vector<PublishedTable> load_published(const std::string& spec) {
     }
   }
   if (tables.empty()) throw InputError("--published " + spec + ": expected at least one table, got none");
+  std::size_t points = 0;
+  for (const PublishedTable& t : tables) points += t.points.size();
+  if (tables.size() > kPublishedMaxTables || points > kPublishedMaxPoints) {
+    throw InputError("--published " + spec + ": expected at most " + std::to_string(kPublishedMaxTables) +
+                     " tables and " + std::to_string(kPublishedMaxPoints) +
+                     " points (the leave-one-out fits grow as tables x points), got " + std::to_string(tables.size()) +
+                     " tables and " + std::to_string(points) + " points");
+  }
   std::sort(tables.begin(), tables.end(), [](const PublishedTable& a, const PublishedTable& b) { return a.name < b.name; });
   return tables;
 }
@@ -230,7 +238,8 @@ PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& h
   const double flop_share = part == GemmPart::both ? 1.0 : part == GemmPart::up ? 2.0 / 3.0 : 1.0 / 3.0;
   PublishedTerms t;
   t.kernels = scope_kernels(p.scope);
-  std::vector<int> order(static_cast<std::size_t>(p.experts));
+  std::vector<int> order(static_cast<std::size_t>(p.experts)), picks(static_cast<std::size_t>(p.top_k));
+  std::iota(order.begin(), order.end(), 0);
   std::vector<int64_t> load(static_cast<std::size_t>(p.experts));
   const uint64_t seed = static_cast<uint64_t>(p.experts) * 1000003u + static_cast<uint64_t>(p.top_k) * 7919u +
                         static_cast<uint64_t>(p.batch);
@@ -238,13 +247,16 @@ PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& h
     std::fill(load.begin(), load.end(), 0);
     uint64_t index = 0;
     for (int64_t token = 0; token < p.batch; ++token) {
-      std::iota(order.begin(), order.end(), 0);
       for (int j = 0; j < p.top_k; ++j) {  // partial Fisher-Yates: order[0..k) is a uniform k-subset
         const double u = counter_uniform(seed, kStreamPublished + static_cast<uint64_t>(draw), index++);
         const int pick = j + std::min(p.experts - j - 1, static_cast<int>(u * (p.experts - j)));
+        picks[static_cast<std::size_t>(j)] = pick;
         std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(pick)]);
         ++load[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])];
       }
+      // Undo the swaps, last first: order is the identity again in O(k), not O(E), per token.
+      for (int j = p.top_k - 1; j >= 0; --j)
+        std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(picks[static_cast<std::size_t>(j)])]);
     }
     GroupedCost g(model);
     for (int64_t rows : load) g.add(rows);
@@ -381,7 +393,11 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
       PublishedRow row;
       row.table = static_cast<int>(t);
       row.point = p;
-      row.terms = published_terms(p, hw);
+      try {
+        row.terms = published_terms(p, hw);
+      } catch (const Error& e) {  // e.g. a dtype the GPU has no peak for: name the row
+        throw InputError(tables[t].origin + ":" + std::to_string(p.line) + ": " + e.what());
+      }
       const double launches_s = row.terms.kernels * hw.launch_overhead_s;
       row.ideal_s = std::max(row.terms.memory_s, row.terms.ideal_compute_s);
       row.quantized_s = launches_s + std::max(row.terms.memory_s, row.terms.compute_s);

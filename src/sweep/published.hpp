@@ -7,6 +7,7 @@
 // Covered by tests/sweep/published_test.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +17,13 @@
 #include "src/cost/roofline.hpp"
 
 namespace moesim {
+
+// Bounds that keep a validation fast whatever a file says: a row's batch and top_k (the routing draws cost
+// batch x top_k each), and the tables and points of one `--published` (each leave-one-out fit costs about
+// 1e5 x the points it fits).
+constexpr int64_t kPublishedMaxBatch = 65536;
+constexpr int kPublishedMaxTopK = 64;
+constexpr std::size_t kPublishedMaxTables = 32, kPublishedMaxPoints = 512;
 
 // The columns of a validation CSV, in order.
 extern const char* const kPublishedHeader;

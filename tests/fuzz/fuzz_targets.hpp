@@ -25,6 +25,7 @@
 #include "src/pipeline/run_experiment.hpp"
 #include "src/report/check.hpp"
 #include "src/report/report.hpp"
+#include "src/sweep/published.hpp"
 #include "router/balance_metrics.hpp"
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_file.hpp"
@@ -34,7 +35,8 @@ namespace moesim::fuzz {
 
 // The fuzz targets, by the folder name of their corpus.
 inline const std::vector<std::string>& target_names() {
-  static const std::vector<std::string> names = {"config", "npy", "csv", "baseline", "trace", "load_profile"};
+  static const std::vector<std::string> names = {"config", "npy", "csv", "baseline", "trace", "load_profile",
+                                                 "published"};
   return names;
 }
 
@@ -165,6 +167,27 @@ inline void fuzz_csv(const uint8_t* data, size_t size) {
   guarded(name, [&] { check_matrix(parse_csv(text, name), name); });
 }
 
+// ---- published kernel tables: moesim validate --published (data/validation/*.csv) --------------------
+// A table parses or names its line; up to 8 of its points small enough to draw quickly (batch x top_k <=
+// 4096) are modeled, and every modeled time must be positive and finite.
+inline void fuzz_published(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] {
+    PublishedTable table = parse_published_csv(text, name);
+    std::vector<PublishedPoint> small;
+    for (const PublishedPoint& p : table.points)
+      if (p.batch * p.top_k <= 4096 && small.size() < 8) small.push_back(p);
+    if (small.empty()) return;
+    table.points = small;
+    const PublishedValidation v = validate_published({table});
+    for (const PublishedRow& r : v.rows) {
+      for (double t : {r.ideal_s, r.quantized_s, r.calibrated_s})
+        if (!(t > 0) || !std::isfinite(t)) finding("a modeled time that is not positive and finite");
+    }
+  });
+}
+
 // ---- baseline JSON: moesim check --baseline ---------------------------------------------------------
 // What check reads from a baseline: the runs, their strategy labels rebuilt as router variants of an
 // experiment, and the comparison against a run.
@@ -284,6 +307,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "baseline") return fuzz_baseline(data, size);
   if (target == "trace") return fuzz_trace(data, size);
   if (target == "load_profile") return fuzz_load_profile(data, size);
+  if (target == "published") return fuzz_published(data, size);
   finding("unknown fuzz target " + target);
 }
 

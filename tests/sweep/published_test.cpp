@@ -62,6 +62,11 @@ TEST(Published, BadRowsNameFileLineAndColumn) {
             std::string::npos);
   EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", "8,7168,4096,9,2", "4", "9")).find("t.csv:2: top_k: expected"),
             std::string::npos);
+  // Bounds that keep the routing draws fast: batch at most 65536, top_k at most 64.
+  EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", shape, "65537", "9")).find("batch: expected an integer from 1 to 65536"),
+            std::string::npos);
+  EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", "512,128,2048,65,1", "4", "9")).find("top_k: expected an integer from 1 to 64"),
+            std::string::npos);
   EXPECT_NE(error_of(kHeader + "\nh100-sxm,bf16,8\n").find("t.csv:2: row: expected 16 fields, got '3 fields'"),
             std::string::npos);
   EXPECT_NE(error_of(kHeader + "\n").find("expected at least one measurement row"), std::string::npos);

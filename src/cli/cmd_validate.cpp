@@ -187,9 +187,10 @@ int cmd_validate(int argc, char** argv) {
     ref.name = hardware;
     ref.origin = "--hardware";
   }
-  if (!ref.name.empty() || !ref.inline_yaml.empty()) {
+  if (set_hardware || !hardware.empty()) {
     // A measured CPU profile named explicitly is used as asked, with a word when it is another machine's
-    // (a profile that does not load here is reported by run_validation, which resolves it fully).
+    // (a profile that does not load here is reported by run_validation, which resolves it fully). The
+    // default profile was settled by profile_for_this_machine above.
     try {
       const HardwareProfile chosen = load_hardware_profile(ref, base.source_file);
       const MachineSignature here = this_machine(openmp_max_threads());

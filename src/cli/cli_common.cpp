@@ -35,7 +35,9 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
       ("set", po::value(&opts.overrides)->composing(), "override a config key: --set model.top_k=4 (repeatable)")
       ("format", po::value(&opts.format)->default_value("table"), "table | json | csv | markdown")
       ("out", po::value(&opts.out), "write the report to FILE (atomically) instead of stdout")
-      ("threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)");
+      ("threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")
+      ("strict", po::bool_switch(&opts.strict),
+       "a config key set to a value that has no effect in this run is an error (exit 2), not a warning");
   if (with_execute) {
     desc.add_options()
         ("memory-limit", po::value(&opts.memory_limit), "refuse runs whose memory estimate exceeds this (e.g. 4GiB)")
@@ -89,6 +91,34 @@ std::string base_profile_text(const std::string& base) {
                      base + "'");
   }
   return it->second;
+}
+
+void warn_inert_keys(const std::vector<Experiment>& rows, const EffectContext& ctx, bool strict) {
+  const std::vector<InertKey> inert = inert_user_keys(rows, ctx);
+  if (inert.empty()) return;
+  if (strict) {
+    std::string all;
+    for (const InertKey& k : inert) all += (all.empty() ? "" : "; ") + k.key + " has no effect " + k.reason;
+    throw ConfigError(all + " (--strict)");
+  }
+  for (const InertKey& k : inert) std::cerr << inert_key_message(k) + "\n";
+}
+
+EffectContext effect_context(const CommonOptions& opts, const char* command) {
+  EffectContext c;
+  c.command = command;
+  c.executes = !opts.no_execute;
+  c.cuda = c.executes && resolve_backend(opts.backend) == ExecBackend::cuda;
+  return c;
+}
+
+std::vector<Experiment> variant_experiments(const Experiment& e, const std::vector<RouterVariant>& variants) {
+  std::vector<Experiment> rows;
+  for (const RouterVariant& v : variants) {
+    rows.push_back(e);
+    rows.back().router = v.router;
+  }
+  return rows;
 }
 
 int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat format, const char* command) {

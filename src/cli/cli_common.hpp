@@ -10,6 +10,7 @@
 #include <boost/program_options.hpp>
 
 #include "src/config/experiment.hpp"
+#include "src/config/key_effects.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "src/report/report.hpp"
 
@@ -28,6 +29,7 @@ struct CommonOptions {
   int threads = 0;                      // --threads N (0 = OpenMP default)
   std::string backend = "auto";         // --backend auto|cpu|cuda
   int repeats = 0;                      // --repeats R: execute.repeats (0 = the experiment's own)
+  bool strict = false;                  // --strict: a key set to no effect is an error (exit 2)
 };
 
 // Adds the common options to `desc`, storing into `opts`.
@@ -71,6 +73,17 @@ void apply_threads(int threads);
 // A progress bar on stderr ("LABEL [#####.....] done/total"), cleared when done; empty (no output)
 // when stderr is not a terminal, so logs and pipes stay quiet.
 std::function<void(size_t, size_t)> progress_bar(const std::string& label);
+
+// One stderr line per key the user set (file, --set, --vary) to a value that acts in none of `rows` (the
+// experiments of a run: one per row or point), "moesim: KEY has no effect REASON"; under --strict the
+// first such key is a ConfigError (exit 2) instead.
+void warn_inert_keys(const std::vector<Experiment>& rows, const EffectContext& ctx, bool strict);
+
+// What a run/compare command does beyond its experiment (--no-execute, --backend), for warn_inert_keys.
+EffectContext effect_context(const CommonOptions& opts, const char* command);
+
+// The experiment of each variant: `e` with the variant's router.
+std::vector<Experiment> variant_experiments(const Experiment& e, const std::vector<RouterVariant>& variants);
 
 // Writes `text` to --out atomically, or to stdout.
 void emit(const CommonOptions& opts, const std::string& text);

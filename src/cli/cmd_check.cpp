@@ -80,7 +80,9 @@ int cmd_check(int argc, char** argv) {
       "force", po::bool_switch(&force), "with --update-baseline: write the baseline even when a bound fails")(
       "set", po::value(&opts.overrides)->composing(), "override a config key in every file (repeatable)")(
       "threads", po::value(&opts.threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")(
-      "execute", po::bool_switch(&execute), "also run the executed pipeline (needed for measured_* metrics)");
+      "execute", po::bool_switch(&execute), "also run the executed pipeline (needed for measured_* metrics)")(
+      "strict", po::bool_switch(&opts.strict),
+      "a config key set to a value that has no effect in this run is an error (exit 2), not a warning");
   if (parse_or_help(argc, argv, desc, "file", -1, help)) return kExitOk;
   if (opts.files.empty()) throw InputError("check: expected at least one experiment file");
   if (!(rtol >= 0) || !(atol >= 0)) throw InputError("--rtol/--atol: expected non-negative numbers");
@@ -134,6 +136,7 @@ int cmd_check(int argc, char** argv) {
     } catch (const Error& ex) {
       throw InputError(baseline + ": " + ex.what());
     }
+    warn_inert_keys(variant_experiments(e, variants), {"check", needs_execute, false}, opts.strict);
     const std::vector<std::string> metrics = baseline_metrics(e, requested_metrics);
     if (b != baselines.end()) refuse_foreign_baseline(e, b->second, baseline, allow_change);
     const RunResult run = run_experiment(e, variants, ro);

@@ -98,7 +98,16 @@ int cmd_compare(int argc, char** argv) {
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
-  const RunResult run = run_experiment(e, compare_variants(e, gating, varies), run_options(opts, "compare"));
+  const std::vector<RouterVariant> variants = compare_variants(e, gating, varies);
+  std::vector<Experiment> rows = variant_experiments(e, variants);
+  for (Experiment& row : rows) {  // a --vary key is one the user set
+    for (const std::string& v : varies) {
+      row.given_keys.push_back(v.substr(0, v.find('=')));
+      row.set_keys.push_back(row.given_keys.back());
+    }
+  }
+  warn_inert_keys(rows, effect_context(opts, "compare"), opts.strict);
+  const RunResult run = run_experiment(e, variants, run_options(opts, "compare"));
   return emit_run(opts, run, format, "compare");
 }
 

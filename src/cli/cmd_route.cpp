@@ -112,7 +112,21 @@ int cmd_route(int argc, char** argv) {
     if (renormalize) sets.push_back("router.renormalize=true");
     if (no_renormalize) sets.push_back("router.renormalize=false");
     sets.insert(sets.end(), opts.overrides.begin(), opts.overrides.end());
-    return default_experiment(sets);
+    Experiment e = default_experiment(sets);
+    // The settings route makes itself (the file's expert count, dropless, no placement) are not the user's.
+    const auto users = [&](const std::string& key) {
+      if (key == "router.gating") return !gating.empty();
+      if (key == "model.top_k") return top_k > 0;
+      if (key == "router.capacity_factor") return !capacity_factor.empty();
+      if (key == "router.renormalize") return renormalize || no_renormalize;
+      for (const std::string& s : opts.overrides)
+        if (s.compare(0, key.size() + 1, key + "=") == 0) return true;
+      return false;
+    };
+    for (auto* keys : {&e.given_keys, &e.set_keys})
+      keys->erase(std::remove_if(keys->begin(), keys->end(), [&](const std::string& k) { return !users(k); }),
+                  keys->end());
+    return e;
   };
 
   // Check the estimate before reading: a .npy's shape is in its header; a .csv must at least fit as text.
@@ -133,6 +147,7 @@ int cmd_route(int argc, char** argv) {
                std::to_string(m.num_tokens) + " tokens x " + std::to_string(m.num_experts) + " experts (" +
                    to_string(e.router.gating) + ")");
 
+  warn_inert_keys({e}, {"route", false, false}, opts.strict);
   RouteRequest req;
   req.logits = m.values.data();
   req.num_tokens = m.num_tokens;

@@ -18,6 +18,7 @@ int cmd_run(int argc, char** argv) {
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
+  warn_inert_keys({e}, effect_context(opts, "run"), opts.strict);
   if (run_under_mpi(e)) return cmd_run_ep(opts, e);  // expert parallel under mpirun (src/distributed)
   const RunResult run = run_experiment(e, own_variant(e), run_options(opts, "run"));
   return emit_run(opts, run, format, "run");

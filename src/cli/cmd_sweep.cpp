@@ -40,6 +40,9 @@ int cmd_sweep(int argc, char** argv) {
   sweep_opts.measure = measure;
   sweep_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
   sweep_opts.progress = progress_bar("sweep");
+  sweep_opts.before_run = [&](const std::vector<Experiment>& points) {
+    warn_inert_keys(points, {"sweep", measure, false}, opts.strict);
+  };
   const SweepResult result = run_sweep(base, axes, sweep_opts);
   emit(opts, format_sweep(result, format));
   return kExitOk;

@@ -168,6 +168,7 @@ int cmd_validate(int argc, char** argv) {
   }
   const std::vector<std::string> values = expand_sweep_values(batches, "--batches " + batches);
   const Experiment base = load_experiment_for(opts);
+  warn_inert_keys({base}, {"validate", true, false}, opts.strict);
   // The host profile: --hardware, or --set hardware[.KEY]=... (the experiment's own hardware: key names the
   // modeled GPU, not this host, so only an explicit --set replaces the default). Both at once is ambiguous.
   const bool set_hardware = std::any_of(opts.overrides.begin(), opts.overrides.end(), [](const std::string& s) {

@@ -1,6 +1,6 @@
 // The typed, validated experiment: what a YAML file plus --set overrides mean (DESIGN.md "Configuration").
 // Produced by load_config.cpp; read by every later stage. Plain data, host only.
-// Every field here (but RouterConfig::given_preset_keys) has a YAML key of the same name under its section;
+// Every field here (but RouterConfig::given_preset_keys, Experiment::given_keys and set_keys) has a YAML key of the same name under its section;
 // defaults are the built-in ones.
 // Covered by tests/config/load_config_test.cpp.
 #pragma once
@@ -171,6 +171,12 @@ struct Experiment {
   PlacementConfig placement;
   ExecuteConfig execute;
   std::vector<Expectation> expect;
+  // The key paths ("router.noise_std", "hardware", "expect") the experiment file or a --set gave, in schema
+  // order; the built-in default's own keys are not listed. src/config/key_effects.hpp reads it to name the
+  // keys a user set that act nowhere in a run. Not a YAML key.
+  std::vector<std::string> given_keys;
+  // The subset of given_keys that a --set or --vary gave: set on purpose, even to a default value.
+  std::vector<std::string> set_keys;
 };
 
 // Name tables: the YAML spelling of each enum value. parse_* throw ConfigError (caller adds the key).

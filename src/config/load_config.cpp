@@ -10,7 +10,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -18,6 +20,7 @@
 
 #include "src/common/embedded.hpp"
 #include "src/common/error.hpp"
+#include "src/config/key_effects.hpp"
 #include "src/config/load_config_internal.hpp"
 
 namespace moesim {
@@ -55,6 +58,15 @@ Experiment Loader::read(const YAML::Node& root) {
     if (origins_.count("router." + key)) e.router.given_preset_keys.push_back(key);
   }
   apply_semantics_preset(e.router, e.model.top_k, e.router.given_preset_keys);
+  // What the user gave: every key of the file, but the built-in default's own keys, and every --set.
+  const bool built_in = !source_.empty() && source_.front() == '<';
+  for (const std::string& key : schema_key_paths()) {
+    auto it = origins_.find(key);
+    if (it == origins_.end()) continue;
+    const bool by_set = it->second.rfind("--set ", 0) == 0;
+    if (by_set || !built_in) e.given_keys.push_back(key);
+    if (by_set) e.set_keys.push_back(key);
+  }
   validate(e);
   return e;
 }
@@ -189,6 +201,17 @@ void Loader::validate(const Experiment& e) const {
                   "one length or workload.batch (" + std::to_string(w.batch) + ") lengths",
                   std::to_string(w.prompt_len.size()) + " lengths");
   }
+  // Per-sequence capacity needs one sequence length (src/decoder/decoder.cpp): refused where the prompts differ,
+  // instead of silently falling back to the whole batch.
+  const bool unequal_prompts =
+      w.prompt_len_range || std::adjacent_find(w.prompt_len.begin(), w.prompt_len.end(), std::not_equal_to<int>()) !=
+                                w.prompt_len.end();
+  if (r.capacity_scope == CapacityScope::sequence && w.source == WorkloadSource::decoder && unequal_prompts &&
+      (r.capacity_factor > 0 || r.gating == Gating::expert_choice)) {
+    fail_expected(origin({"router.capacity_scope", "workload.prompt_len", "workload.prompt_len_range"}),
+                  "router.capacity_scope",
+                  "batch where prompt lengths differ (a per-sequence capacity needs one sequence length)", "sequence");
+  }
   validate_placement(e);
   if (!p.map.empty()) {
     if (static_cast<int64_t>(p.map.size()) != m.experts) {
@@ -311,6 +334,26 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
   emit_experiment(text, e, true);
   Experiment updated = load_experiment_text(std::string(text.c_str()) + "\n", source, {key_eq_value});
   updated.source_file = e.source_file;
+  // The re-emitted text gives every key: the user gave what e's user gave, and what this override changed
+  // (not the convention keys a changed preset set again).
+  const std::vector<std::string> before = experiment_key_values(e);
+  const std::vector<std::string> after = experiment_key_values(updated);
+  const std::vector<std::string> paths = schema_key_paths();
+  const auto& left = updated.router.given_preset_keys;
+  const auto listed = [](const std::vector<std::string>& v, const std::string& k) {
+    return std::find(v.begin(), v.end(), k) != v.end();
+  };
+  std::vector<std::string> given, set;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& k = paths[i];
+    const bool preset = k.rfind("router.", 0) == 0 && !listed(left, k.substr(7)) &&
+                        listed(semantics_preset_keys(), k.substr(7));
+    const bool changed = before[i] != after[i] && !preset;
+    if (listed(e.given_keys, k) || changed) given.push_back(k);
+    if (listed(e.set_keys, k) || changed) set.push_back(k);
+  }
+  updated.given_keys = given;
+  updated.set_keys = set;
   // An unchanged hardware reference keeps naming where it was first given, not the re-emitted text.
   if (updated.hardware.name == e.hardware.name && updated.hardware.inline_yaml == e.hardware.inline_yaml) {
     updated.hardware.origin = e.hardware.origin;

@@ -92,6 +92,7 @@ SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes
     if (opts.measure) e.execute.enabled = true;
     experiments.push_back(std::move(e));
   }
+  if (opts.before_run) opts.before_run(experiments);
   RunOptions run_opts;
   run_opts.execute = opts.measure;
   run_opts.memory_limit_bytes = opts.memory_limit_bytes;

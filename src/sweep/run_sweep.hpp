@@ -24,6 +24,8 @@ struct SweepOptions {
   double memory_limit_bytes = 0;    // 0: no limit (run_experiment's ResourceError otherwise)
   // Called after each point with (points done, points in all); may be empty.
   std::function<void(size_t, size_t)> progress;
+  // Called once with every point's experiment, after all are built and before the first runs; may be empty.
+  std::function<void(const std::vector<Experiment>&)> before_run;
 };
 
 // One point of a sweep. Modeled times cover model.layers layers, each costed as the experiment's MoE

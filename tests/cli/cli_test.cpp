@@ -203,7 +203,7 @@ TEST(Cli, BadInputIsExitTwoWithOneLine) {
       {"route --logits " + dir + "/nan.npy", "nan.npy"},
       {"route", "--logits"},
       {"compare --gating nosuch", "nosuch"},
-      {"run --no-execute --out /nonexistent-dir/x.json" + kSmall, "/nonexistent-dir/x.json"},
+      {"run --no-execute --out /nonexistent-dir/x.json --set workload.batch=256", "/nonexistent-dir/x.json"},
   };
   for (const Case& c : cases) {
     const auto r = run_cli(c.args);

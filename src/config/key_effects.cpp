@@ -1,0 +1,518 @@
+// The table of when each config key acts (see key_effects.hpp). Each rule reads the experiment of one
+// row and what the command does; a rule claims "no effect" only where the code path that reads the key
+// is not taken (the router, the cost model, the executed pipeline: the file named in each comment).
+// Deterministic, host only. Covered by tests/config/key_effects_test.cpp.
+#include "src/config/key_effects.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <sstream>
+
+#include "src/config/load_config_internal.hpp"
+
+namespace moesim {
+namespace {
+
+using R = std::string;
+const R kActs;  // the rule's answer where the key acts
+
+bool gating_in(const Experiment& e, std::initializer_list<Gating> gs) {
+  return std::find(gs.begin(), gs.end(), e.router.gating) != gs.end();
+}
+R with_gating(const Experiment& e) { return std::string("with router.gating=") + to_string(e.router.gating); }
+R with_source(const Experiment& e) { return std::string("with workload.source=") + to_string(e.workload.source); }
+bool source_in(const Experiment& e, std::initializer_list<WorkloadSource> ss) {
+  return std::find(ss.begin(), ss.end(), e.workload.source) != ss.end();
+}
+bool routing_only(const EffectContext& c) { return c.command == "route"; }
+const char* kRouteOnly = "in moesim route (routing only: no cost model, no executed layer)";
+// validate models what executes: the execute: size in fp32 on one device of the host profile
+// (src/sweep/validate.cpp), at the batches of --batches.
+bool validating(const EffectContext& c) { return c.command == "validate"; }
+const char* kValidate = "in moesim validate (it models the execute: size in fp32 on one host device)";
+
+// Recorded loads are costed as they are: no router runs (src/pipeline/run_steps.cpp run_load_profile).
+bool routes(const Experiment& e) { return e.workload.source != WorkloadSource::load_profile; }
+
+// Token choice with a capacity: the drop step of router/capacity.hpp runs.
+bool token_choice_drops(const Experiment& e) {
+  return e.router.gating != Gating::expert_choice && e.router.capacity_factor > 0;
+}
+R no_drops(const Experiment& e) {
+  if (e.router.gating == Gating::expert_choice) return "with router.gating=expert_choice (it drops nothing)";
+  return "with router.capacity_factor=0 (dropless)";
+}
+
+// Where the routing weights (not only the chosen experts) reach a result: the executed layer's combine, the
+// decoder's next hidden states, the dumped routing, or a drop order by weight (apply_capacity, score).
+bool weights_matter(const Experiment& e, const EffectContext& c) {
+  if (c.dumps_routing) return true;
+  if (e.workload.source == WorkloadSource::decoder) return true;
+  const bool executed = c.executes && e.execute.enabled && !routing_only(c) &&
+                        source_in(e, {WorkloadSource::synthetic, WorkloadSource::logits});
+  return executed || (token_choice_drops(e) && e.router.drop_policy == DropPolicy::score);
+}
+R weights_unused(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return "in moesim route (it reports counts, not weights)";
+  return "on this run's results (the routing weights reach only the executed layer, the decoder, a dumped routing "
+         "or drop_policy score; here: " +
+         std::string(c.executes && e.execute.enabled ? "" : "not executed, ") + "workload.source=" +
+         to_string(e.workload.source) + ")";
+}
+
+// The weight rule of gating_common.hpp (gate_weight_rule) is read by token_choice and sinkhorn; noisy_top_k
+// writes softmax weights of its own; group_limited and aux_free_bias read group_limited_params.
+bool reads_weight_rule(const Experiment& e) { return gating_in(e, {Gating::token_choice, Gating::sinkhorn}); }
+bool group_routing(const Experiment& e) { return gating_in(e, {Gating::group_limited, Gating::aux_free_bias}); }
+bool scores_from_logits(const Experiment& e) {
+  return !gating_in(e, {Gating::hash, Gating::random, Gating::balanced});
+}
+
+bool expert_parallel(const Experiment& e) { return e.placement.kind == PlacementKind::expert_parallel; }
+R single_placement() { return "with placement.kind=single"; }
+R not_executed(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  if (!source_in(e, {WorkloadSource::synthetic, WorkloadSource::logits, WorkloadSource::decoder}))
+    return with_source(e) + " (nothing is executed)";
+  if (!c.executes) return "without the executed layer (--no-execute, or a command that only models)";
+  if (!e.execute.enabled) return "with execute.enabled=false";
+  return kActs;
+}
+
+// ---- the rules, one per key ----------------------------------------------------------------------
+R always(const Experiment&, const EffectContext&) { return kActs; }
+R cost_model(const Experiment&, const EffectContext& c) { return routing_only(c) ? kRouteOnly : kActs; }
+R model_size(const Experiment& e, const EffectContext& c) { return validating(c) ? kValidate : cost_model(e, c); }
+
+R model_vocab(const Experiment& e, const EffectContext& c) {
+  // The decoder's embeddings; hash gating's synthetic token ids (src/workload/logits_batches.cpp).
+  if (e.workload.source == WorkloadSource::decoder) return kActs;
+  if (e.router.gating == Gating::hash && source_in(e, {WorkloadSource::synthetic, WorkloadSource::logits}) &&
+      !routing_only(c))
+    return kActs;
+  return std::string("with workload.source=") + to_string(e.workload.source) + " and " +
+         with_gating(e).substr(5) + " (token ids come from the decoder, or feed hash gating)";
+}
+R model_attention(const Experiment& e, const EffectContext& c) {
+  // Attention and the KV cache are costed per decode step (src/pipeline/run_steps.cpp).
+  if (routing_only(c)) return kRouteOnly;
+  if (e.workload.source == WorkloadSource::decoder) return kActs;
+  return with_source(e) + " (attention is modeled for the decoder only)";
+}
+
+// Step runs (decoder, trace, load profile) total their phases over model.layers (run_steps.cpp), and sweep
+// rows scale a layer to the model (run_sweep.cpp); a batch run reports one MoE layer.
+R model_layers(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  if (c.command == "sweep" || !source_in(e, {WorkloadSource::synthetic, WorkloadSource::logits})) return kActs;
+  return with_source(e) + " (one MoE layer is reported; whole-model times come from decoder, trace and "
+                          "load_profile runs, and from moesim sweep)";
+}
+
+R router_gating(const Experiment& e, const EffectContext&) {
+  return routes(e) ? kActs : with_source(e) + " (recorded loads: nothing is routed)";
+}
+R router_score(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (!scores_from_logits(e) || e.router.gating == Gating::noisy_top_k) return with_gating(e);
+  if (reads_weight_rule(e) && !weights_matter(e, c)) return weights_unused(e, c);
+  return kActs;
+}
+R router_renormalize(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (!reads_weight_rule(e) && !group_routing(e)) return with_gating(e);
+  if (reads_weight_rule(e) && e.router.score == ScoreFunction::softmax && !e.router.pre_softmax)
+    return "with router.pre_softmax=false (the softmax over the k chosen already sums to 1)";
+  if (!weights_matter(e, c)) return weights_unused(e, c);
+  return kActs;
+}
+R router_pre_softmax(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (!reads_weight_rule(e)) return with_gating(e);
+  if (e.router.score == ScoreFunction::sigmoid) return "with router.score=sigmoid (elementwise)";
+  if (!weights_matter(e, c)) return weights_unused(e, c);
+  return kActs;
+}
+R router_routed_scaling(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (!weights_matter(e, c)) return weights_unused(e, c);
+  return kActs;
+}
+R router_min_capacity(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (e.router.gating != Gating::expert_choice && e.router.capacity_factor <= 0) return no_drops(e);
+  return kActs;
+}
+R router_drops(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (!token_choice_drops(e)) return no_drops(e);
+  return kActs;
+}
+R router_renormalize_after_drop(const Experiment& e, const EffectContext& c) {
+  const R r = router_drops(e, c);
+  if (!r.empty()) return r;
+  if (!weights_matter(e, c)) return weights_unused(e, c);
+  return kActs;
+}
+R router_capacity_scope(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (e.router.gating != Gating::expert_choice && e.router.capacity_factor <= 0) return no_drops(e);
+  if (e.workload.source != WorkloadSource::decoder) return with_source(e) + " (its batches have no sequences)";
+  return kActs;
+}
+R router_block_size(const Experiment& e, const EffectContext&) {
+  if (e.router.layout != Layout::block) return std::string("with router.layout=") + to_string(e.router.layout);
+  return kActs;
+}
+R router_noise_std(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  return e.router.gating == Gating::noisy_top_k ? kActs : with_gating(e);
+}
+R router_sinkhorn(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  return e.router.gating == Gating::sinkhorn ? kActs : with_gating(e);
+}
+R router_groups(const Experiment& e, const EffectContext& c) {
+  // router.groups also shapes the hierarchical placement when placement.groups is 0.
+  if (expert_parallel(e) && e.placement.policy == PlacementPolicy::hierarchical && e.placement.groups == 0 &&
+      !routing_only(c))
+    return kActs;
+  if (!routes(e)) return router_gating(e, c);
+  return group_routing(e) ? kActs : with_gating(e);
+}
+R router_topk_groups(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  return group_routing(e) ? kActs : with_gating(e);
+}
+// The fill of masked groups' scores (group_limited.hpp) competes with the kept groups' scores, which are
+// softmax or sigmoid values >= 0 under group_limited: a masked 0 never beats them. Only aux_free_bias's
+// bias can push a kept score below 0.
+R router_group_mask_fill(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  if (e.router.gating == Gating::group_limited)
+    return "with router.gating=group_limited (scores are >= 0: a masked group never wins, filled with 0 or -inf)";
+  if (!group_routing(e)) return with_gating(e);
+  if (e.router.topk_groups >= e.router.groups) return "with router.topk_groups = router.groups (no group is masked)";
+  return kActs;
+}
+R router_bias(const Experiment& e, const EffectContext& c) {
+  if (!routes(e)) return router_gating(e, c);
+  return e.router.gating == Gating::aux_free_bias ? kActs : with_gating(e);
+}
+R router_bias_counts(const Experiment& e, const EffectContext& c) {
+  const R r = router_bias(e, c);
+  if (!r.empty()) return r;
+  if (e.router.capacity_factor <= 0) return "with router.capacity_factor=0 (nothing is dropped: kept = demand)";
+  return kActs;
+}
+R router_capacity_rounding(const Experiment& e, const EffectContext& c) { return router_min_capacity(e, c); }
+
+R workload_batch(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return "in moesim route (the logits file sets the tokens)";
+  if (validating(c)) return "in moesim validate (--batches sets them)";
+  if (source_in(e, {WorkloadSource::logits, WorkloadSource::trace}))
+    return with_source(e) + " (the file sets the tokens)";
+  return kActs;
+}
+R workload_batches(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  return e.workload.source == WorkloadSource::synthetic ? kActs : with_source(e) + " (synthetic batches only)";
+}
+R decoder_only(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  return e.workload.source == WorkloadSource::decoder ? kActs : with_source(e) + " (the decoder's key)";
+}
+R workload_seed(const Experiment& e, const EffectContext& c) {
+  if (e.workload.source == WorkloadSource::load_profile && !routing_only(c))
+    return with_source(e) + " (recorded loads, nothing drawn)";
+  return kActs;
+}
+R workload_skew(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return "in moesim route (the logits file is routed as it is)";
+  return source_in(e, {WorkloadSource::synthetic, WorkloadSource::decoder})
+             ? kActs
+             : with_source(e) + " (it shapes synthetic and decoder logits only)";
+}
+R workload_path(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return "in moesim route (--logits names the file)";
+  return source_in(e, {WorkloadSource::trace, WorkloadSource::load_profile, WorkloadSource::logits})
+             ? kActs
+             : with_source(e) + " (no file is read)";
+}
+R workload_profile_key(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  return e.workload.source == WorkloadSource::load_profile ? kActs : with_source(e);
+}
+
+R placement_kind(const Experiment& e, const EffectContext& c) { return model_size(e, c); }
+R placement_ep(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  if (validating(c)) return kValidate;
+  return expert_parallel(e) ? kActs : single_placement();
+}
+R placement_hierarchical(const Experiment& e, const EffectContext& c) {
+  const R r = placement_ep(e, c);
+  if (!r.empty()) return r;
+  return e.placement.policy == PlacementPolicy::hierarchical ? kActs
+                                                               : std::string("with placement.policy=") +
+                                                                     to_string(e.placement.policy);
+}
+R placement_spread(const Experiment& e, const EffectContext& c) {
+  const R r = placement_ep(e, c);
+  if (!r.empty()) return r;
+  return e.placement.replicas > 0 ? kActs : "with placement.replicas=0 (one slot per expert)";
+}
+R placement_estimator(const Experiment& e, const EffectContext& c) {
+  const R r = placement_ep(e, c);
+  if (!r.empty()) return r;
+  return e.placement.rebalance_every > 0 ? kActs : "with placement.rebalance_every=0 (planned once)";
+}
+R placement_ema(const Experiment& e, const EffectContext& c) {
+  const R r = placement_estimator(e, c);
+  if (!r.empty()) return r;
+  return e.placement.load_estimator == LoadEstimator::ema ? kActs : "with placement.load_estimator=window";
+}
+
+R execute_enabled(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  if (!source_in(e, {WorkloadSource::synthetic, WorkloadSource::logits, WorkloadSource::decoder}))
+    return with_source(e) + " (nothing is executed)";
+  if (!c.executes) return "without the executed layer (--no-execute, or a command that only models)";
+  return kActs;
+}
+R executed(const Experiment& e, const EffectContext& c) { return not_executed(e, c); }
+// The CPU experts compute in fp32 whatever execute.dtype says (run_layer.cpp time_layer); the CUDA ones
+// run their GEMMs in it.
+R execute_dtype(const Experiment& e, const EffectContext& c) {
+  const R r = not_executed(e, c);
+  if (!r.empty()) return r;
+  return c.cuda ? kActs : "on the CPU backend (its experts compute in fp32; --backend cuda uses it)";
+}
+// The decoder runs execute.layers layers (src/decoder/decoder.cpp); a batch workload executes one MoE layer.
+R execute_layers(const Experiment& e, const EffectContext& c) {
+  const R r = not_executed(e, c);
+  if (!r.empty()) return r;
+  return e.workload.source == WorkloadSource::decoder ? kActs : with_source(e) + " (one MoE layer is executed)";
+}
+
+R expect_rule(const Experiment&, const EffectContext& c) {
+  return c.command == "check" ? kActs : "in moesim " + c.command + " (moesim check evaluates it)";
+}
+
+}  // namespace
+
+std::string router_semantics(const Experiment& e, const EffectContext& ctx);
+
+const std::vector<KeyEffect>& key_effects() {
+  static const std::vector<KeyEffect> table = {
+      {"name", "always (the experiment's label in every report)", always},
+      {"model.name", "always (the model's label in reports)", always},
+      {"model.hidden", "always, but in moesim route and validate (the cost model's layer size)", model_size},
+      {"model.ffn", "always, but in moesim route and validate (the cost model's layer size)", model_size},
+      {"model.experts", "always", always},
+      {"model.top_k", "always", always},
+      {"model.shared_experts", "always, but in moesim route (cost model, executed layer)", cost_model},
+      {"model.layers", "whole-model times: sources decoder, trace, load_profile; moesim sweep", model_layers},
+      {"model.heads", "workload.source decoder (attention cost)", model_attention},
+      {"model.kv_heads", "workload.source decoder (attention and KV-cache cost)", model_attention},
+      {"model.head_dim", "workload.source decoder (attention and KV-cache cost)", model_attention},
+      {"model.vocab", "workload.source decoder; hash gating on synthetic or logits batches (token ids)", model_vocab},
+      {"model.dtype", "always, but in moesim route and validate (bytes per weight in the cost model)", model_size},
+      {"router.gating", "whenever a router runs (not workload.source load_profile)", router_gating},
+      {"router.semantics", "when a key it presets, left to it, differs from exact and acts", router_semantics},
+      {"router.score",
+       "group_limited, aux_free_bias, expert_choice, sinkhorn (selection); token_choice where weights matter "
+       "(executed layer, decoder, dumped routing, drop_policy score)",
+       router_score},
+      {"router.renormalize",
+       "token_choice, sinkhorn, group_limited, aux_free_bias where weights matter; not with pre_softmax false",
+       router_renormalize},
+      {"router.pre_softmax", "token_choice and sinkhorn with score softmax, where weights matter", router_pre_softmax},
+      {"router.capacity_factor", "whenever a router runs (expert_choice: the tokens each expert takes)", router_gating},
+      {"router.min_capacity", "capacity_factor > 0, or expert_choice", router_min_capacity},
+      {"router.drop_policy", "capacity_factor > 0, not expert_choice", router_drops},
+      {"router.priority", "capacity_factor > 0, not expert_choice", router_drops},
+      {"router.capacity_scope", "capacity_factor > 0 (or expert_choice) on the decoder workload", router_capacity_scope},
+      {"router.renormalize_after_drop", "capacity_factor > 0, not expert_choice, where weights matter",
+       router_renormalize_after_drop},
+      {"router.layout", "always (padding in the metrics, the cost model and the executed layer)", always},
+      {"router.block_size", "layout block", router_block_size},
+      {"router.noise_std", "gating noisy_top_k", router_noise_std},
+      {"router.sinkhorn_iterations", "gating sinkhorn", router_sinkhorn},
+      {"router.sinkhorn_tolerance", "gating sinkhorn", router_sinkhorn},
+      {"router.groups", "gating group_limited or aux_free_bias; placement.policy hierarchical with placement.groups 0",
+       router_groups},
+      {"router.topk_groups", "gating group_limited or aux_free_bias", router_topk_groups},
+      {"router.group_mask_fill", "gating aux_free_bias with topk_groups < groups (its bias can make a kept score < 0)",
+       router_group_mask_fill},
+      {"router.bias_update_rate", "gating aux_free_bias", router_bias},
+      {"router.bias_update_counts", "gating aux_free_bias with capacity_factor > 0", router_bias_counts},
+      {"router.bias_update_arithmetic", "gating aux_free_bias", router_bias},
+      {"router.capacity_rounding", "capacity_factor > 0, or expert_choice", router_capacity_rounding},
+      {"router.routed_scaling_factor", "where weights matter (executed layer, decoder, dumped routing, drop_policy score)",
+       router_routed_scaling},
+      {"workload.source", "always", always},
+      {"workload.batch", "sources synthetic, decoder (sequences), load_profile (the batch costed)", workload_batch},
+      {"workload.batches", "source synthetic", workload_batches},
+      {"workload.prompt_len", "source decoder", decoder_only},
+      {"workload.prompt_len_range", "source decoder", decoder_only},
+      {"workload.decode_steps", "source decoder", decoder_only},
+      {"workload.seed", "always, but with source load_profile", workload_seed},
+      {"workload.skew", "sources synthetic and decoder", workload_skew},
+      {"workload.topics", "source decoder", decoder_only},
+      {"workload.path", "sources trace, load_profile and logits", workload_path},
+      {"workload.profile_key", "source load_profile", workload_profile_key},
+      {"hardware", "always, but in moesim route", cost_model},
+      {"placement.kind", "always, but in moesim route and validate", placement_kind},
+      {"placement.policy", "kind expert_parallel (not in moesim validate)", placement_ep},
+      {"placement.devices", "kind expert_parallel", placement_ep},
+      {"placement.tensor_parallel", "always, but in moesim route and validate", placement_kind},
+      {"placement.replicas", "kind expert_parallel", placement_ep},
+      {"placement.nodes", "kind expert_parallel (the node of each device in the plan; hierarchical packing)",
+       placement_ep},
+      {"placement.groups", "kind expert_parallel, policy hierarchical", placement_hierarchical},
+      {"placement.map", "kind expert_parallel, policy map", placement_ep},
+      {"placement.spread_replicas", "kind expert_parallel with replicas > 0", placement_spread},
+      {"placement.rebalance_every", "kind expert_parallel", placement_ep},
+      {"placement.load_estimator", "kind expert_parallel with rebalance_every > 0", placement_estimator},
+      {"placement.ema_weight", "kind expert_parallel, rebalance_every > 0, load_estimator ema", placement_ema},
+      {"execute.enabled", "sources synthetic, logits, decoder, unless --no-execute", execute_enabled},
+      {"execute.hidden", "the executed layer runs (sources synthetic, logits, decoder)", executed},
+      {"execute.ffn", "the executed layer runs (sources synthetic, logits, decoder)", executed},
+      {"execute.layers", "the decoder runs (its executed layers)", execute_layers},
+      {"execute.repeats", "the executed layer runs (sources synthetic, logits, decoder)", executed},
+      {"execute.dtype", "the executed layer runs on CUDA (--backend cuda or auto with a device)", execute_dtype},
+      {"expect", "moesim check", expect_rule},
+  };
+  return table;
+}
+
+std::vector<std::string> schema_key_paths() {
+  std::vector<std::string> out = {"name"};
+  for (const config_detail::Section& s : config_detail::sections()) {
+    for (const config_detail::Field& f : s.fields) out.push_back(s.key + "." + f.key);
+    if (s.key == "workload") out.push_back("hardware");
+  }
+  out.push_back("expect");
+  return out;
+}
+
+namespace {
+
+// The value of one key as `moesim config` writes it.
+std::string emitted_value(const Experiment& e, const std::string& path) {
+  YAML::Emitter out;
+  if (path == "name") {
+    out << e.name;
+  } else if (path == "hardware") {
+    out << e.hardware.name << e.hardware.inline_yaml;
+  } else if (path == "expect") {
+    out << e.expect.size();
+  } else if (path == "workload.prompt_len_range") {
+    out << (e.workload.prompt_len_range ? "true" : "false");
+  } else {
+    const size_t dot = path.find('.');
+    const config_detail::Section* s = config_detail::find_section(path.substr(0, dot));
+    const config_detail::Field* f = s ? s->find(path.substr(dot + 1)) : nullptr;
+    if (f && f->emit) f->emit(out, e);
+  }
+  return out.c_str();
+}
+
+const KeyEffect* find_effect(const std::string& key) {
+  for (const KeyEffect& k : key_effects())
+    if (key == k.key) return &k;
+  return nullptr;
+}
+
+// The router keys of semantics_preset_keys() that the preset set (not given) to other than their defaults,
+// which are exact's values (apply_semantics_preset leaves every key as it is under exact).
+std::vector<std::string> semantics_changes(const Experiment& e) {
+  const Experiment d;
+  const auto& given = e.router.given_preset_keys;
+  std::vector<std::string> changed;
+  for (const std::string& k : semantics_preset_keys()) {
+    const std::string path = "router." + k;
+    if (std::find(given.begin(), given.end(), k) == given.end() && emitted_value(e, path) != emitted_value(d, path))
+      changed.push_back(path);
+  }
+  return changed;
+}
+
+}  // namespace
+
+// router.semantics acts through the keys it presets: one of them changed and acting is enough.
+R router_semantics(const Experiment& e, const EffectContext& ctx) {
+  const std::vector<std::string> changed = semantics_changes(e);
+  for (const std::string& k : changed) {
+    const KeyEffect* ke = find_effect(k);
+    if (ke && ke->inert(e, ctx).empty()) return kActs;
+  }
+  if (changed.empty()) return "(every key it presets was given, or keeps exact's value)";
+  return "(the keys it presets, " + config_detail::join(changed, ", ") + ", have none here)";
+}
+
+std::vector<std::string> experiment_key_values(const Experiment& e) {
+  std::vector<std::string> out;
+  for (const std::string& k : schema_key_paths()) out.push_back(emitted_value(e, k));
+  return out;
+}
+
+std::vector<std::string> user_set_keys(const Experiment& e) {
+  // A --set or --vary sets a key on purpose. A file's key counts where it differs from the default under
+  // e's own semantics preset (what `moesim config` prints for an untouched key); router.semantics itself
+  // against exact.
+  const Experiment plain;
+  Experiment d;
+  d.router.semantics = e.router.semantics;
+  apply_semantics_preset(d.router, e.model.top_k, {});
+  std::vector<std::string> out;
+  for (const std::string& k : e.given_keys) {
+    const bool by_set = std::find(e.set_keys.begin(), e.set_keys.end(), k) != e.set_keys.end();
+    if (by_set || emitted_value(e, k) != emitted_value(k == "router.semantics" ? plain : d, k)) out.push_back(k);
+  }
+  return out;
+}
+
+std::vector<InertKey> inert_user_keys(const std::vector<Experiment>& rows, const EffectContext& ctx) {
+  std::vector<InertKey> out;
+  if (rows.empty()) return out;
+  std::vector<std::string> keys;
+  for (const Experiment& row : rows) {
+    for (const std::string& k : user_set_keys(row))
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  }
+  for (const std::string& key : keys) {
+    std::string first;
+    bool acts = false;
+    for (size_t i = 0; i < rows.size() && !acts; ++i) {
+      const KeyEffect* ke = find_effect(key);
+      const std::string why = ke ? ke->inert(rows[i], ctx) : kActs;
+      acts = why.empty();
+      if (i == 0) first = why;
+    }
+    if (!acts) out.push_back({key, first});
+  }
+  return out;
+}
+
+std::string inert_key_message(const InertKey& k) { return "moesim: " + k.key + " has no effect " + k.reason; }
+
+std::string explain_key_effects(bool markdown) {
+  std::ostringstream os;
+  if (markdown) {
+    os << "| key | acts when |\n| :--- | :--- |\n";
+    for (const KeyEffect& k : key_effects()) os << "| `" << k.key << "` | " << k.acts_when << " |\n";
+    return os.str();
+  }
+  size_t width = 0;
+  for (const KeyEffect& k : key_effects()) width = std::max(width, std::string(k.key).size());
+  os << "key" << std::string(width - 1, ' ') << "acts when\n";
+  for (const KeyEffect& k : key_effects())
+    os << k.key << std::string(width + 2 - std::string(k.key).size(), ' ') << k.acts_when << "\n";
+  return os.str();
+}
+
+}  // namespace moesim

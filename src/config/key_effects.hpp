@@ -1,0 +1,61 @@
+// Which config keys act under which settings: one table (key_effects) with, per key, when it acts (text
+// for `moesim config --explain` and the README) and a rule that names why it does not in a given run.
+// The CLI warns, one stderr line per key, about each key the user set to a non-default value that acts
+// in none of a run's rows ("moesim: router.noise_std has no effect with router.gating=token_choice"),
+// and --strict makes that exit 2. Host only, deterministic.
+// Covered by tests/config/key_effects_test.cpp (the table against the schema, and every key's effect on
+// computed results) and tests/cli/key_effects_cli_test.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "src/config/experiment.hpp"
+
+namespace moesim {
+
+// What the command does with the experiment, beyond the experiment itself.
+struct EffectContext {
+  std::string command = "run";  // run | compare | sweep | check | route | validate | config
+  bool executes = true;         // the executed CPU pipeline runs (no --no-execute; sweep --measure; ...)
+  bool dumps_routing = false;   // each assignment's weight is written out
+  bool cuda = false;            // the executed layer runs on the CUDA backend
+};
+
+struct KeyEffect {
+  const char* key;        // "router.noise_std"
+  const char* acts_when;  // "router.gating is noisy_top_k"
+  // Empty when the key acts in this experiment (one row of a run); else why not, a phrase that follows
+  // "has no effect": "with router.gating=token_choice".
+  std::string (*inert)(const Experiment& e, const EffectContext& ctx);
+};
+
+// Every key of the schema, in the order `moesim config` prints them, with its rule.
+const std::vector<KeyEffect>& key_effects();
+
+// Every key path the schema reads ("name", "model.hidden", ..., "hardware", "expect").
+std::vector<std::string> schema_key_paths();
+
+// The value of each key of schema_key_paths() in `e`, as `moesim config` writes it.
+std::vector<std::string> experiment_key_values(const Experiment& e);
+
+// The keys of e.given_keys whose value differs from the built-in default (under e's semantics preset):
+// what the user set, as opposed to what `moesim config` printed and was fed back.
+std::vector<std::string> user_set_keys(const Experiment& e);
+
+struct InertKey {
+  std::string key;
+  std::string reason;  // "with router.gating=token_choice"
+};
+
+// The user-set keys (of any row) that act in none of `rows` (the experiments a run runs: one per
+// compare row or sweep point), each with the reason the first row gives.
+std::vector<InertKey> inert_user_keys(const std::vector<Experiment>& rows, const EffectContext& ctx);
+
+// One line: "moesim: KEY has no effect REASON".
+std::string inert_key_message(const InertKey& k);
+
+// The table as text: key, then when it acts (`moesim config --explain`; the README's table).
+std::string explain_key_effects(bool markdown);
+
+}  // namespace moesim

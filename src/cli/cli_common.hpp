@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "src/config/experiment.hpp"
 #include "src/pipeline/run_experiment.hpp"
+#include "src/report/atomic_write.hpp"
 #include "src/report/report.hpp"
 
 namespace moesim::cli {
@@ -79,6 +81,28 @@ void emit(const CommonOptions& opts, const std::string& text);
 // times the cartesian product of the --vary router.KEY=v1,v2 axes.
 std::vector<RouterVariant> compare_variants(const Experiment& base, const std::string& gating_list,
                                             const std::vector<std::string>& varies);
+
+// --dump-routing FILE [--dump-logits] of `route` and `run`: every routing streamed, batch by batch, as
+// trace lines (format_trace_lines, docs/workloads.md "Trace format") into a temporary file that commit()
+// renames over FILE; destroyed without commit (a failed run), nothing is left. Off when no path was given.
+class RoutingDump {
+ public:
+  // require_top_k: refuse (InputError naming --dump-routing) a routing whose tokens do not each have
+  // top_k assignments when logits are not written, since a trace without logits replays only that.
+  RoutingDump(bool given, const std::string& path, bool with_logits, bool require_top_k);
+  bool on() const { return out_ != nullptr; }
+  void write(const RoutedBatch& b);
+  void commit();
+
+ private:
+  std::unique_ptr<AtomicFileWriter> out_;
+  bool with_logits_ = false;
+  bool require_top_k_ = false;
+};
+
+// The --dump-routing and --dump-logits options, bound to the variables given.
+void add_dump_options(po::options_description& desc, std::string& path, bool& given, bool& with_logits,
+                      const char* what);
 
 // Subcommands: each returns the process exit code.
 int cmd_run(int argc, char** argv);

@@ -1,11 +1,13 @@
 // `moesim compare [FILE] [--gating a,b,c|all] [--vary KEY=v1,v2] ...`: the same experiment (same
-// logits, same seed) under each strategy and variant, one row each.
+// logits, same seed) under each strategy and variant, one row each. On a trace without logits --gating is
+// refused (exit 2): the rows replay the recorded routing (--vary of capacity keys still applies).
 #include <iostream>
 #include <sstream>
 
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "src/workload/trace_replay.hpp"
 
 namespace moesim::cli {
 namespace {
@@ -98,6 +100,16 @@ int cmd_compare(int argc, char** argv) {
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
+  if (!gating.empty() && e.workload.source == WorkloadSource::trace) {
+    // Naming strategies asks for re-routing, which needs the router's input; without it the trace is only
+    // replayed as recorded (the experiment's own row).
+    const std::string path = resolve_workload_path(e);
+    if (!read_trace_file(path, e.model.experts).has_logits) {
+      throw InputError(path + ": \"logits\": expected on every line for --gating " + gating +
+                       " (re-routing), got none: a trace without logits is only replayed as recorded (leave out "
+                       "--gating)");
+    }
+  }
   const RunResult run = run_experiment(e, compare_variants(e, gating, varies), run_options(opts, "compare"));
   return emit_run(opts, run, format, "compare");
 }

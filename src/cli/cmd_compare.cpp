@@ -93,7 +93,8 @@ int cmd_compare(int argc, char** argv) {
   po::options_description desc("moesim compare [FILE] [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
-      "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's)")(
+      "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's; refused on a trace without logits, "
+      "which is only replayed as recorded)")(
       "vary", po::value(&varies)->composing(), "router variants as rows: --vary router.capacity_factor=1,1.25,2");
   add_common_options(desc, opts, true);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;

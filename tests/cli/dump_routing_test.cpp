@@ -231,10 +231,11 @@ TEST(DumpRouting, RefusalsExitTwoAndLeaveNoFile) {
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {"run --no-execute --set workload.source=load_profile --dump-routing " + dump, "load_profile"},
-      {"run --no-execute --dump-logits", "--dump-logits"},
+      {"run " + std::string(MOESIM_SOURCE_DIR) + "/configs/olmoe-profile.yaml --no-execute --dump-routing " + dump,
+       "--dump-routing: workload.source load_profile"},
+      {"run --no-execute --dump-logits", "--dump-logits: expected together with --dump-routing"},
       {"run --no-execute --set router.gating=expert_choice --dump-routing " + dump + as_sets(kSynthetic),
-       "--dump-logits"},
+       "expected model.top_k = 2"},
       {"run --no-execute --dump-routing " + dir + "/missing/d.jsonl", "missing/d.jsonl"},
   };
   for (const Case& c : cases) {

@@ -263,8 +263,9 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
       const RouteRequest req = request_for(e, batches[b], static_cast<int>(b));
       const Routing r = route_omp(v.router, req, &state);
       if (opts.routing_sink && &v == &variants.front()) {
+        const bool has_ids = static_cast<int64_t>(batches[b].token_ids.size()) == batches[b].num_tokens;
         opts.routing_sink(RoutedBatch{static_cast<int64_t>(b), 0, "", &r, batches[b].logits.data(),
-                                      batches[b].token_ids.data()});
+                                      has_ids ? batches[b].token_ids.data() : nullptr});
       }
       vr.per_batch.push_back(compute_balance_metrics(r, batches[b].logits.data(), v.router.layout, v.router.block_size));
       if (!state.expert_bias.empty())

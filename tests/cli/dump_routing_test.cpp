@@ -13,6 +13,7 @@
 #include "src/pipeline/run_experiment.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
+#include "src/workload/synthetic_logits.hpp"
 #include "src/workload/trace_replay.hpp"
 #include "tests/support/run_cli.hpp"
 
@@ -111,6 +112,21 @@ TEST(DumpRouting, SyntheticRoundTripWithCapacityDrops) {
       plus(kSynthetic, {"router.capacity_factor=1", "workload.skew=1.5", "router.drop_policy=score",
                         "router.renormalize_after_drop=true", "router.layout=capacity"}),
       "synthetic_score", true);
+}
+
+TEST(DumpRouting, LogitsFileRoundTripWithCapacityDrops) {
+  // A user's logits file (40 tokens x 6 experts, skewed so that capacity 1.0 drops): one batch.
+  const std::string dir = testing::make_temp_dir();
+  const std::vector<float> logits = synthetic_logits(40, 6, 1.5, 3);
+  std::string text;
+  for (int t = 0; t < 40; ++t) {
+    for (int e = 0; e < 6; ++e) text += (e ? "," : "") + std::to_string(logits[t * 6 + e]);
+    text += "\n";
+  }
+  testing::write_text(dir + "/logits.csv", text);
+  check_batches_round_trip(plus(kSynthetic, {"workload.source=logits", "workload.path=" + dir + "/logits.csv",
+                                             "router.capacity_factor=1"}),
+                           "logits_file", true);
 }
 
 void check_decoder_round_trip(const std::vector<std::string>& sets, const std::string& tag, bool expect_drops) {

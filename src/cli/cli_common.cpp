@@ -16,6 +16,7 @@
 #include "src/cost/hardware_profile.hpp"
 #include "src/config/load_config.hpp"
 #include "src/report/atomic_write.hpp"
+#include "src/workload/trace_replay.hpp"
 
 #if defined(MOESIM_HAS_CUDA)
 #include "kernels/cuda_backend.hpp"
@@ -104,11 +105,12 @@ void warn_inert_keys(const std::vector<Experiment>& rows, const EffectContext& c
   for (const InertKey& k : inert) std::cerr << inert_key_message(k) + "\n";
 }
 
-EffectContext effect_context(const CommonOptions& opts, const char* command) {
+EffectContext effect_context(const CommonOptions& opts, const char* command, const Experiment& e) {
   EffectContext c;
   c.command = command;
   c.executes = !opts.no_execute;
   c.cuda = c.executes && resolve_backend(opts.backend) == ExecBackend::cuda;
+  c.replays_recorded = e.workload.source == WorkloadSource::trace && !trace_file_has_logits(resolve_workload_path(e));
   return c;
 }
 
@@ -214,6 +216,45 @@ void emit(const CommonOptions& opts, const std::string& text) {
   } else {
     write_file_atomic(opts.out, text);
   }
+}
+
+RoutingDump::RoutingDump(bool given, const std::string& path, bool with_logits, bool require_top_k)
+    : with_logits_(with_logits), require_top_k_(require_top_k) {
+  if (with_logits && !given) throw InputError("--dump-logits: expected together with --dump-routing FILE");
+  if (!given) return;
+  if (path.empty()) throw InputError("--dump-routing: expected a file path, got an empty string");
+  out_ = std::make_unique<AtomicFileWriter>(path);
+}
+
+void RoutingDump::write(const RoutedBatch& b) {
+  if (!out_) return;
+  const Routing& r = *b.routing;
+  if (require_top_k_ && !with_logits_) {
+    std::vector<int> count(r.num_tokens, 0);
+    for (int64_t a = 0; a < r.num_assignments(); ++a) ++count[r.token[a]];
+    for (int64_t t = 0; t < r.num_tokens; ++t) {
+      if (count[t] != r.top_k) {
+        throw InputError("--dump-routing: token " + std::to_string(t) + " of step " + std::to_string(b.step) +
+                         ", layer " + std::to_string(b.layer) + " has " + std::to_string(count[t]) +
+                         " experts, expected model.top_k = " + std::to_string(r.top_k) +
+                         " (a trace without logits replays top_k experts per token): add --dump-logits");
+      }
+    }
+  }
+  out_->append(format_trace_lines(r, with_logits_ ? b.logits : nullptr, b.step, b.layer, b.phase, b.token_ids));
+}
+
+void RoutingDump::commit() {
+  if (out_) out_->commit();
+}
+
+void add_dump_options(po::options_description& desc, std::string& path, bool& given, bool& with_logits,
+                      const char* what) {
+  desc.add_options()(
+      "dump-routing", po::value(&path)->value_name("FILE")->notifier([&given](const std::string&) { given = true; }),
+      what)("dump-logits", po::bool_switch(&with_logits),
+            "with --dump-routing: also write each token's router logits (model.experts numbers a line; a trace "
+            "with logits is re-routed on replay, not replayed as recorded)");
 }
 
 }  // namespace moesim::cli

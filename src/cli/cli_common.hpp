@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "src/config/experiment.hpp"
 #include "src/config/key_effects.hpp"
 #include "src/pipeline/run_experiment.hpp"
+#include "src/report/atomic_write.hpp"
 #include "src/report/report.hpp"
 
 namespace moesim::cli {
@@ -79,8 +81,9 @@ std::function<void(size_t, size_t)> progress_bar(const std::string& label);
 // first such key is a ConfigError (exit 2) instead.
 void warn_inert_keys(const std::vector<Experiment>& rows, const EffectContext& ctx, bool strict);
 
-// What a run/compare command does beyond its experiment (--no-execute, --backend), for warn_inert_keys.
-EffectContext effect_context(const CommonOptions& opts, const char* command);
+// What a command does beyond its experiment (--no-execute, --backend; a trace without logits replays), for
+// warn_inert_keys.
+EffectContext effect_context(const CommonOptions& opts, const char* command, const Experiment& e);
 
 // The experiment of each variant: `e` with the variant's router.
 std::vector<Experiment> variant_experiments(const Experiment& e, const std::vector<RouterVariant>& variants);
@@ -92,6 +95,28 @@ void emit(const CommonOptions& opts, const std::string& text);
 // times the cartesian product of the --vary router.KEY=v1,v2 axes.
 std::vector<RouterVariant> compare_variants(const Experiment& base, const std::string& gating_list,
                                             const std::vector<std::string>& varies);
+
+// --dump-routing FILE [--dump-logits] of `route` and `run`: every routing streamed, batch by batch, as
+// trace lines (format_trace_lines, docs/workloads.md "Trace format") into a temporary file that commit()
+// renames over FILE; destroyed without commit (a failed run), nothing is left. Off when no path was given.
+class RoutingDump {
+ public:
+  // require_top_k: refuse (InputError naming --dump-routing) a routing whose tokens do not each have
+  // top_k assignments when logits are not written, since a trace without logits replays only that.
+  RoutingDump(bool given, const std::string& path, bool with_logits, bool require_top_k);
+  bool on() const { return out_ != nullptr; }
+  void write(const RoutedBatch& b);
+  void commit();
+
+ private:
+  std::unique_ptr<AtomicFileWriter> out_;
+  bool with_logits_ = false;
+  bool require_top_k_ = false;
+};
+
+// The --dump-routing and --dump-logits options, bound to the variables given.
+void add_dump_options(po::options_description& desc, std::string& path, bool& given, bool& with_logits,
+                      const char* what);
 
 // Subcommands: each returns the process exit code.
 int cmd_run(int argc, char** argv);

@@ -136,7 +136,10 @@ int cmd_check(int argc, char** argv) {
     } catch (const Error& ex) {
       throw InputError(baseline + ": " + ex.what());
     }
-    warn_inert_keys(variant_experiments(e, variants), {"check", needs_execute, false}, opts.strict);
+    EffectContext ctx = effect_context(opts, "check", e);
+    ctx.executes = needs_execute;
+    ctx.cuda = false;  // check executes on the CPU
+    warn_inert_keys(variant_experiments(e, variants), ctx, opts.strict);
     const std::vector<std::string> metrics = baseline_metrics(e, requested_metrics);
     if (b != baselines.end()) refuse_foreign_baseline(e, b->second, baseline, allow_change);
     const RunResult run = run_experiment(e, variants, ro);

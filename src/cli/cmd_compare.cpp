@@ -1,11 +1,13 @@
 // `moesim compare [FILE] [--gating a,b,c|all] [--vary KEY=v1,v2] ...`: the same experiment (same
-// logits, same seed) under each strategy and variant, one row each.
+// logits, same seed) under each strategy and variant, one row each. On a trace without logits --gating is
+// refused (exit 2): the rows replay the recorded routing (--vary of capacity keys still applies).
 #include <iostream>
 #include <sstream>
 
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "src/workload/trace_replay.hpp"
 
 namespace moesim::cli {
 namespace {
@@ -91,13 +93,24 @@ int cmd_compare(int argc, char** argv) {
   po::options_description desc("moesim compare [FILE] [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
-      "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's)")(
+      "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's; refused on a trace without logits, "
+      "which is only replayed as recorded)")(
       "vary", po::value(&varies)->composing(), "router variants as rows: --vary router.capacity_factor=1,1.25,2");
   add_common_options(desc, opts, true);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
+  if (!gating.empty() && e.workload.source == WorkloadSource::trace) {
+    // Naming strategies asks for re-routing, which needs the router's input; without it the trace is only
+    // replayed as recorded (the experiment's own row).
+    const std::string path = resolve_workload_path(e);
+    if (!read_trace_file(path, e.model.experts).has_logits) {
+      throw InputError(path + ": \"logits\": expected on every line for --gating " + gating +
+                       " (re-routing), got none: a trace without logits is only replayed as recorded (leave out "
+                       "--gating)");
+    }
+  }
   const std::vector<RouterVariant> variants = compare_variants(e, gating, varies);
   std::vector<Experiment> rows = variant_experiments(e, variants);
   for (Experiment& row : rows) {  // a --vary key is one the user set
@@ -106,7 +119,7 @@ int cmd_compare(int argc, char** argv) {
       row.set_keys.push_back(row.given_keys.back());
     }
   }
-  warn_inert_keys(rows, effect_context(opts, "compare"), opts.strict);
+  warn_inert_keys(rows, effect_context(opts, "compare", e), opts.strict);
   const RunResult run = run_experiment(e, variants, run_options(opts, "compare"));
   return emit_run(opts, run, format, "compare");
 }

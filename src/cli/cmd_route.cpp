@@ -3,7 +3,8 @@
 // built-in experiment's with capacity_factor 0 (dropless), then these options, then --set; model.experts
 // is the file's column count. Before allocating, the bytes needed are estimated (estimate_route_bytes; a
 // .npy's shape comes from its header), printed, and checked against --memory-limit (exit 3). aux_free_bias
-// reports the expert bias after its one update.
+// reports the expert bias after its one update. --dump-routing FILE writes the routing as a trace (step 0,
+// layer 0; --dump-logits adds the logits), atomically.
 // Covered by tests/cli/cli_test.cpp, bad_input_test.cpp and large_input_test.cpp (peak RSS vs estimate).
 #include <algorithm>
 #include <cstdio>
@@ -77,6 +78,8 @@ int cmd_route(int argc, char** argv) {
   std::string logits_path, gating;
   int top_k = 0;
   std::string capacity_factor;  // passed through as an override, validated like any --set
+  std::string dump_path;
+  bool dump_given = false, dump_logits = false;
   po::options_description desc("moesim route --logits FILE [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "logits", po::value(&logits_path), "router logits [tokens, experts]: .npy (float32/float64) or .csv")(
@@ -89,6 +92,9 @@ int cmd_route(int argc, char** argv) {
       "keep the score function's weights as they are (router.renormalize=false)")(
       "memory-limit", po::value(&opts.memory_limit),
       "refuse inputs whose memory estimate exceeds this (e.g. 4GiB; default 75% of physical memory)");
+  add_dump_options(desc, dump_path, dump_given, dump_logits,
+                   "write each token's experts, weights and kept flags as a trace (JSON Lines, step 0, layer 0; "
+                   "docs/workloads.md \"Trace format\"), written atomically");
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
   if (logits_path.empty()) throw InputError("--logits: expected a .npy or .csv file of router logits");
@@ -130,6 +136,7 @@ int cmd_route(int argc, char** argv) {
   };
 
   // Check the estimate before reading: a .npy's shape is in its header; a .csv must at least fit as text.
+  RoutingDump dump(dump_given, dump_path, dump_logits, false);
   const LogitsFileInfo info = inspect_logits_file(logits_path);
   const double csv_bytes = info.is_npy ? 0.0 : static_cast<double>(info.file_bytes);
   if (info.is_npy) {
@@ -147,7 +154,11 @@ int cmd_route(int argc, char** argv) {
                std::to_string(m.num_tokens) + " tokens x " + std::to_string(m.num_experts) + " experts (" +
                    to_string(e.router.gating) + ")");
 
-  warn_inert_keys({e}, {"route", false, false}, opts.strict);
+  EffectContext ctx;
+  ctx.command = "route";
+  ctx.executes = false;
+  ctx.dumps_routing = dump_given;
+  warn_inert_keys({e}, ctx, opts.strict);
   RouteRequest req;
   req.logits = m.values.data();
   req.num_tokens = m.num_tokens;
@@ -157,6 +168,10 @@ int cmd_route(int argc, char** argv) {
   RouterState state;
   const Routing r = route_omp(e.router, req, &state);
   const BalanceMetrics bm = compute_balance_metrics(r, m.values.data(), e.router.layout, e.router.block_size);
+  if (dump.on()) {
+    dump.write(RoutedBatch{0, 0, "", &r, m.values.data(), nullptr});
+    dump.commit();
+  }
 
   RouteReport report;
   report.file = logits_path;

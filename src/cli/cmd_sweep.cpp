@@ -41,7 +41,10 @@ int cmd_sweep(int argc, char** argv) {
   sweep_opts.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
   sweep_opts.progress = progress_bar("sweep");
   sweep_opts.before_run = [&](const std::vector<Experiment>& points) {
-    warn_inert_keys(points, {"sweep", measure, false}, opts.strict);
+    EffectContext ctx = effect_context(opts, "sweep", base);
+    ctx.executes = measure;
+    ctx.cuda = false;  // sweep --measure executes on the CPU
+    warn_inert_keys(points, ctx, opts.strict);
   };
   const SweepResult result = run_sweep(base, axes, sweep_opts);
   emit(opts, format_sweep(result, format));

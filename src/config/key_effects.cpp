@@ -33,8 +33,18 @@ const char* kRouteOnly = "in moesim route (routing only: no cost model, no execu
 bool validating(const EffectContext& c) { return c.command == "validate"; }
 const char* kValidate = "in moesim validate (it models the execute: size in fp32 on one host device)";
 
-// Recorded loads are costed as they are: no router runs (src/pipeline/run_steps.cpp run_load_profile).
-bool routes(const Experiment& e) { return e.workload.source != WorkloadSource::load_profile; }
+// Where no router runs: recorded loads are costed as they are (src/pipeline/run_steps.cpp run_load_profile),
+// and a trace without logits replays its recorded routing (src/workload/trace_replay.hpp); "" elsewhere.
+R no_router(const Experiment& e, const EffectContext& c) {
+  if (e.workload.source == WorkloadSource::load_profile) return with_source(e) + " (recorded loads: nothing is routed)";
+  if (c.replays_recorded) return with_source(e) + " without logits (its recorded routing is replayed)";
+  return kActs;
+}
+// The capacity step runs on routed batches and on a replayed trace's recorded assignments alike.
+R no_capacity_step(const Experiment& e) {
+  return e.workload.source == WorkloadSource::load_profile ? with_source(e) + " (recorded loads: nothing is routed)"
+                                                           : kActs;
+}
 
 // Token choice with a capacity: the drop step of router/capacity.hpp runs.
 bool token_choice_drops(const Experiment& e) {
@@ -111,17 +121,16 @@ R model_layers(const Experiment& e, const EffectContext& c) {
                           "load_profile runs, and from moesim sweep)";
 }
 
-R router_gating(const Experiment& e, const EffectContext&) {
-  return routes(e) ? kActs : with_source(e) + " (recorded loads: nothing is routed)";
-}
+R router_gating(const Experiment& e, const EffectContext& c) { return no_router(e, c); }
+R router_capacity_factor(const Experiment& e, const EffectContext&) { return no_capacity_step(e); }
 R router_score(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   if (!scores_from_logits(e) || e.router.gating == Gating::noisy_top_k) return with_gating(e);
   if (reads_weight_rule(e) && !weights_matter(e, c)) return weights_unused(e, c);
   return kActs;
 }
 R router_renormalize(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   if (!reads_weight_rule(e) && !group_routing(e)) return with_gating(e);
   if (reads_weight_rule(e) && e.router.score == ScoreFunction::softmax && !e.router.pre_softmax)
     return "with router.pre_softmax=false (the softmax over the k chosen already sums to 1)";
@@ -129,24 +138,24 @@ R router_renormalize(const Experiment& e, const EffectContext& c) {
   return kActs;
 }
 R router_pre_softmax(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   if (!reads_weight_rule(e)) return with_gating(e);
   if (e.router.score == ScoreFunction::sigmoid) return "with router.score=sigmoid (elementwise)";
   if (!weights_matter(e, c)) return weights_unused(e, c);
   return kActs;
 }
 R router_routed_scaling(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   if (!weights_matter(e, c)) return weights_unused(e, c);
   return kActs;
 }
 R router_min_capacity(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_capacity_step(e); !r.empty()) return r;
   if (e.router.gating != Gating::expert_choice && e.router.capacity_factor <= 0) return no_drops(e);
   return kActs;
 }
 R router_drops(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_capacity_step(e); !r.empty()) return r;
   if (!token_choice_drops(e)) return no_drops(e);
   return kActs;
 }
@@ -157,7 +166,7 @@ R router_renormalize_after_drop(const Experiment& e, const EffectContext& c) {
   return kActs;
 }
 R router_capacity_scope(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_capacity_step(e); !r.empty()) return r;
   if (e.router.gating != Gating::expert_choice && e.router.capacity_factor <= 0) return no_drops(e);
   if (e.workload.source != WorkloadSource::decoder) return with_source(e) + " (its batches have no sequences)";
   return kActs;
@@ -167,11 +176,11 @@ R router_block_size(const Experiment& e, const EffectContext&) {
   return kActs;
 }
 R router_noise_std(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   return e.router.gating == Gating::noisy_top_k ? kActs : with_gating(e);
 }
 R router_sinkhorn(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   return e.router.gating == Gating::sinkhorn ? kActs : with_gating(e);
 }
 R router_groups(const Experiment& e, const EffectContext& c) {
@@ -179,18 +188,18 @@ R router_groups(const Experiment& e, const EffectContext& c) {
   if (expert_parallel(e) && e.placement.policy == PlacementPolicy::hierarchical && e.placement.groups == 0 &&
       !routing_only(c))
     return kActs;
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   return group_routing(e) ? kActs : with_gating(e);
 }
 R router_topk_groups(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   return group_routing(e) ? kActs : with_gating(e);
 }
 // The fill of masked groups' scores (group_limited.hpp) competes with the kept groups' scores, which are
 // softmax or sigmoid values >= 0 under group_limited: a masked 0 never beats them. Only aux_free_bias's
 // bias can push a kept score below 0.
 R router_group_mask_fill(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   if (e.router.gating == Gating::group_limited)
     return "with router.gating=group_limited (scores are >= 0: a masked group never wins, filled with 0 or -inf)";
   if (!group_routing(e)) return with_gating(e);
@@ -198,7 +207,7 @@ R router_group_mask_fill(const Experiment& e, const EffectContext& c) {
   return kActs;
 }
 R router_bias(const Experiment& e, const EffectContext& c) {
-  if (!routes(e)) return router_gating(e, c);
+  if (const R r = no_router(e, c); !r.empty()) return r;
   return e.router.gating == Gating::aux_free_bias ? kActs : with_gating(e);
 }
 R router_bias_counts(const Experiment& e, const EffectContext& c) {
@@ -320,7 +329,7 @@ const std::vector<KeyEffect>& key_effects() {
       {"model.head_dim", "workload.source decoder (attention and KV-cache cost)", model_attention},
       {"model.vocab", "workload.source decoder; hash gating on synthetic or logits batches (token ids)", model_vocab},
       {"model.dtype", "always, but in moesim route and validate (bytes per weight in the cost model)", model_size},
-      {"router.gating", "whenever a router runs (not workload.source load_profile)", router_gating},
+      {"router.gating", "whenever a router runs (not load_profile, not a trace without logits)", router_gating},
       {"router.semantics", "when a key it presets, left to it, differs from exact and acts", router_semantics},
       {"router.score",
        "group_limited, aux_free_bias, expert_choice, sinkhorn (selection); token_choice where weights matter "
@@ -330,7 +339,8 @@ const std::vector<KeyEffect>& key_effects() {
        "token_choice, sinkhorn, group_limited, aux_free_bias where weights matter; not with pre_softmax false",
        router_renormalize},
       {"router.pre_softmax", "token_choice and sinkhorn with score softmax, where weights matter", router_pre_softmax},
-      {"router.capacity_factor", "whenever a router runs (expert_choice: the tokens each expert takes)", router_gating},
+      {"router.capacity_factor", "whenever a router runs or a trace replays (expert_choice: the tokens each expert takes)",
+       router_capacity_factor},
       {"router.min_capacity", "capacity_factor > 0, or expert_choice", router_min_capacity},
       {"router.drop_policy", "capacity_factor > 0, not expert_choice", router_drops},
       {"router.priority", "capacity_factor > 0, not expert_choice", router_drops},

@@ -20,6 +20,7 @@ struct EffectContext {
   bool executes = true;         // the executed CPU pipeline runs (no --no-execute; sweep --measure; ...)
   bool dumps_routing = false;   // each assignment's weight is written out
   bool cuda = false;            // the executed layer runs on the CUDA backend
+  bool replays_recorded = false;  // a trace without logits: its recorded routing replays, no router runs
 };
 
 struct KeyEffect {

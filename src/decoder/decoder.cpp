@@ -236,7 +236,7 @@ struct LayerRouting {
 // place. Returns the layer's record; `req` receives the routing request (for the last MoE input).
 DecoderRecord run_layer(const DecoderLayerWeights& lw, const DecoderShape& s, int layer, const StepBatch& sb,
                         KvCache& cache, StepBuffers& buf, const LayerRouting& routing, RouterState& state,
-                        RouteRequest& req) {
+                        RouteRequest& req, const std::function<void(const Routing&)>& observe) {
   const int64_t N = sb.num_tokens, H = s.hidden, E = s.experts;
   DecoderRecord rec;
   rec.layer = layer;
@@ -270,6 +270,7 @@ DecoderRecord run_layer(const DecoderLayerWeights& lw, const DecoderShape& s, in
   req.seed = routing.seed;
   const Routing r = route_omp(routing.router, req, &state);
   rec.measured.router_s = seconds_since(t1);
+  if (observe) observe(r);
 
   const auto t2 = Clock::now();
   const DispatchPlan plan = plan_dispatch_omp(r, routing.router.layout, routing.router.block_size);
@@ -306,7 +307,7 @@ void greedy_next_tokens(const DecoderWeights& w, const StepBatch& sb, const std:
 
 }  // namespace
 
-DecoderRun Decoder::run(const RouterConfig& router) const {
+DecoderRun Decoder::run(const RouterConfig& router, const RoutingObserver& observe) const {
   const DecoderShape& s = w_.shape;
   const WorkloadConfig& wl = e_.workload;
   const int64_t B = wl.batch, H = s.hidden, E = s.experts, V = s.vocab;
@@ -363,7 +364,19 @@ DecoderRun Decoder::run(const RouterConfig& router) const {
       const LayerRouting routing{router, (step == 0 && equal_lengths) ? run.prompt_len[0] : 0,
                                  decoder_route_seed(seed, step, l)};
       RouteRequest req;
-      DecoderRecord rec = run_layer(w_.layers[l], s, l, sb, cache, buf, routing, run.router_states[l], req);
+      std::function<void(const Routing&)> observe_layer;
+      if (observe) {
+        observe_layer = [&](const Routing& r) {
+          DecoderRecord seen;
+          seen.phase = phase;
+          seen.step = step;
+          seen.layer = l;
+          seen.num_tokens = r.num_tokens;
+          observe(seen, r, buf.logits.data(), sb.token_ids.data());
+        };
+      }
+      DecoderRecord rec =
+          run_layer(w_.layers[l], s, l, sb, cache, buf, routing, run.router_states[l], req, observe_layer);
       rec.phase = phase;
       rec.step = step;
       run.records.push_back(std::move(rec));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -115,8 +116,14 @@ class Decoder {
   const DecoderShape& shape() const { return w_.shape; }
   const DecoderWeights& weights() const { return w_; }
 
+  // Sees each layer's routing as it is made: its record (phase, step, layer, num_tokens set), the Routing,
+  // the router logits [num_tokens, experts] and token ids [num_tokens]; pointers live for the call only.
+  using RoutingObserver =
+      std::function<void(const DecoderRecord&, const Routing&, const float* logits, const int64_t* token_ids)>;
+
   // Prefill then workload.decode_steps decode steps, routed with `router`. Allocates the KV cache.
-  DecoderRun run(const RouterConfig& router) const;
+  // `observe` (may be empty) is called with every MoE layer's routing, steps in order, then layers.
+  DecoderRun run(const RouterConfig& router, const RoutingObserver& observe = {}) const;
 
  private:
   Experiment e_;

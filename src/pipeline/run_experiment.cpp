@@ -113,7 +113,7 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
       run_decoder(e, variants, opts, result);
       break;
     case WorkloadSource::trace:
-      run_trace(e, variants, result);
+      run_trace(e, variants, opts, result);
       break;
     case WorkloadSource::load_profile:
       run_load_profile(e, variants, result);

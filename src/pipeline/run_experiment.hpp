@@ -13,8 +13,20 @@
 
 #include "src/config/experiment.hpp"
 #include "src/pipeline/results.hpp"
+#include "router/routing.hpp"
 
 namespace moesim {
+
+// One routed batch as it happened, for RunOptions::routing_sink (`run --dump-routing`). Pointers live for
+// the call only.
+struct RoutedBatch {
+  int64_t step = 0;                     // batch index (synthetic, logits), decoder step, or the trace's step
+  int layer = 0;                        // 0 for synthetic and logits batches
+  std::string phase;                    // "prefill", "decode", or "" (batches, traces without one)
+  const Routing* routing = nullptr;
+  const float* logits = nullptr;        // [num_tokens, num_experts] the router's input; null: none
+  const int64_t* token_ids = nullptr;   // [num_tokens] vocabulary ids; null: none
+};
 
 struct RunOptions {
   bool execute = true;        // run the executed pipeline (also needs execute.enabled)
@@ -22,6 +34,9 @@ struct RunOptions {
   double memory_limit_bytes = 0;  // 0: no limit
   ExecBackend backend = ExecBackend::cpu;  // --backend
   std::function<void(size_t done, size_t total)> progress;  // after each variant; may be empty
+  // Called with every routing of the first variant, in execution order (batches; decoder steps then
+  // layers; trace batches), before the next batch is routed; may be empty. Load profiles have none.
+  std::function<void(const RoutedBatch&)> routing_sink;
 };
 
 // Bytes the executed pipeline allocates for this experiment (logits, token ids, hidden states,

@@ -77,7 +77,10 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
                  RunResult& result);
 
 // ---- trace replay -----------------------------------------------------------------------------------
-void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result);
+// Without logits every variant replays the recorded decisions (replay_routing) under its capacity keys;
+// variants that differ in router.gating then ask for re-routing: InputError naming "logits" and the file.
+void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+               RunResult& result);
 
 // ---- real load profiles -----------------------------------------------------------------------------
 void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result);

@@ -262,6 +262,11 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
     for (size_t b = 0; b < batches.size(); ++b) {
       const RouteRequest req = request_for(e, batches[b], static_cast<int>(b));
       const Routing r = route_omp(v.router, req, &state);
+      if (opts.routing_sink && &v == &variants.front()) {
+        const bool has_ids = static_cast<int64_t>(batches[b].token_ids.size()) == batches[b].num_tokens;
+        opts.routing_sink(RoutedBatch{static_cast<int64_t>(b), 0, "", &r, batches[b].logits.data(),
+                                      has_ids ? batches[b].token_ids.data() : nullptr});
+      }
       vr.per_batch.push_back(compute_balance_metrics(r, batches[b].logits.data(), v.router.layout, v.router.block_size));
       if (!state.expert_bias.empty())
         vr.bias_updates.push_back({static_cast<int64_t>(b), static_cast<int>(b), 0, state.expert_bias});

@@ -180,7 +180,13 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
   const bool execute = opts.execute && e.execute.enabled;
 
   for (const RouterVariant& v : variants) {
-    const DecoderRun run = decoder.run(v.router);
+    Decoder::RoutingObserver observe;
+    if (opts.routing_sink && &v == &variants.front()) {
+      observe = [&](const DecoderRecord& d, const Routing& r, const float* logits, const int64_t* token_ids) {
+        opts.routing_sink(RoutedBatch{d.step, d.layer, to_string(d.phase), &r, logits, token_ids});
+      };
+    }
+    const DecoderRun run = decoder.run(v.router, observe);
     result.topic = run.topic;
     result.kv_cache_allocated_bytes = run.kv_cache_allocated_bytes;
     VariantResult vr;
@@ -242,10 +248,20 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
 }
 
 // ---- trace replay -----------------------------------------------------------------------------------
-void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result) {
+void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+               RunResult& result) {
   result.workload_path = resolve_workload_path(e);
   const Trace trace = read_trace_file(result.workload_path, e.model.experts);
   result.trace_replayed = !trace.has_logits;
+  if (!trace.has_logits) {
+    for (const RouterVariant& v : variants) {
+      if (v.router.gating != variants.front().router.gating) {
+        throw InputError(result.workload_path + ": \"logits\": expected on every line to re-route the trace with " +
+                         to_string(variants.front().router.gating) + " and " + to_string(v.router.gating) +
+                         ", got none (a trace without logits is only replayed as recorded)");
+      }
+    }
+  }
   result.num_tokens = trace.batches.back().num_tokens;
   for (const RouterVariant& v : variants) {
     VariantResult vr;
@@ -254,6 +270,7 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
     for (const TraceBatch& b : trace.batches) {
       Routing r;
       const float* logits = trace.has_logits ? b.logits.data() : nullptr;
+      const uint64_t seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
       if (trace.has_logits) {
         RouteRequest req;
         req.logits = logits;
@@ -261,15 +278,17 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
         req.num_experts = e.model.experts;
         req.top_k = e.model.top_k;
         req.token_ids = b.token_ids.data();
-        req.seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
+        req.seed = seed;
         r = route_omp(v.router, req, &states[b.layer]);
         if (!states[b.layer].expert_bias.empty()) {
           vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), static_cast<int>(b.step), b.layer,
                                      states[b.layer].expert_bias});
         }
       } else {
-        r = recorded_routing(b, e.model.experts, e.model.top_k);
+        r = replay_routing(b, result.workload_path, e.model.experts, e.model.top_k, v.router, seed);
       }
+      if (opts.routing_sink && &v == &variants.front())
+        opts.routing_sink(RoutedBatch{b.step, b.layer, b.phase, &r, logits, b.token_ids.data()});
       StepRecord rec;
       rec.phase = b.phase.empty() ? "trace" : b.phase;
       rec.step = static_cast<int>(b.step);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "src/cost/hardware_profile.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "src/sweep/knee.hpp"
+#include "src/workload/trace_replay.hpp"
 
 namespace moesim {
 namespace {
@@ -91,6 +93,22 @@ SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes
     }
     if (opts.measure) e.execute.enabled = true;
     experiments.push_back(std::move(e));
+  }
+  // A trace without logits is replayed as recorded: points that differ only in router.gating would be
+  // identical rows, so varying the gating over such a trace is an input error naming "logits".
+  bool gating_varies = false;
+  for (const Experiment& e : experiments) gating_varies = gating_varies || e.router.gating != experiments.front().router.gating;
+  if (gating_varies) {
+    std::set<std::string> checked;
+    for (const Experiment& e : experiments) {
+      if (e.workload.source != WorkloadSource::trace) continue;
+      const std::string path = resolve_workload_path(e);
+      if (!checked.insert(path).second) continue;
+      if (!read_trace_file(path, e.model.experts).has_logits) {
+        throw InputError(path + ": \"logits\": expected on every line for --vary router.gating (re-routing), got "
+                         "none: a trace without logits is only replayed as recorded");
+      }
+    }
   }
   if (opts.before_run) opts.before_run(experiments);
   RunOptions run_opts;

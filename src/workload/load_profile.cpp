@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -115,6 +116,9 @@ LoadProfile parse_load_profile(const std::string& json_text, const std::string& 
 }
 
 LoadProfile read_load_profile(const std::string& path, const std::string& key, int num_experts) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": cannot read a directory: expected a load profile file (JSON)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the load profile");
   std::ostringstream text;

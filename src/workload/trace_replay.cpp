@@ -9,11 +9,15 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <filesystem>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <thrust/system/cpp/execution_policy.h>
 
 #include "src/common/error.hpp"
+#include "router/capacity.hpp"
+#include "router/route.hpp"
 
 namespace moesim {
 namespace {
@@ -226,7 +230,21 @@ Trace parse_trace(const std::string& text, const std::string& name, int num_expe
   return trace;
 }
 
+bool trace_file_has_logits(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const json j = json::parse(line, nullptr, false);
+    return j.is_object() && j.contains("logits");
+  }
+  return false;
+}
+
 Trace read_trace_file(const std::string& path, int num_experts) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": cannot read a directory: expected a trace file (JSON Lines)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the trace file");
   std::ostringstream text;
@@ -247,6 +265,49 @@ Routing recorded_routing(const TraceBatch& b, int num_experts, int top_k) {
   r.expert = b.expert;
   r.weight = b.weight;
   r.kept = b.kept;
+  return r;
+}
+
+Routing replay_routing(const TraceBatch& b, const std::string& name, int num_experts, int top_k,
+                       const RouterConfig& router, uint64_t seed) {
+  for (int64_t t = 0; t < b.num_tokens; ++t) {
+    const int64_t listed = b.offsets[t + 1] - b.offsets[t];
+    if (listed != top_k) {
+      throw InputError(name + ":" + std::to_string(b.line[t]) + ": \"experts\": expected model.top_k = " +
+                       std::to_string(top_k) + " expert ids (a replay keeps every token's recorded top-k), got " +
+                       std::to_string(listed));
+    }
+  }
+  Routing r = recorded_routing(b, num_experts, top_k);
+  const int64_t capacity = expert_capacity(router, b.num_tokens, top_k, num_experts);
+  if (capacity > 0 && router.capacity_scope == CapacityScope::sequence) {
+    throw InputError(name + ": router.capacity_scope: expected batch for a trace replay (a trace records no sequence "
+                     "boundaries), got sequence");
+  }
+  r.capacity = capacity;
+  const int64_t m = r.num_assignments();
+  if (capacity == 0 || m == 0) return r;
+  // Assignments recorded as dropped go to a phantom expert num_experts: its own capacity segment, so they
+  // take no slot of a real expert and leave the others' priority ranks and random keys unchanged.
+  std::vector<int32_t> expert = r.expert;
+  for (int64_t a = 0; a < m; ++a)
+    if (!r.kept[a]) expert[a] = num_experts;
+  std::vector<uint8_t> kept(m, 1);
+  std::vector<int64_t> perm(m), segment(m), rank(m);
+  apply_capacity(thrust::cpp::par, expert.data(), r.weight.data(), b.num_tokens, top_k, num_experts + 1, capacity, 0,
+                 router.drop_policy, router.priority, seed, kept.data(),
+                 CapacityScratch{perm.data(), segment.data(), rank.data()});
+  std::vector<uint8_t> newly_dropped_token(b.num_tokens, 0);
+  for (int64_t a = 0; a < m; ++a) {
+    if (r.kept[a] && !kept[a]) newly_dropped_token[a / top_k] = 1;
+    r.kept[a] = r.kept[a] && kept[a];
+  }
+  if (router.renormalize_after_drop) {
+    std::vector<float> rescaled = r.weight;
+    renormalize_kept_weights(thrust::cpp::par, r.kept.data(), b.num_tokens, top_k, rescaled.data());
+    for (int64_t a = 0; a < m; ++a)
+      if (newly_dropped_token[a / top_k]) r.weight[a] = rescaled[a];
+  }
   return r;
 }
 

@@ -1,8 +1,10 @@
 // Routing traces recorded from a real model (`workload.source: trace`): JSON Lines, one line per token and
 // layer, {"step", "layer", "token", "experts", "weights"} plus optional "logits", "kept", "token_id",
 // "phase" (docs/workloads.md "Trace format"). Lines group into batches by (step, layer); a trace with
-// logits is re-routed by any strategy, one without is replayed as recorded (recorded_routing).
-// Errors: InputError "FILE:LINE: expected ..., got ...". Host only, deterministic.
+// logits is re-routed by any strategy, one without is replayed as recorded (replay_routing: the recorded
+// decisions under the router's capacity and drop policy). format_trace_lines writes the same format
+// (`moesim route|run --dump-routing`). Errors: InputError "FILE:LINE: expected ..., got ...". Host only,
+// deterministic.
 // Covered by tests/workload/trace_replay_test.cpp.
 #pragma once
 
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "src/config/experiment.hpp"
 #include "router/routing.hpp"
 
 namespace moesim {
@@ -45,8 +48,24 @@ struct Trace {
 Trace parse_trace(const std::string& text, const std::string& name, int num_experts);
 Trace read_trace_file(const std::string& path, int num_experts);
 
+// Whether the file's first line carries "logits" (a trace has them on every line or on none: parse_trace
+// checks). False where the file cannot be read or its first line is not JSON: its reader says why.
+bool trace_file_has_logits(const std::string& path);
+
 // The recorded decisions of a batch as a Routing (top_k as given, capacity 0): replayed exactly.
 Routing recorded_routing(const TraceBatch& b, int num_experts, int top_k);
+
+// The recorded decisions of a batch replayed under `router`'s capacity (workload.source trace without
+// logits). Every token must list exactly top_k experts (else InputError "NAME:LINE: \"experts\": expected
+// model.top_k = K expert ids, got N"). With router.capacity_factor > 0, C = expert_capacity(router,
+// num_tokens, top_k, num_experts) (min_capacity, capacity_rounding as for routed batches) and apply_capacity
+// (router/capacity.hpp) keeps, per expert, the first C assignments by router.drop_policy (position: in
+// router.priority order; score: highest recorded weight; random: keyed on `seed`). Assignments recorded as
+// dropped stay dropped and take no capacity. router.renormalize_after_drop rescales the kept weights of the
+// tokens this replay dropped something from. The Routing's capacity is C (0: dropless, recorded flags only).
+// router.capacity_scope sequence needs sequence boundaries a trace does not record: InputError naming it.
+Routing replay_routing(const TraceBatch& b, const std::string& name, int num_experts, int top_k,
+                       const RouterConfig& router, uint64_t seed);
 
 // Trace lines (each ending in '\n') for a Routing and optional logits [num_tokens, num_experts]:
 // each token's assignments in assignment order, kept flags written when any assignment was dropped.

@@ -284,6 +284,34 @@ const std::vector<BadCase>& bad_cases() {
                 "/p.json --set workload.profile_key=nope";
        },
        2, {"p.json", "nope"}},
+      {"TraceTopKMismatch",
+       [](const std::string& d) {
+         file(d, "t.jsonl",
+              "{\"step\": 0, \"layer\": 0, \"token\": 0, \"experts\": [1, 2], \"weights\": [0.5, 0.5]}\n"
+              "{\"step\": 0, \"layer\": 0, \"token\": 1, \"experts\": [3], \"weights\": [1]}\n");
+         return "run --no-execute --set workload.source=trace --set workload.path=" + d + "/t.jsonl";
+       },
+       2, {"t.jsonl:2", "model.top_k = 2", "got 1"}},
+      {"TraceIsADirectory",
+       [](const std::string& d) { return "run --no-execute --set workload.source=trace --set workload.path=" + d; }, 2,
+       {"{dir}", "cannot read a directory"}},
+      {"LoadProfileIsADirectory",
+       [](const std::string& d) {
+         return "run --no-execute --set workload.source=load_profile --set workload.path=" + d;
+       },
+       2, {"{dir}", "cannot read a directory"}},
+      {"CompareGatingOnTraceWithoutLogits",
+       [](const std::string& d) {
+         file(d, "t.jsonl", "{\"step\": 0, \"layer\": 0, \"token\": 0, \"experts\": [1, 2], \"weights\": [0.5, 0.5]}\n");
+         return "compare --no-execute --gating all --set workload.source=trace --set workload.path=" + d + "/t.jsonl";
+       },
+       2, {"t.jsonl", "\"logits\""}},
+      {"DumpRoutingOfALoadProfile",
+       [](const std::string& d) {
+         return "run " + std::string(MOESIM_SOURCE_DIR) + "/configs/olmoe-profile.yaml --no-execute --dump-routing " + d +
+                "/dump.jsonl";
+       },
+       2, {"--dump-routing", "load_profile"}},
   };
   return cases;
 }

@@ -339,6 +339,27 @@ TEST(KeyEffects, CompareWarnsOnlyWhereNoRowUsesTheKey) {
       << two.err;
 }
 
+TEST(KeyEffects, ATraceWithoutLogitsNamesTheRouterKeysAndTakesTheCapacity) {
+  // A dumped routing replays as recorded: the router's keys have no effect, the capacity acts on it.
+  const std::string trace = testing::make_temp_dir() + "/routing.jsonl";
+  const auto dump = run_cli("run --no-execute --dump-routing " + trace +
+                            " --set workload.batch=64 --set workload.batches=2 --set router.capacity_factor=0");
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  const std::string replay = "run --format json --set workload.source=trace --set workload.path=" + trace;
+  const auto plain = run_cli(replay);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto gated = run_cli(replay + " --set router.gating=sinkhorn");
+  ASSERT_EQ(gated.exit_code, 0) << gated.err;
+  EXPECT_NE(gated.err.find("moesim: router.gating has no effect with workload.source=trace without logits"),
+            std::string::npos)
+      << gated.err;
+  EXPECT_EQ(first_difference(computed(plain.out), computed(gated.out)), "");
+  const auto capped = run_cli(replay + " --set router.capacity_factor=1");
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  EXPECT_EQ(capped.err.find("router.capacity_factor"), std::string::npos) << capped.err;
+  EXPECT_NE(first_difference(computed(plain.out), computed(capped.out)), "");
+}
+
 TEST(KeyEffects, ExplainListsEveryKey) {
   const auto r = run_cli("config --explain");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -27,6 +27,7 @@
 #include "src/report/report.hpp"
 #include "src/sweep/published.hpp"
 #include "router/balance_metrics.hpp"
+#include "router/route.hpp"
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_file.hpp"
 #include "src/workload/trace_replay.hpp"
@@ -224,6 +225,8 @@ inline void fuzz_baseline(const uint8_t* data, size_t size) {
 // ---- routing traces (JSON Lines) ----------------------------------------------------------------------
 // The input's first byte chooses num_experts (1..64); the rest is the trace. Every batch must replay as a
 // valid Routing, its balance metrics must compute, and format_trace_lines must read back to the same batch.
+// A batch whose tokens all list k experts also replays under capacity factor 1 (drop policy from the
+// first byte): only recorded-kept assignments may be kept, and no expert may keep more than C.
 inline void fuzz_trace(const uint8_t* data, size_t size) {
   if (size == 0) return;
   const int num_experts = 1 + data[0] % 64;
@@ -252,6 +255,24 @@ inline void fuzz_trace(const uint8_t* data, size_t size) {
       if (b.num_tokens == 0) continue;
       const Routing r = recorded_routing(b, num_experts, std::min(top_k, num_experts));
       compute_balance_metrics(r, trace.has_logits ? b.logits.data() : nullptr, Layout::dropless, 64);
+      bool uniform_k = true;
+      for (int64_t t = 0; t < b.num_tokens; ++t) uniform_k = uniform_k && b.offsets[t + 1] - b.offsets[t] == top_k;
+      if (uniform_k && top_k <= num_experts) {
+        RouterConfig cfg;
+        cfg.capacity_factor = 1.0;
+        cfg.drop_policy = static_cast<DropPolicy>(data[0] % 3);
+        cfg.priority = data[0] & 4 ? Priority::token_major : Priority::k_major;
+        const Routing c = replay_routing(b, name, num_experts, top_k, cfg, 7);
+        if (c.capacity != expert_capacity(cfg, b.num_tokens, top_k, num_experts)) finding("replay capacity is not C");
+        std::vector<int64_t> kept_per_expert(num_experts, 0);
+        for (int64_t a = 0; a < c.num_assignments(); ++a) {
+          if (c.kept[a] && !r.kept[a]) finding("replay kept an assignment recorded as dropped");
+          if (c.expert[a] != r.expert[a] || c.token[a] != r.token[a]) finding("replay changed an assignment");
+          kept_per_expert[c.expert[a]] += c.kept[a];
+        }
+        for (int64_t n : kept_per_expert)
+          if (n > c.capacity) finding("replay kept more than the capacity on an expert");
+      }
       const std::string lines = format_trace_lines(r, trace.has_logits ? b.logits.data() : nullptr, b.step, b.layer,
                                                    b.phase, b.token_ids.data());
       const Trace again = parse_trace(lines, name, num_experts);

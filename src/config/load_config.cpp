@@ -50,6 +50,9 @@ Experiment Loader::read(const YAML::Node& root) {
     fail_expected(prompt_len_range_where, "workload.prompt_len_range",
                   "true (workload.prompt_len is written 'LO..HI')", "false");
   }
+  // A Hugging Face config.json fills the keys the file and the --set did not give; its routing keys then
+  // count as given, so the semantics preset leaves them as the model has them.
+  if (!e.model.hf_config.empty()) apply_hf_config(e);
   // The semantics preset fills the convention keys the file and the --set did not give.
   for (const std::string& key : semantics_preset_keys()) {
     if (origins_.count("router." + key)) e.router.given_preset_keys.push_back(key);
@@ -148,6 +151,10 @@ void Loader::validate(const Experiment& e) const {
   if (m.top_k > m.experts) {
     fail_expected(origin({"model.top_k", "model.experts"}), "model.top_k",
                   "an integer in [1, " + E + "] (model.experts)", std::to_string(m.top_k));
+  }
+  if (m.moe_layers > m.layers) {
+    fail_expected(origin({"model.moe_layers", "model.layers"}), "model.moe_layers",
+                  "an integer in [1, " + std::to_string(m.layers) + "] (model.layers)", std::to_string(m.moe_layers));
   }
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     fail_expected(origin({"model.kv_heads", "model.heads"}), "model.kv_heads",

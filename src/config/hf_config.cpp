@@ -309,9 +309,14 @@ void deepseek(Builder& b, const View& v, bool v3) {
   b.integer("model.experts", v, "n_routed_experts");
   const std::optional<int64_t> k = b.integer("model.top_k", v, "num_experts_per_tok");
   b.integer("model.ffn", v, "moe_intermediate_size");
-  const Got<int64_t> shared = get_int(v, "n_shared_experts");  // null: none (the config classes' None)
+  // n_shared_experts, routed_scaling_factor and first_k_dense_replace are required: the V2 and V3 config
+  // classes default them differently (None / 1, 1.0 / 2.5, 0 / 3), so an absent key is no fact. null is the
+  // config's own None: no shared experts.
+  const Got<int64_t> shared = get_int(v, "n_shared_experts");
+  const bool shared_null = v.obj && v.obj->is_object() && v.obj->contains("n_shared_experts") && !v.get("n_shared_experts");
   if (!shared.error.empty()) b.error("model.shared_experts", v.name("n_shared_experts"), shared.error);
-  else b.put("model.shared_experts", v.name("n_shared_experts"), std::to_string(shared.value.value_or(0)));
+  else if (shared.value || shared_null) b.put("model.shared_experts", v.name("n_shared_experts"), std::to_string(shared.value.value_or(0)));
+  else b.error("model.shared_experts", v.name("n_shared_experts"), "expected an integer or null for model.shared_experts, got none");
 
   const Got<std::string> method = get_string(v, "topk_method");
   const std::string mkey = v.name("topk_method");
@@ -346,19 +351,24 @@ void deepseek(Builder& b, const View& v, bool v3) {
   else b.put("router.renormalize", nkey, renorm ? "true" : "false");
   const Got<double> scale = get_number(v, "routed_scaling_factor");
   const std::string skey = v.name("routed_scaling_factor");
-  if (!scale.error.empty()) b.error("router.routed_scaling_factor", skey, scale.error);
+  if (!scale.error.empty() || scale.absent()) {
+    b.error("router.routed_scaling_factor", skey,
+            scale.absent() ? "expected a number for router.routed_scaling_factor, got none" : scale.error);
+  }
   else if (!v3 && renorm) b.put("router.routed_scaling_factor", nkey, "1");  // V2 skips the scale when it renormalises
   else b.put("router.routed_scaling_factor", skey, config_detail::format_double(scale.value.value_or(1.0)));
 
   HfLayerPattern& p = b.out().moe_layers;
   p.json_key = v.name("first_k_dense_replace") + ", " + v.name("moe_layer_freq");
   const Got<int64_t> first = get_int(v, "first_k_dense_replace");
-  if (!first.error.empty() || (first.value && *first.value < 0)) {
+  if (!first.value || *first.value < 0) {
     p.json_key = v.name("first_k_dense_replace");
-    p.error = first.error.empty() ? "expected an integer >= 0, got " + std::to_string(*first.value) : first.error;
+    p.error = !first.error.empty() ? first.error
+              : first.value        ? "expected an integer >= 0, got " + std::to_string(*first.value)
+                                   : "expected an integer >= 0 for model.moe_layers, got none";
     return;
   }
-  p.first_dense = first.value.value_or(0);
+  p.first_dense = *first.value;
   pattern_step(p, v, "moe_layer_freq", &p.step);
 }
 

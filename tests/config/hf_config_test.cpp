@@ -357,7 +357,7 @@ TEST(HfConfig, BadInputsNameTheFileAndTheKey) {
        R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
           "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
           "vocab_size": 100, "torch_dtype": "bfloat16", "scoring_func": "sigmoid", "norm_topk_prob": true,
-          "topk_method": "greedy", "first_k_dense_replace": 4})",
+          "topk_method": "greedy", "first_k_dense_replace": 4, "routed_scaling_factor": 1.0})",
        "first_k_dense_replace, moe_layer_freq: model.moe_layers: expected at least one MoE layer"},
       {"odd shared width",
        R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -365,6 +365,18 @@ TEST(HfConfig, BadInputsNameTheFileAndTheKey) {
           "torch_dtype": "bfloat16", "shared_expert_intermediate_size": 48})",
        "shared_expert_intermediate_size: expected a multiple of moe_intermediate_size"},
       {"deep nesting", std::string(200, '['), "nested deeper than 64"},
+      {"deepseek without first_k_dense_replace",
+       R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+          "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+          "vocab_size": 100, "torch_dtype": "bfloat16", "scoring_func": "sigmoid", "norm_topk_prob": true,
+          "topk_method": "greedy", "routed_scaling_factor": 2.5})",
+       "first_k_dense_replace: expected an integer >= 0 for model.moe_layers, got none"},
+      {"deepseek without n_shared_experts",
+       R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+          "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "vocab_size": 100,
+          "torch_dtype": "bfloat16", "scoring_func": "sigmoid", "norm_topk_prob": true, "topk_method": "greedy",
+          "routed_scaling_factor": 2.5, "first_k_dense_replace": 0})",
+       "n_shared_experts: expected an integer or null for model.shared_experts, got none"},
   };
   for (const BadHf& c : cases) {
     const std::string path = write_json(c.json);

@@ -393,7 +393,9 @@ void dbrx(Builder& b, const View& v) {
   const std::optional<int64_t> heads = b.integer("model.heads", v, "n_heads");
   const std::optional<int64_t> hidden = get_int(v, "d_model").value;
   if (hidden && heads && *heads > 0 && *hidden % *heads == 0) b.put("model.head_dim", v.name("d_model"), std::to_string(*hidden / *heads));
-  else b.error("model.head_dim", v.name("d_model"), "expected d_model divisible by n_heads for model.head_dim");
+  else b.error("model.head_dim", v.name("d_model"),
+               "expected d_model divisible by n_heads for model.head_dim, got " +
+                   (hidden && heads ? std::to_string(*hidden) + " and " + std::to_string(*heads) : std::string("none")));
   b.integer("model.vocab", v, "vocab_size");
   const View attn{v.get("attn_config"), v.name("attn_config.")};
   if (attn.obj && !attn.obj->is_object()) b.error("model.kv_heads", v.name("attn_config"), "expected a JSON object, got " + shown(*attn.obj));

@@ -178,6 +178,7 @@ TEST(HfConfig, OlmoeMapsToModel) {
   EXPECT_EQ(e.model.layers, 16);
   EXPECT_EQ(e.model.kv_heads, 16);
   EXPECT_EQ(e.model.vocab, 50304);
+  EXPECT_EQ(e.model.dtype, Dtype::fp32);  // the released weights are float32
   EXPECT_FALSE(e.router.renormalize);
 }
 

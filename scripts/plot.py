@@ -91,14 +91,14 @@ def mark_critical(ax, groups, colors):
 def title_of(rows, args, what):
     r = rows[0]
     head = args.title or os.path.splitext(os.path.basename(args.csv))[0]
-    layers = r.get("layers", "1")
+    layers = r.get("moe_layers", r.get("layers", "1"))  # modeled times cover the MoE layers
     def shared(key, text):
         return text if len({row.get(key) for row in rows}) == 1 else f"{key} varies"
 
     where = shared("profile", r.get("profile", "")) + ", " + shared("placement", r.get("placement", ""))
     if r.get("placement") == "expert_parallel" and len({row.get("devices") for row in rows}) == 1:
         where += f" x{r.get('devices', '')}"
-    return f"{head}: {what}\n({where}; {layers} layer{'s' if layers != '1' else ''})"
+    return f"{head}: {what}\n({where}; {layers} MoE layer{'s' if layers != '1' else ''})"
 
 
 def integer_ticks(ax):

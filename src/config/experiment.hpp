@@ -1,6 +1,7 @@
 // The typed, validated experiment: what a YAML file plus --set overrides mean (DESIGN.md "Configuration").
 // Produced by load_config.cpp; read by every later stage. Plain data, host only.
-// Every field here (but RouterConfig::given_preset_keys, Experiment::given_keys and set_keys) has a YAML key of the same name under its section;
+// Every field here (but RouterConfig::given_preset_keys, ModelConfig::hf_config_keys, Experiment::given_keys
+// and set_keys) has a YAML key of the same name under its section;
 // defaults are the built-in ones.
 // Covered by tests/config/load_config_test.cpp.
 #pragma once
@@ -58,12 +59,25 @@ struct ModelConfig {
   int top_k = 2;
   int shared_experts = 0;
   int layers = 32;
+  // Layers whose FFN is an MoE layer (the rest are dense, e.g. DeepSeek-V3's first_k_dense_replace);
+  // 0: every layer. The modeled MoE time of the whole model counts these, attention and the KV cache
+  // count all `layers`. Read it through moe_layer_count().
+  int moe_layers = 0;
   int heads = 32;
   int kv_heads = 8;
   int head_dim = 128;
   int vocab = 32000;
   Dtype dtype = Dtype::bf16;
+  // A Hugging Face config.json that filled the keys the file and the --set did not give
+  // (src/config/hf_config.hpp); stored resolved (absolute), empty when none.
+  std::string hf_config;
+  // The key paths ("model.experts", "router.score", ...) that hf_config filled, so that a re-emission for
+  // apply_override leaves them out and the config.json fills them again. Not a YAML key.
+  std::vector<std::string> hf_config_keys;
 };
+
+// The number of MoE layers of `m`: model.moe_layers, or model.layers when it is 0.
+inline int moe_layer_count(const ModelConfig& m) { return m.moe_layers > 0 ? m.moe_layers : m.layers; }
 
 struct RouterConfig {
   // The preset of framework conventions; it sets every key of semantics_preset_keys() that the file or

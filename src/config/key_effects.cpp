@@ -313,6 +313,7 @@ R expect_rule(const Experiment&, const EffectContext& c) {
 }  // namespace
 
 std::string router_semantics(const Experiment& e, const EffectContext& ctx);
+std::string model_hf_config(const Experiment& e, const EffectContext& ctx);
 
 const std::vector<KeyEffect>& key_effects() {
   static const std::vector<KeyEffect> table = {
@@ -324,11 +325,13 @@ const std::vector<KeyEffect>& key_effects() {
       {"model.top_k", "always", always},
       {"model.shared_experts", "always, but in moesim route (cost model, executed layer)", cost_model},
       {"model.layers", "whole-model times: sources decoder, trace, load_profile; moesim sweep", model_layers},
+      {"model.moe_layers", "whole-model times: sources decoder, trace, load_profile; moesim sweep", model_layers},
       {"model.heads", "workload.source decoder (attention cost)", model_attention},
       {"model.kv_heads", "workload.source decoder (attention and KV-cache cost)", model_attention},
       {"model.head_dim", "workload.source decoder (attention and KV-cache cost)", model_attention},
       {"model.vocab", "workload.source decoder; hash gating on synthetic or logits batches (token ids)", model_vocab},
       {"model.dtype", "always, but in moesim route and validate (bytes per weight in the cost model)", model_size},
+      {"model.hf_config", "when a key it fills (one not given in the file or by --set) acts", model_hf_config},
       {"router.gating", "whenever a router runs (not load_profile, not a trace without logits)", router_gating},
       {"router.semantics", "when a key it presets, left to it, differs from exact and acts", router_semantics},
       {"router.score",
@@ -452,6 +455,22 @@ std::vector<std::string> semantics_changes(const Experiment& e) {
 }
 
 }  // namespace
+
+// model.hf_config acts through the keys it filled (model.hf_config_keys): one of them acting is enough.
+// (Only a key it moved off its default counts, filling router.gating with token_choice changes nothing, and
+// not the model's name: a label.)
+R model_hf_config(const Experiment& e, const EffectContext& ctx) {
+  const Experiment plain;
+  std::vector<std::string> moved;
+  for (const std::string& k : e.model.hf_config_keys) {
+    if (k == "model.name" || emitted_value(e, k) == emitted_value(plain, k)) continue;
+    moved.push_back(k);
+    const KeyEffect* ke = find_effect(k);
+    if (ke && ke->inert(e, ctx).empty()) return kActs;
+  }
+  if (moved.empty()) return "(the file or a --set gives every key it would fill a value to)";
+  return "(the keys it fills, " + config_detail::join(moved, ", ") + ", have none here)";
+}
 
 // router.semantics acts through the keys it presets: one of them changed and acting is enough.
 R router_semantics(const Experiment& e, const EffectContext& ctx) {

@@ -53,6 +53,9 @@ Experiment Loader::read(const YAML::Node& root) {
     fail_expected(prompt_len_range_where, "workload.prompt_len_range",
                   "true (workload.prompt_len is written 'LO..HI')", "false");
   }
+  // A Hugging Face config.json fills the keys the file and the --set did not give; its routing keys then
+  // count as given, so the semantics preset leaves them as the model has them.
+  if (!e.model.hf_config.empty()) apply_hf_config(e);
   // The semantics preset fills the convention keys the file and the --set did not give.
   for (const std::string& key : semantics_preset_keys()) {
     if (origins_.count("router." + key)) e.router.given_preset_keys.push_back(key);
@@ -62,7 +65,8 @@ Experiment Loader::read(const YAML::Node& root) {
   const bool built_in = !source_.empty() && source_.front() == '<';
   for (const std::string& key : schema_key_paths()) {
     auto it = origins_.find(key);
-    if (it == origins_.end()) continue;
+    const auto& filled = e.model.hf_config_keys;  // what model.hf_config filled is not the user's
+    if (it == origins_.end() || std::find(filled.begin(), filled.end(), key) != filled.end()) continue;
     const bool by_set = it->second.rfind("--set ", 0) == 0;
     if (by_set || !built_in) e.given_keys.push_back(key);
     if (by_set) e.set_keys.push_back(key);
@@ -160,6 +164,10 @@ void Loader::validate(const Experiment& e) const {
   if (m.top_k > m.experts) {
     fail_expected(origin({"model.top_k", "model.experts"}), "model.top_k",
                   "an integer in [1, " + E + "] (model.experts)", std::to_string(m.top_k));
+  }
+  if (m.moe_layers > m.layers) {
+    fail_expected(origin({"model.moe_layers", "model.layers"}), "model.moe_layers",
+                  "an integer in [1, " + std::to_string(m.layers) + "] (model.layers)", std::to_string(m.moe_layers));
   }
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     fail_expected(origin({"model.kv_heads", "model.heads"}), "model.kv_heads",
@@ -335,7 +343,7 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
   Experiment updated = load_experiment_text(std::string(text.c_str()) + "\n", source, {key_eq_value});
   updated.source_file = e.source_file;
   // The re-emitted text gives every key: the user gave what e's user gave, and what this override changed
-  // (not the convention keys a changed preset set again).
+  // (not the convention keys a changed preset set again, nor what model.hf_config filled again).
   const std::vector<std::string> before = experiment_key_values(e);
   const std::vector<std::string> after = experiment_key_values(updated);
   const std::vector<std::string> paths = schema_key_paths();
@@ -348,7 +356,7 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
     const std::string& k = paths[i];
     const bool preset = k.rfind("router.", 0) == 0 && !listed(left, k.substr(7)) &&
                         listed(semantics_preset_keys(), k.substr(7));
-    const bool changed = before[i] != after[i] && !preset;
+    const bool changed = before[i] != after[i] && !preset && !listed(updated.model.hf_config_keys, k);
     if (listed(e.given_keys, k) || changed) given.push_back(k);
     if (listed(e.set_keys, k) || changed) set.push_back(k);
   }

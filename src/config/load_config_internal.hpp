@@ -148,6 +148,9 @@ struct Field {
   std::string key;
   ReadFn read;
   EmitFn emit;  // writes the value only (the key is written by the caller)
+  // Whether the key is written at all; empty: always. An optional key (model.hf_config, model.moe_layers)
+  // is left out while unset, so that experiments without it re-emit as before.
+  std::function<bool(const Experiment&)> present;
 };
 
 struct Section {
@@ -173,6 +176,15 @@ Field int_field(const char* key, S Experiment::*sec, T S::*mem, int64_t lo, int6
             (e.*sec).*mem = static_cast<T>(read_int(n, path, where, lo, hi));
           },
           [=](YAML::Emitter& out, const Experiment& e) { out << std::to_string((e.*sec).*mem); }};
+}
+
+// An integer key whose 0 means "not set" (its default follows from other keys): read in [lo, hi], written
+// only when set.
+template <class S, class T>
+Field optional_int_field(const char* key, S Experiment::*sec, T S::*mem, int64_t lo, int64_t hi) {
+  Field f = int_field(key, sec, mem, lo, hi);
+  f.present = [=](const Experiment& e) { return (e.*sec).*mem != 0; };
+  return f;
 }
 
 template <class S>
@@ -241,6 +253,9 @@ class Loader {
   void apply_set(YAML::Node& root, const std::string& key_eq_value);
   Experiment read(const YAML::Node& root);
 
+  // The experiment's source name: a file path, or "<built-in>" / "<effective FILE>" for text of moesim's own.
+  const std::string& source() const { return source_; }
+
   // workload.prompt_len written as "LO..HI"; workload.prompt_len_range given explicitly.
   bool prompt_len_text_range = false;
   std::optional<bool> prompt_len_range_explicit;
@@ -253,6 +268,9 @@ class Loader {
   void read_hardware(const YAML::Node& n, const std::string& where, Experiment& e);
   void read_expect(const YAML::Node& n, const std::string& where, Experiment& e);
   Expectation read_expect_item(const YAML::Node& n, const std::string& path, const std::string& metric);
+  // Fills, from the config.json of model.hf_config, every key the file and the --set did not give
+  // (load_config_hf.cpp); e.model.hf_config_keys lists them.
+  void apply_hf_config(Experiment& e);
   void validate(const Experiment& e) const;
   void validate_placement(const Experiment& e) const;
 
@@ -268,7 +286,8 @@ const Section* find_section(const std::string& key);
 const std::vector<std::string>& top_keys();
 // Every key of `e` as one YAML map (experiment_to_yaml). given_preset_keys_only: leave out the router keys
 // of semantics_preset_keys() that e.router.given_preset_keys does not list, so that loading the text back
-// applies the (possibly changed) semantics preset to them again (apply_override).
+// applies the (possibly changed) semantics preset to them again (apply_override), and the keys
+// e.model.hf_config_keys lists, so that model.hf_config fills them again.
 void emit_experiment(YAML::Emitter& out, const Experiment& e, bool given_preset_keys_only = false);
 
 // ---- hardware: and expect:, the top-level keys outside the table (load_config_expect.cpp) ---------

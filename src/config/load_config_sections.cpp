@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -75,6 +76,26 @@ void read_placement_map(Loader& L, const YAML::Node& n, const std::string& path,
   e.placement.map = map;
 }
 
+// model.hf_config: a relative path from the experiment file resolves against the file's folder; one from a
+// --set, or in moesim's own text (the built-in experiment), against the current directory. Kept absolute, so
+// that the effective experiment reads the same file from any folder.
+void read_hf_config_path(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
+                         Experiment& e) {
+  namespace fs = std::filesystem;
+  const std::string p = read_string(n, path, where);
+  if (p.empty()) {
+    e.model.hf_config.clear();
+    return;
+  }
+  fs::path resolved(p);
+  const std::string& source = L.source();
+  const bool from_file = where.rfind("--set ", 0) != 0 && !source.empty() && source.front() != '<';
+  if (resolved.is_relative() && from_file) resolved = fs::path(source).parent_path() / resolved;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(resolved, ec);
+  e.model.hf_config = (ec ? resolved : absolute).lexically_normal().string();
+}
+
 void emit_int_list(YAML::Emitter& out, const std::vector<int>& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (int x : v) out << std::to_string(x);
@@ -94,11 +115,14 @@ const std::vector<Section>& sections() {
         int_field("top_k", &E::model, &ModelConfig::top_k, 1, kMaxExperts),
         int_field("shared_experts", &E::model, &ModelConfig::shared_experts, 0, kMaxExperts),
         int_field("layers", &E::model, &ModelConfig::layers, 1, kMaxLayers),
+        optional_int_field("moe_layers", &E::model, &ModelConfig::moe_layers, 1, kMaxLayers),
         int_field("heads", &E::model, &ModelConfig::heads, 1, kMaxHeads),
         int_field("kv_heads", &E::model, &ModelConfig::kv_heads, 1, kMaxHeads),
         int_field("head_dim", &E::model, &ModelConfig::head_dim, 1, kMaxHeads),
         int_field("vocab", &E::model, &ModelConfig::vocab, 1, kMaxVocab),
-        enum_field("dtype", &E::model, &ModelConfig::dtype)}},
+        enum_field("dtype", &E::model, &ModelConfig::dtype),
+        {"hf_config", read_hf_config_path, [](YAML::Emitter& out, const Experiment& e) { out << e.model.hf_config; },
+         [](const Experiment& e) { return !e.model.hf_config.empty(); }}}},
       {"router",
        {enum_field("gating", &E::router, &RouterConfig::gating),
         enum_field("semantics", &E::router, &RouterConfig::semantics),
@@ -197,6 +221,10 @@ void Loader::read_section(const Section& s, const YAML::Node& n, const std::stri
 void emit_experiment(YAML::Emitter& out, const Experiment& e, bool given_preset_keys_only) {
   const std::vector<std::string>& preset = semantics_preset_keys();
   const std::vector<std::string>& given = e.router.given_preset_keys;
+  const std::vector<std::string>& from_hf = e.model.hf_config_keys;
+  auto left_to_hf_config = [&](const std::string& path) {
+    return std::find(from_hf.begin(), from_hf.end(), path) != from_hf.end();
+  };
   auto left_to_preset = [&](const std::string& key) {
     return std::find(preset.begin(), preset.end(), key) != preset.end() &&
            std::find(given.begin(), given.end(), key) == given.end();
@@ -206,8 +234,9 @@ void emit_experiment(YAML::Emitter& out, const Experiment& e, bool given_preset_
   for (const Section& s : sections()) {
     out << YAML::Key << s.key << YAML::Value << YAML::BeginMap;
     for (const Field& f : s.fields) {
-      if (!f.emit) continue;
+      if (!f.emit || (f.present && !f.present(e))) continue;
       if (given_preset_keys_only && s.key == "router" && left_to_preset(f.key)) continue;
+      if (given_preset_keys_only && left_to_hf_config(s.key + "." + f.key)) continue;
       out << YAML::Key << f.key << YAML::Value;
       f.emit(out, e);
     }

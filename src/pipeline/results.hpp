@@ -79,10 +79,11 @@ struct PhaseSummary {
   int64_t tokens_unrouted = 0;     // summed over steps and layers
   double measured_s = 0;           // decoder, executed: wall time of the steps (execute.layers layers)
   double measured_tokens_per_s = 0;
-  double modeled_s = 0;            // the whole model (model.layers layers) at its real size
+  double modeled_s = 0;            // the whole model at its real size: attention of model.layers layers, MoE of
+                                   // the model.moe_layers MoE layers
   double modeled_tokens_per_s = 0;
   double modeled_attention_s = 0;  // its attention part
-  double modeled_moe_s = 0;        // its MoE part
+  double modeled_moe_s = 0;        // its MoE part (model.moe_layers layers)
   Erosion erosion;                 // where modeled_moe_s goes (primary placement), summed like it
   double kv_cache_bytes = 0;       // decoder: whole model's KV cache (model.layers) at the phase's end
 };

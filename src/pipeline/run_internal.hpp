@@ -66,8 +66,8 @@ void model_record(const Experiment& e, const HardwareProfile& hw, const RouterCo
 // every time, erosion and per-device figure averaged; batching_efficiency from the mean erosion.
 std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records);
 
-// Phase totals. Each step's modeled time is the mean over its records' layers times model.layers (the
-// executed or recorded layers stand for the model's); measured time is the decoder's step wall time.
+// Phase totals. Each step's modeled time is the mean over its records' layers times the model's layers
+// (attention: model.layers; MoE: the model.moe_layers MoE layers); measured time is the decoder's step wall time.
 void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr);
 
 AttentionShape model_attention_shape(const Experiment& e);

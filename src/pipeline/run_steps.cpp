@@ -112,13 +112,16 @@ std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& rec
   return out;
 }
 
-// Phase totals. Each step's modeled time is the mean over its records' layers times model.layers (the
-// executed or recorded layers stand for the model's); measured time is the decoder's step wall time.
+// Phase totals. Each step's modeled time is the mean over its records' layers times the model's layers (the
+// executed or recorded layers stand for the model's): attention and the KV cache times model.layers, the MoE
+// part and its erosion times the MoE layers (model.moe_layers; dense layers' FFNs are not modeled); measured
+// time is the decoder's step wall time.
 void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr) {
   std::vector<std::string> order;
   for (const StepRecord& r : vr.records)
     if (std::find(order.begin(), order.end(), r.phase) == order.end()) order.push_back(r.phase);
   const double model_layers = e.model.layers;
+  const double moe_layers = moe_layer_count(e.model);
   for (const std::string& phase : order) {
     PhaseSummary s;
     s.phase = phase;
@@ -138,10 +141,11 @@ void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_
         moe += primary_placement(r->modeled).cost.actual.quantized_s;
       }
       const double scale = model_layers / static_cast<double>(recs.size());
-      for (const StepRecord* r : recs) add_scaled(s.erosion, primary_placement(r->modeled).cost.erosion, scale);
+      const double moe_scale = moe_layers / static_cast<double>(recs.size());
+      for (const StepRecord* r : recs) add_scaled(s.erosion, primary_placement(r->modeled).cost.erosion, moe_scale);
       s.tokens += tokens;
       s.modeled_attention_s += attention * scale;
-      s.modeled_moe_s += moe * scale;
+      s.modeled_moe_s += moe * moe_scale;
       if (step >= 0 && static_cast<size_t>(step) < step_wall_s.size()) s.measured_s += step_wall_s[step];
       s.kv_cache_bytes = recs.back()->kv_cache_bytes * model_layers;
     }

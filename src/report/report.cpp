@@ -350,6 +350,7 @@ void add_steps_json(const RunResult& run, const VariantResult& v, nlohmann::json
                          {"modeled_s", p.modeled_s},
                          {"modeled_attention_s", p.modeled_attention_s},
                          {"modeled_moe_s", p.modeled_moe_s},
+                         {"moe_layers", moe_layer_count(run.experiment.model)},
                          {"erosion", erosion_json(p.erosion)},
                          {"modeled_tokens_per_s", p.modeled_tokens_per_s},
                          {"aggregates", aggregates_json(v, phase_indices(v, p.phase))}};
@@ -501,6 +502,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["experiment"] = experiment_json(e, run.workload_path);
   j["model"] = {{"hidden", e.model.hidden}, {"ffn", e.model.ffn},       {"experts", e.model.experts},
                 {"top_k", e.model.top_k},   {"shared_experts", e.model.shared_experts},
+                {"layers", e.model.layers}, {"moe_layers", moe_layer_count(e.model)},
                 {"dtype", to_string(e.model.dtype)}};
   j["workload"] = {{"source", to_string(e.workload.source)}, {"num_tokens", run.num_tokens},
                    {"batches", e.workload.batches}, {"seed", e.workload.seed}, {"skew", e.workload.skew}};

@@ -276,9 +276,11 @@ std::vector<std::vector<std::string>> phase_rows(const RunResult& run) {
       }
       const Aggregate a = aggregate(imb);
       const double per_layer = p.steps > 0 ? 1e6 / (p.steps * static_cast<double>(run.experiment.model.layers)) : 0;
+      const double per_moe_layer =
+          p.steps > 0 ? 1e6 / (p.steps * static_cast<double>(moe_layer_count(run.experiment.model))) : 0;
       rows.push_back({v.variant.label, p.phase, std::to_string(p.steps), std::to_string(p.tokens), fmt(a.p50, 3),
                       fmt(a.p95, 3), fmt(a.max, 3), std::to_string(p.tokens_unrouted),
-                      run.has_decoder ? fmt(p.modeled_attention_s * per_layer, 1) : "-", fmt(p.modeled_moe_s * per_layer, 1),
+                      run.has_decoder ? fmt(p.modeled_attention_s * per_layer, 1) : "-", fmt(p.modeled_moe_s * per_moe_layer, 1),
                       fmt(aggregate(eff).mean, 3), fmt(p.modeled_tokens_per_s, 0),
                       run.has_decoder && v.executed ? fmt(p.measured_tokens_per_s, 0) : "-",
                       run.has_decoder ? fmt(p.kv_cache_bytes / (1024.0 * 1024.0), 1) : "-"});
@@ -330,8 +332,10 @@ std::string phase_section(const RunResult& run, ReportFormat format) {
                                                                                      : "per recorded step and layer";
   os << "\nimb_*: max/mean " << unit << "; unrouted: tokens with no expert, summed; batch_eff: mean over the "
         "records, of the expert-parallel placement when the experiment uses one; "
-     << (decoder ? "attn_us, moe_us: modeled per layer and step at the model's real size; " : "moe_us: modeled per layer; ")
-     << "model_tok/s: tokens / modeled time of all " << run.experiment.model.layers << " layers"
+     << (decoder ? "attn_us: modeled per layer and step, moe_us per MoE layer and step, at the model's real size; "
+               : "moe_us: modeled per MoE layer; ")
+     << "model_tok/s: tokens / modeled time of all " << run.experiment.model.layers << " layers ("
+     << moe_layer_count(run.experiment.model) << " MoE layers)"
      << (decoder ? " (attention data-parallel over the placement's devices); meas_tok/s: executed decoder (" +
                        std::to_string(run.decoder_shape.layers) + " layers, CPU); kv_cache_MiB: whole model's KV cache "
                        "at the phase's end (model dtype)"

@@ -146,8 +146,8 @@ std::string format_table(const SweepResult& s) {
   }
   os << "\n";
   if (first)
-    os << "modeled times (*_us) cover model.layers = " << first->layers
-       << " layers, each costed as the simulated MoE layer (same loads): the expert FFNs of one forward pass\n";
+    os << "modeled times (*_us) cover the " << first->moe_layers << " MoE layers of model.layers = " << first->layers
+       << ", each costed as the simulated MoE layer (same loads): the expert FFNs of one forward pass\n";
   os << "ideal: roofline at peak; quant: the kernel's row tiles in waves plus launches; calib: quant at the "
         "profile's efficiencies;\n"
         "bal_*: the same tokens under perfectly balanced routing; ref_us: the delivered assignments balanced, ideal; "
@@ -171,7 +171,7 @@ std::string format_csv(const SweepResult& s) {
   const bool measured = any_measured(s);
   std::ostringstream os;
   for (const SweepAxis& a : s.axes) os << csv_cell(a.key) << ",";
-  os << "gating,profile,placement,devices,num_tokens,experts,top_k,layers,critical_batch,"
+  os << "gating,profile,placement,devices,num_tokens,experts,top_k,layers,moe_layers,critical_batch,"
         "time_ideal_s,time_quantized_s,time_calibrated_s,"
         "balanced_ideal_s,balanced_quantized_s,balanced_calibrated_s,"
         "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate,"
@@ -185,7 +185,7 @@ std::string format_csv(const SweepResult& s) {
   for (const SweepRow& r : s.rows) {
     for (const std::string& v : r.values) os << csv_cell(v) << ",";
     os << r.gating << "," << csv_cell(r.hardware) << "," << r.placement << "," << r.devices << "," << r.num_tokens
-       << "," << r.experts << "," << r.top_k << "," << r.layers << "," << real(r.critical_batch) << "," << real(r.actual.ideal_s) << ","
+       << "," << r.experts << "," << r.top_k << "," << r.layers << "," << r.moe_layers << "," << real(r.critical_batch) << "," << real(r.actual.ideal_s) << ","
        << real(r.actual.quantized_s) << "," << real(r.actual.calibrated_s) << "," << real(r.balanced.ideal_s) << ","
        << real(r.balanced.quantized_s) << "," << real(r.balanced.calibrated_s) << "," << real(r.batching_efficiency)
        << "," << real(r.time_per_token_s) << "," << real(r.compute_bound_experts) << "," << real(r.imbalance) << ","
@@ -221,7 +221,8 @@ std::string format_json(const SweepResult& s) {
   for (const SweepAxis& a : s.axes) axes.push_back({{"key", a.key}, {"keys", a.keys}, {"values", a.values}});
   j["axes"] = axes;
   j["note"] =
-      "modeled times cover model.layers layers, each costed as the simulated MoE layer; measured times are "
+      "modeled times cover the model's MoE layers (moe_layers of model.layers), each costed as the simulated MoE "
+      "layer; measured times are "
       "one executed layer at the execute: size";
   nlohmann::json rows = nlohmann::json::array();
   for (const SweepRow& r : s.rows) {
@@ -238,6 +239,7 @@ std::string format_json(const SweepResult& s) {
     row["experts"] = r.experts;
     row["top_k"] = r.top_k;
     row["layers"] = r.layers;
+    row["moe_layers"] = r.moe_layers;
     row["critical_batch"] = r.critical_batch;
     row["actual"] = cost_json(r.actual);
     row["balanced"] = cost_json(r.balanced);

@@ -1,8 +1,9 @@
 // Runs a sweep point by point through run_experiment into rows (see run_sweep.hpp; src/report/sweep_report.cpp
 // formats them).
-// A whole-model time is one MoE layer's modeled time times model.layers: every layer is taken to route
-// like the one simulated (same loads), which is what the batching argument needs (a dense MLP of L equal
-// layers when model.experts == 1). Host only. Covered by tests/sweep/run_sweep_test.cpp.
+// A whole-model time is one MoE layer's modeled time times the MoE layers (model.moe_layers, all of
+// model.layers by default): every MoE layer is taken to route like the one simulated (same loads), which is
+// what the batching argument needs (a dense MLP of L equal layers when model.experts == 1); the FFNs of dense
+// layers are not modeled. Host only. Covered by tests/sweep/run_sweep_test.cpp.
 #include "src/sweep/run_sweep.hpp"
 
 #include <algorithm>
@@ -42,10 +43,11 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.experts = e.model.experts;
   row.top_k = e.model.top_k;
   row.layers = e.model.layers;
+  row.moe_layers = moe_layer_count(e.model);
   row.critical_batch = critical_batch(run.hardware, e.model.dtype);
-  row.actual = scaled(p.cost.actual, e.model.layers);
-  row.balanced = scaled(p.cost.balanced, e.model.layers);
-  add_scaled(row.erosion, p.cost.erosion, e.model.layers);
+  row.actual = scaled(p.cost.actual, row.moe_layers);
+  row.balanced = scaled(p.cost.balanced, row.moe_layers);
+  add_scaled(row.erosion, p.cost.erosion, row.moe_layers);
   row.batching_efficiency = p.cost.batching_efficiency;
   row.time_per_token_s = run.num_tokens > 0 ? row.actual.quantized_s / static_cast<double>(run.num_tokens) : 0.0;
   row.compute_bound_experts = p.cost.compute_bound_experts;

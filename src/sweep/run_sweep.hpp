@@ -1,5 +1,5 @@
 // Runs an experiment at every point of a sweep (sweep.hpp) and tabulates, per point, the modeled cost
-// of the whole model's expert layers (one MoE layer's cost x model.layers) for the actual and the
+// of the whole model's expert layers (one MoE layer's cost x model.moe_layers) for the actual and the
 // balanced routing, batching efficiency, time per token, imbalance and drops, and with `measure` the
 // executed layer's times (src/report/sweep_report.hpp formats them). Modeled columns are deterministic; measured ones
 // are wall-clock. Host only. Covered by tests/sweep/run_sweep_test.cpp.
@@ -28,7 +28,7 @@ struct SweepOptions {
   std::function<void(const std::vector<Experiment>&)> before_run;
 };
 
-// One point of a sweep. Modeled times cover model.layers layers, each costed as the experiment's MoE
+// One point of a sweep. Modeled times cover the model's MoE layers (model.moe_layers), each costed as the experiment's MoE
 // layer with the last routed batch's loads, on the primary placement (expert_parallel when the
 // experiment uses it, else single).
 struct SweepRow {
@@ -40,10 +40,11 @@ struct SweepRow {
   int devices = 1;
   int64_t num_tokens = 0;           // tokens per routed batch
   int experts = 1, top_k = 1;       // model.experts, model.top_k (a balanced expert sees N k / E tokens)
-  int layers = 1;                   // model.layers, the factor applied to every modeled time
+  int layers = 1;                   // model.layers
+  int moe_layers = 1;               // the MoE layers of model.layers, the factor applied to every modeled time
   double critical_batch = 0;        // weights-only B* of the profile at model.dtype
-  CostBreakdown actual, balanced;   // x layers
-  Erosion erosion;                  // x layers: where actual.quantized_s goes (cost/placement.hpp)
+  CostBreakdown actual, balanced;   // x moe_layers
+  Erosion erosion;                  // x moe_layers: where actual.quantized_s goes (cost/placement.hpp)
   double batching_efficiency = 1;   // reference / (reference + imbalance) (the same for 1 or L layers)
   double time_per_token_s = 0;      // actual.quantized_s / num_tokens (0 when no tokens)
   double compute_bound_experts = 0; // physical experts past their knee (per layer)

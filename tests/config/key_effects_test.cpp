@@ -150,11 +150,13 @@ const std::vector<Row>& rows() {
       {"model.top_k", "3", run, ""},
       {"model.shared_experts", "1", run, route},
       {"model.layers", "16", dec, run},
+      {"model.moe_layers", "16", dec, run},
       {"model.heads", "16", dec, run},
       {"model.kv_heads", "4", dec, run},
       {"model.head_dim", "64", dec, run},
       {"model.vocab", "100", dec, run},  // the decoder caps its vocabulary at 512
       {"model.dtype", "fp8", run, route},
+      {"model.hf_config", "{ROOT}/tests/data/hf/qwen3-30b-a3b/config.json", run, route},
       {"router.gating", "sinkhorn", run, profile},
       {"router.semantics", "megatron", run + " --set workload.batch=400 --set router.capacity_factor=1.1",
        run + " --no-execute" + kDropless},

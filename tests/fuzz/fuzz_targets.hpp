@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/config/hf_config.hpp"
 #include "src/config/load_config.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/pipeline/run_experiment.hpp"
@@ -36,8 +37,8 @@ namespace moesim::fuzz {
 
 // The fuzz targets, by the folder name of their corpus.
 inline const std::vector<std::string>& target_names() {
-  static const std::vector<std::string> names = {"config", "npy", "csv", "baseline", "trace", "load_profile",
-                                                 "published"};
+  static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
+                                                 "trace",  "load_profile", "published", "hf_config"};
   return names;
 }
 
@@ -108,6 +109,35 @@ inline void fuzz_config(const uint8_t* data, size_t size) {
     const double bytes = estimate_run_bytes(e);
     if (!(bytes >= 0)) finding("negative or NaN memory estimate for:\n" + y1);
   });
+}
+
+// ---- hf_config: a Hugging Face config.json for model.hf_config ----------------------------------------
+// The input is the config.json. It is parsed directly, and loaded as the model.hf_config of an experiment
+// (a file of this process); a loaded experiment must have 1 <= MoE layers <= layers, and its YAML must load
+// back to the same YAML.
+inline std::string scratch_path(const char* ext);
+inline void fuzz_hf_config(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  guarded("config.json", [&] { parse_hf_config(text, "config.json"); });
+  const std::string path = scratch_path(".json");
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  }
+  guarded(path, [&] {
+    const Experiment e = load_experiment_text("name: hf\n", "fuzz.yaml", {"model.hf_config=" + path});
+    const int moe = moe_layer_count(e.model);
+    if (moe < 1 || moe > e.model.layers) finding("MoE layers outside [1, layers]: " + std::to_string(moe));
+    const std::string y1 = experiment_to_yaml(e);
+    std::string y2;
+    try {
+      y2 = experiment_to_yaml(load_experiment_text(y1, "fuzz.yaml", {}));
+    } catch (const std::exception& ex) {
+      finding(std::string("the effective YAML does not load back: ") + ex.what() + "\n" + y1);
+    }
+    if (y1 != y2) finding("the effective YAML changes on reload:\n" + y1 + "\n---\n" + y2);
+  });
+  std::remove(path.c_str());
 }
 
 // ---- logits: .npy and .csv -----------------------------------------------------------------------
@@ -329,6 +359,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "trace") return fuzz_trace(data, size);
   if (target == "load_profile") return fuzz_load_profile(data, size);
   if (target == "published") return fuzz_published(data, size);
+  if (target == "hf_config") return fuzz_hf_config(data, size);
   finding("unknown fuzz target " + target);
 }
 

@@ -1,0 +1,62 @@
+// model.hf_config in the load: the config.json's values (src/config/hf_config.hpp) put in the Experiment
+// for every key the experiment file and the --set did not give (their origins are the Loader's record; the
+// built-in experiment's keys are defaults and give way), each
+// read through the key's own reader of the schema table, so that its bounds hold and its error names the
+// config.json and the JSON key ("FILE: JSON_KEY: model.KEY: expected ..., got ..."); then model.moe_layers from
+// the family's dense-layer pattern over the resolved model.layers. Deterministic, host only. Declared in
+// src/config/load_config_internal.hpp; covered by tests/config/hf_config_test.cpp.
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+#include "src/common/error.hpp"
+#include "src/config/hf_config.hpp"
+#include "src/config/load_config_internal.hpp"
+
+namespace moesim {
+namespace config_detail {
+
+void Loader::apply_hf_config(Experiment& e) {
+  HfConfig hf;
+  try {
+    hf = read_hf_config_file(e.model.hf_config);
+  } catch (const ConfigError& ex) {
+    throw ConfigError(origin({"model.hf_config"}) + ": model.hf_config: " + ex.what());
+  }
+  // A key the experiment file or a --set gave wins over the config.json. The built-in experiment is no file
+  // of the user's: its keys are defaults, which the config.json replaces (only a --set wins there).
+  const bool built_in = source() == "<built-in>";
+  auto given = [&](const std::string& path) {
+    const auto it = origins_.find(path);
+    return it != origins_.end() && (!built_in || it->second.rfind("--set ", 0) == 0);
+  };
+  e.model.hf_config_keys.clear();
+  for (const HfValue& v : hf.values) {
+    if (given(v.path)) continue;
+    const std::string at = hf.source + ": " + v.json_key;
+    if (!v.error.empty()) throw ConfigError(at + ": " + v.error);
+    const size_t dot = v.path.find('.');
+    const Section* s = find_section(v.path.substr(0, dot));
+    const Field* f = s ? s->find(v.path.substr(dot + 1)) : nullptr;
+    if (!f) throw PreconditionError("hf_config gives " + v.path + ", which is not a key of the schema table");
+    f->read(*this, YAML::Node(v.value), v.path, at, e);
+    origins_[v.path] = at;
+    e.model.hf_config_keys.push_back(v.path);
+  }
+  if (!given("model.moe_layers")) {
+    const HfLayerPattern& p = hf.moe_layers;
+    const std::string at = hf.source + ": " + p.json_key;
+    if (!p.error.empty()) throw ConfigError(at + ": " + p.error);
+    const int64_t n = p.count(e.model.layers);
+    if (n < 1) {
+      fail_expected(at, "model.moe_layers",
+                    "at least one MoE layer among the " + std::to_string(e.model.layers) + " layers (model.layers)", "0");
+    }
+    e.model.moe_layers = static_cast<int>(n);
+    origins_["model.moe_layers"] = at;
+    e.model.hf_config_keys.push_back("model.moe_layers");
+  }
+}
+
+}  // namespace config_detail
+}  // namespace moesim

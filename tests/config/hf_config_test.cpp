@@ -13,6 +13,7 @@
 
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "tests/support/config_support.hpp"
 #include "tests/support/run_cli.hpp"
 
 namespace moesim {
@@ -30,15 +31,7 @@ Experiment from_hf(const std::string& model, std::vector<std::string> overrides 
   return load_experiment_text("name: hf\n", "exp.yaml", overrides);
 }
 
-// The message of loading `text` (as FOLDER/exp.yaml when folder is given) with `overrides`; "" when it loads.
-std::string load_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    load_experiment_text(text, "exp.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::load_error;
 
 // A config.json of `text` in a fresh folder; returns its path.
 std::string write_json(const std::string& text) {

@@ -2,6 +2,7 @@
 // of scalars, lists and maps, the YAML round trip, and a table of bad configs whose one-line ConfigError
 // must name the key path (and the line, for file errors). Host only; no randomness.
 #include "src/config/load_config.hpp"
+#include "tests/support/config_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,15 +18,7 @@ namespace {
 
 std::string config_path(const std::string& name) { return std::string(MOESIM_SOURCE_DIR) + "/configs/" + name; }
 
-// The error message of loading `text` as "exp.yaml" with `overrides`; empty when it loads.
-std::string load_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    load_experiment_text(text, "exp.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::load_error;
 
 TEST(LoadConfig, DefaultsLoad) {
   const Experiment e = default_experiment({});

@@ -9,18 +9,12 @@
 
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
+#include "tests/support/config_support.hpp"
 
 namespace moesim {
 namespace {
 
-std::string load_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    load_experiment_text(text, "exp.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::load_error;
 
 TEST(SemanticsConfig, DefaultIsExactAndChangesNothing) {
   const Experiment e = default_experiment({});

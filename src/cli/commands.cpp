@@ -13,7 +13,7 @@ const std::vector<Command>& commands() {
       {"run", "[FILE]", "route, execute and cost one experiment (default: the built-in quickstart)", cmd_run},
       {"compare", "[FILE]", "run every gating strategy (--gating all) or a list side by side", cmd_compare},
       {"route", "--logits F", "route a user's logits (.npy or .csv) and print the balance metrics", cmd_route},
-      {"config", "[FILE]", "print the effective experiment as YAML", cmd_config},
+      {"config", "[FILE]", "print the effective experiment as YAML (--explain: when each key acts)", cmd_config},
       {"hardware", "[NAME]", "list hardware profiles, or show one with its critical batch per dtype", cmd_hardware},
       {"check", "FILE...", "exit 1 when a metric breaks its expect: bound or regresses from --baseline", cmd_check},
       {"sweep", "[FILE]",
@@ -47,6 +47,7 @@ std::string usage_text() {
   out += "\ncommon options: --set KEY=VALUE (repeatable), --format table|json|csv|markdown, --out FILE\n"
          "route as a framework does: --set router.semantics=exact|megatron|huggingface|deepseek\n"
          "  (docs/routing-semantics.md; `moesim config` prints the keys it sets)\n"
+         "a key you set that has no effect in the run is named on stderr; --strict makes that exit 2\n"
          "run `moesim <command> --help` for a command's options\n";
   return out;
 }

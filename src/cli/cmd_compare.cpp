@@ -101,6 +101,7 @@ int cmd_compare(int argc, char** argv) {
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
+  check_records_option(opts, e, format);
   if (!gating.empty() && e.workload.source == WorkloadSource::trace) {
     // Naming strategies asks for re-routing, which needs the router's input; without it the trace is only
     // replayed as recorded (the experiment's own row).

@@ -78,11 +78,15 @@ double file_lines(const std::string& path) {
   return lines + (last != '\n' ? 1 : 0);
 }
 
+// The binary, its libraries and their buffers (OpenBLAS, OpenMP): a bare `moesim config` peaks near 10 MB.
+constexpr double kProcessBytes = 48.0 * (1 << 20);
+
 // Bytes a trace or load-profile run holds: the parsed file, and per batch (at most one per line) and
 // variant its record and metrics, the report's per-batch series, and with `records` each record's full
 // modeled cost and its JSON (tree and text). The constants are upper bounds measured on the trace
 // benchmark (scripts/bench-trace-memory.sh; docs/performance.md "Trace replay memory"): a record's JSON
-// is about 2.8 KB of text per placement and its nlohmann tree about 4 times that.
+// is at most about 4 KB of text per placement (3.2 KB measured with expert_parallel plans) and its
+// nlohmann tree about 4 times that.
 double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_variants) {
   const std::string path = resolve_workload_path(e);
   const double text = file_bytes(path);
@@ -98,10 +102,9 @@ double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_var
   double per_batch = metrics + record + 256.0 /*report series and aggregates*/;
   if (records) {
     const double modeled = placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
-    const double json_text = placements * 2800.0 + 40.0 * E;
+    const double json_text = placements * 4000.0 + 40.0 * E;
     per_batch += modeled + 5.0 * json_text;
   }
-  constexpr double kProcessBytes = 48.0 * (1 << 20);  // the binary, its libraries and their buffers
   return kProcessBytes + text / 8.0 /*one line and its JSON at a time, generously*/ + parsed +
          per_batch * lines * static_cast<double>(std::max<size_t>(1, num_variants));
 }
@@ -131,8 +134,8 @@ double estimate_run_bytes(const Experiment& e, bool records, size_t num_variants
                        static_cast<double>(std::max<size_t>(1, num_variants));
       double per_record = sizeof(BalanceMetrics) + 3 * (8.0 * E + 32.0) + sizeof(StepRecord) + 256.0 +
                           placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
-      if (records) per_record += 5.0 * (placements * 2800.0 + 40.0 * E);
-      return estimate_decoder_bytes(e) + n * per_record;
+      if (records) per_record += 5.0 * (placements * 4000.0 + 40.0 * E);
+      return kProcessBytes + estimate_decoder_bytes(e) + n * per_record;
     }
     case WorkloadSource::trace:
     case WorkloadSource::load_profile:

@@ -232,6 +232,16 @@ FlatTrace parse_flat(std::istream& in, const std::string& name, int num_experts)
     }
   }
   t.batch_begin.push_back(rows);
+  // push_back left up to twice the rows' capacity: give it back before the run holds its results.
+  for (auto* v : {&t.row_step, &t.row_token, &t.row_token_id, &t.row_line, &t.row_offset}) v->shrink_to_fit();
+  t.row_layer.shrink_to_fit();
+  t.row_phase.shrink_to_fit();
+  t.expert.shrink_to_fit();
+  t.weight.shrink_to_fit();
+  t.kept.shrink_to_fit();
+  t.logits.shrink_to_fit();
+  t.batch_begin.shrink_to_fit();
+  t.batch_phase.shrink_to_fit();
   return t;
 }
 

@@ -43,11 +43,27 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
     desc.add_options()
         ("memory-limit", po::value(&opts.memory_limit), "refuse runs whose memory estimate exceeds this (e.g. 4GiB)")
         ("verify", po::bool_switch(&opts.verify), "run the serial references beside the fast path and compare")
+        ("records", po::bool_switch(&opts.records),
+         "step runs (decoder, trace, load_profile): list every (step, layer) record with its modeled cost in the "
+         "json report (default: aggregates, phases and headline only; counted in --memory-limit)")
         ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline")
         ("backend", po::value(&opts.backend)->default_value("auto"),
          "executed layer on: auto (cuda when a device is present) | cpu | cuda")
         ("repeats", po::value(&opts.repeats)->default_value(0),
          "timed repeats of the executed layer after one warm-up, medians reported (0: execute.repeats)");
+  }
+}
+
+void check_records_option(const CommonOptions& opts, const Experiment& e, ReportFormat format) {
+  if (!opts.records) return;
+  if (format != ReportFormat::json) {
+    throw InputError("--records: expected together with --format json (the " + opts.format +
+                     " report lists no records), got --format " + opts.format);
+  }
+  if (e.workload.source != WorkloadSource::decoder && e.workload.source != WorkloadSource::trace &&
+      e.workload.source != WorkloadSource::load_profile) {
+    throw InputError(std::string("--records: expected a step-structured workload (workload.source decoder, trace or "
+                                 "load_profile), got ") + to_string(e.workload.source) + ", which has no step records");
   }
 }
 
@@ -160,6 +176,7 @@ RunOptions run_options(const CommonOptions& opts, const std::string& progress_la
   r.execute = !opts.no_execute;
   r.verify = opts.verify;
   r.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
+  r.records = opts.records;
   r.backend = resolve_backend(opts.backend);
   return r;
 }

@@ -32,7 +32,12 @@ struct CommonOptions {
   std::string backend = "auto";         // --backend auto|cpu|cuda
   int repeats = 0;                      // --repeats R: execute.repeats (0 = the experiment's own)
   bool strict = false;                  // --strict: a key set to no effect is an error (exit 2)
+  bool records = false;                 // --records (run, compare): list every step record in the report
 };
+
+// --records acts on the json report of a step-structured run (decoder, trace, load_profile) only: anywhere
+// else it would be accepted and ignored, so it is an InputError (exit 2) naming what it needs.
+void check_records_option(const CommonOptions& opts, const Experiment& e, ReportFormat format);
 
 // Adds the common options to `desc`, storing into `opts`.
 void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute);

@@ -101,11 +101,12 @@ int cmd_compare(int argc, char** argv) {
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
+  check_records_option(opts, e, format);
   if (!gating.empty() && e.workload.source == WorkloadSource::trace) {
     // Naming strategies asks for re-routing, which needs the router's input; without it the trace is only
     // replayed as recorded (the experiment's own row).
     const std::string path = resolve_workload_path(e);
-    if (!read_trace_file(path, e.model.experts).has_logits) {
+    if (!read_flat_trace_file(path, e.model.experts).has_logits) {
       throw InputError(path + ": \"logits\": expected on every line for --gating " + gating +
                        " (re-routing), got none: a trace without logits is only replayed as recorded (leave out "
                        "--gating)");

@@ -1,4 +1,4 @@
-// `moesim run [FILE] [--set ...] [--format ...] [--out FILE] [--dump-routing FILE [--dump-logits]]`: one
+// `moesim run [FILE] [--set ...] [--format ...] [--out FILE] [--records] [--dump-routing FILE [--dump-logits]]`: one
 // experiment with its own router; --dump-routing writes every routing it made as a trace that
 // workload.source trace replays (docs/workloads.md "Trace format"). Covered by tests/cli/dump_routing_test.cpp.
 #include <iostream>
@@ -25,6 +25,7 @@ int cmd_run(int argc, char** argv) {
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
+  check_records_option(opts, e, format);
   if (dump_given && e.workload.source == WorkloadSource::load_profile) {
     throw InputError("--dump-routing: workload.source load_profile holds per-expert counts, not per-token routing: "
                      "expected synthetic, logits, decoder or trace");
@@ -33,6 +34,7 @@ int cmd_run(int argc, char** argv) {
   ctx.dumps_routing = dump_given;
   warn_inert_keys({e}, ctx, opts.strict);
   if (run_under_mpi(e)) {
+    if (opts.records) throw InputError("--records: expected a run without mpirun (an expert-parallel run has no step records)");
     if (dump_given) throw InputError("--dump-routing: expected a run without mpirun (each rank routes its own tokens)");
     return cmd_run_ep(opts, e);  // expert parallel under mpirun (src/distributed)
   }

@@ -66,7 +66,10 @@ struct StepRecord {
   DecoderTimes measured;
   bool has_attention = false;      // decoder: modeled_attention holds this layer's modeled attention
   CostBreakdown modeled_attention; // model's real size, per layer (placement-aware, see run_experiment.cpp)
-  std::vector<ModeledPlacement> modeled;  // this batch's MoE layer, per placement
+  std::vector<ModeledPlacement> modeled;  // this batch's MoE layer, per placement; a trace run without
+                                          // RunOptions::records keeps it on the last record only
+  double moe_quantized_s = 0;      // the primary placement's modeled MoE time (quantized), kept on every record
+  Erosion moe_erosion;             // the primary placement's erosion, kept on every record
   double batching_efficiency = 1;  // of the primary placement (expert_parallel when used, else single)
   double modeled_layer_s = 0;      // modeled attention + MoE layer (primary placement, quantized)
 };
@@ -168,6 +171,9 @@ struct RunResult {
   std::string profile_key;              // load_profile: the profile used
   ExecBackend backend = ExecBackend::cpu;  // where the executed layer ran
   std::string device;                      // cuda: the device's description (cuda_device_description)
+  // Step runs: whether the reports list every record (RunOptions::records, `--records`); the records'
+  // aggregates, phases and headline are reported either way.
+  bool records_listed = true;
 };
 
 }  // namespace moesim

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -36,14 +37,21 @@ using namespace run_detail;
 
 namespace {
 
-void check_memory(const Experiment& e, const RunOptions& opts) {
-  const double need = estimate_run_bytes(e);
+void check_memory(const Experiment& e, const RunOptions& opts, size_t num_variants) {
+  const double need = estimate_run_bytes(e, opts.records, num_variants);
   if (opts.memory_limit_bytes > 0 && need > opts.memory_limit_bytes) {
     std::ostringstream os;
     os << e.source_file << ": the run needs about " << need / (1 << 20) << " MiB, over the memory limit of "
-       << opts.memory_limit_bytes / (1 << 20) << " MiB (--memory-limit); lower workload.batch or execute.hidden/ffn";
-    if (e.workload.source == WorkloadSource::decoder)
-      os << ", workload.prompt_len, workload.decode_steps or execute.layers";
+       << opts.memory_limit_bytes / (1 << 20) << " MiB (--memory-limit); ";
+    if (e.workload.source == WorkloadSource::trace || e.workload.source == WorkloadSource::load_profile) {
+      os << "use a shorter workload.path file, fewer strategies";
+      if (opts.records) os << " or leave out --records";
+    } else {
+      os << "lower workload.batch or execute.hidden/ffn";
+      if (e.workload.source == WorkloadSource::decoder)
+        os << ", workload.prompt_len, workload.decode_steps or execute.layers";
+      if (e.workload.source == WorkloadSource::decoder && opts.records) os << ", or leave out --records";
+    }
     throw ResourceError(os.str());
   }
 }
@@ -52,6 +60,53 @@ double file_bytes(const std::string& path) {
   std::error_code ec;
   const auto n = std::filesystem::file_size(path, ec);
   return ec ? 0.0 : static_cast<double>(n);
+}
+
+// Lines of a text file (a final line without '\n' counts), read in blocks; 0 when it cannot be read.
+double file_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0.0;
+  std::vector<char> buf(1 << 16);
+  double lines = 0;
+  char last = '\n';
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize got = in.gcount();
+    for (std::streamsize i = 0; i < got; ++i) lines += buf[i] == '\n';
+    if (got > 0) last = buf[got - 1];
+  }
+  return lines + (last != '\n' ? 1 : 0);
+}
+
+// The binary, its libraries and their buffers (OpenBLAS, OpenMP): a bare `moesim config` peaks near 10 MB.
+constexpr double kProcessBytes = 48.0 * (1 << 20);
+
+// Bytes a trace or load-profile run holds: the parsed file, and per batch (at most one per line) and
+// variant its record and metrics, the report's per-batch series, and with `records` each record's full
+// modeled cost and its JSON (tree and text). The constants are upper bounds measured on the trace
+// benchmark (scripts/bench-trace-memory.sh; docs/performance.md "Trace replay memory"): a record's JSON
+// is at most about 4 KB of text per placement (3.2 KB measured with expert_parallel plans) and its
+// nlohmann tree about 4 times that.
+double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_variants) {
+  const std::string path = resolve_workload_path(e);
+  const double text = file_bytes(path);
+  const double lines = file_lines(path);
+  const double E = std::max(1, e.model.experts);
+  const double placements = e.placement.kind == PlacementKind::expert_parallel ? 2.0 : 1.0;
+  // Flat arrays: 64 bytes a line, an assignment (9 bytes) for every 4 bytes of text at most, logits
+  // (4 bytes) for every 2 bytes of text at most; doubled for vector growth.
+  const double assignments = std::min(lines * E, text / 4.0);
+  const double parsed = 2.0 * (64.0 * lines + 9.0 * assignments + (trace_file_has_logits(path) ? 2.0 * text : 0.0));
+  const double metrics = sizeof(BalanceMetrics) + 3 * (8.0 * E + 32.0);
+  const double record = sizeof(StepRecord) + 32.0;
+  double per_batch = metrics + record + 256.0 /*report series and aggregates*/;
+  if (records) {
+    const double modeled = placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
+    const double json_text = placements * 4000.0 + 40.0 * E;
+    per_batch += modeled + 5.0 * json_text;
+  }
+  return kProcessBytes + text / 8.0 /*one line and its JSON at a time, generously*/ + parsed +
+         per_batch * lines * static_cast<double>(std::max<size_t>(1, num_variants));
 }
 
 }  // namespace
@@ -68,15 +123,23 @@ std::string resolve_workload_path(const Experiment& e) {
   return p;
 }
 
-double estimate_run_bytes(const Experiment& e) {
+double estimate_run_bytes(const Experiment& e, bool records, size_t num_variants) {
   switch (e.workload.source) {
-    case WorkloadSource::decoder:
-      return estimate_decoder_bytes(e);
+    case WorkloadSource::decoder: {
+      // Plus its records (a prefill and decode_steps steps of execute.layers layers, per variant) and,
+      // with `records`, their JSON as for a trace.
+      const double E = std::max(1, e.model.experts);
+      const double placements = e.placement.kind == PlacementKind::expert_parallel ? 2.0 : 1.0;
+      const double n = (1.0 + std::max(0, e.workload.decode_steps)) * std::max(1, e.execute.layers) *
+                       static_cast<double>(std::max<size_t>(1, num_variants));
+      double per_record = sizeof(BalanceMetrics) + 3 * (8.0 * E + 32.0) + sizeof(StepRecord) + 256.0 +
+                          placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
+      if (records) per_record += 5.0 * (placements * 4000.0 + 40.0 * E);
+      return kProcessBytes + estimate_decoder_bytes(e) + n * per_record;
+    }
     case WorkloadSource::trace:
     case WorkloadSource::load_profile:
-      // The parsed file (numbers as floats and ids are smaller than their text) plus the routings of
-      // one batch at a time.
-      return 2.0 * file_bytes(resolve_workload_path(e)) + 64.0 * e.model.experts;
+      return estimate_file_run_bytes(e, records, num_variants);
     default:
       break;
   }
@@ -99,7 +162,8 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
   RunResult result;
   result.experiment = e;
   result.hardware = load_hardware_profile(e.hardware, e.source_file);
-  check_memory(e, opts);
+  result.records_listed = opts.records;
+  check_memory(e, opts, variants.size());
   // The load average the noise rule judges is read before any executed work of this process.
   host_load_at_start();
 #if defined(MOESIM_HAS_CUDA)

@@ -32,6 +32,10 @@ struct RunOptions {
   bool execute = true;        // run the executed pipeline (also needs execute.enabled)
   bool verify = false;        // run the serial references beside the fast path and compare
   double memory_limit_bytes = 0;  // 0: no limit
+  // Step runs (decoder, trace, load_profile): the reports list every (step, layer) record with its full
+  // modeled cost (`--records`; the CLI's default is off). Off: a trace run keeps the full cost of its last
+  // record only, and the estimate leaves the records' report out.
+  bool records = true;
   ExecBackend backend = ExecBackend::cpu;  // --backend
   std::function<void(size_t done, size_t total)> progress;  // after each variant; may be empty
   // Called with every routing of the first variant, in execution order (batches; decoder steps then
@@ -41,8 +45,9 @@ struct RunOptions {
 
 // Bytes the executed pipeline allocates for this experiment (logits, token ids, hidden states,
 // expert weights, gathered rows, outputs; for the decoder its weights, KV cache and activations),
-// estimated before any allocation.
-double estimate_run_bytes(const Experiment& e);
+// estimated before any allocation. Trace and load_profile runs: the parsed file, one result per batch
+// (a batch per line at most), and with `records` the report's record list (tree and text).
+double estimate_run_bytes(const Experiment& e, bool records = true, size_t num_variants = 1);
 
 // Throws ResourceError when the estimate exceeds opts.memory_limit_bytes (before allocating).
 // The decoder workload always executes its layers (its hidden states are the workload); opts.execute

@@ -66,9 +66,30 @@ void model_record(const Experiment& e, const HardwareProfile& hw, const RouterCo
 // every time, erosion and per-device figure averaged; batching_efficiency from the mean erosion.
 std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records);
 
+// The same mean, one record at a time (in record order, so the sums are mean_placements' own): add() the
+// modeled placements of every record the mean covers, `count` of them in all, then finish().
+class PlacementMean {
+ public:
+  explicit PlacementMean(size_t count) : n_(static_cast<double>(count)), count_(count) {}
+  void add(const std::vector<ModeledPlacement>& modeled);
+  std::vector<ModeledPlacement> finish() const;
+
+ private:
+  struct Acc {
+    ModeledPlacement mp;
+    std::vector<double> device_tokens;
+    CostBreakdown actual, balanced;  // sums, divided by the count in finish()
+  };
+  double n_;
+  size_t count_;
+  std::vector<Acc> acc_;
+};
+
 // Phase totals. Each step's modeled time is the mean over its records' layers times the model's layers
 // (attention: model.layers; MoE: the model.moe_layers MoE layers); measured time is the decoder's step wall time.
-void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr);
+// `mean`: the records' mean placements when computed already (PlacementMean), else mean_placements.
+void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr,
+                      const std::vector<ModeledPlacement>* mean = nullptr);
 
 AttentionShape model_attention_shape(const Experiment& e);
 

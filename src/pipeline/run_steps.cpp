@@ -46,77 +46,81 @@ void model_record(const Experiment& e, const HardwareProfile& hw, const RouterCo
   const ModeledPlacement& p = primary_placement(rec.modeled);
   rec.batching_efficiency = p.cost.batching_efficiency;
   rec.modeled_layer_s = p.cost.actual.quantized_s + (rec.has_attention ? rec.modeled_attention.quantized_s : 0.0);
+  rec.moe_quantized_s = p.cost.actual.quantized_s;
+  rec.moe_erosion = p.cost.erosion;
 }
 
-namespace {
-
-CostBreakdown mean_breakdown(const std::vector<const CostBreakdown*>& cs) {
-  CostBreakdown m;
-  for (const CostBreakdown* c : cs) {
-    m.ideal_s += c->ideal_s;
-    m.quantized_s += c->quantized_s;
-    m.calibrated_s += c->calibrated_s;
+void PlacementMean::add(const std::vector<ModeledPlacement>& modeled) {
+  if (acc_.empty()) {
+    for (const ModeledPlacement& p : modeled) {
+      Acc a;
+      a.mp.placement = p.placement;
+      a.mp.devices = p.devices;
+      a.mp.cost.rank_imbalance = 0;
+      a.mp.cost.balancedness = 0;
+      acc_.push_back(std::move(a));
+    }
   }
-  const double n = static_cast<double>(std::max<size_t>(1, cs.size()));
-  m.ideal_s /= n;
-  m.quantized_s /= n;
-  m.calibrated_s /= n;
-  return m;
+  const double n = n_;
+  for (size_t pi = 0; pi < acc_.size(); ++pi) {
+    const LayerCost& x = modeled[pi].cost;
+    Acc& a = acc_[pi];
+    LayerCost& c = a.mp.cost;
+    a.actual.ideal_s += x.actual.ideal_s;
+    a.actual.quantized_s += x.actual.quantized_s;
+    a.actual.calibrated_s += x.actual.calibrated_s;
+    a.balanced.ideal_s += x.balanced.ideal_s;
+    a.balanced.quantized_s += x.balanced.quantized_s;
+    a.balanced.calibrated_s += x.balanced.calibrated_s;
+    c.compute_bound_experts += x.compute_bound_experts / n;
+    add_scaled(c.erosion, x.erosion, 1.0 / n);
+    c.rank_imbalance += x.rank_imbalance / n;
+    c.balancedness += x.balancedness / n;
+    c.all_to_all_s += x.all_to_all_s / n;
+    c.all_to_all_bytes += x.all_to_all_bytes / n;
+    c.tensor_parallel_reduce_s += x.tensor_parallel_reduce_s / n;
+    c.device_time_s.resize(x.device_time_s.size(), 0.0);
+    a.device_tokens.resize(x.device_tokens.size(), 0.0);
+    for (size_t d = 0; d < x.device_time_s.size(); ++d) c.device_time_s[d] += x.device_time_s[d] / n;
+    for (size_t d = 0; d < x.device_tokens.size(); ++d) a.device_tokens[d] += static_cast<double>(x.device_tokens[d]) / n;
+  }
 }
 
-}  // namespace
+std::vector<ModeledPlacement> PlacementMean::finish() const {
+  std::vector<ModeledPlacement> out;
+  if (count_ == 0) return out;
+  const double n = static_cast<double>(std::max<size_t>(1, count_));
+  for (const Acc& a : acc_) {
+    ModeledPlacement mp = a.mp;
+    LayerCost& c = mp.cost;
+    for (double t : a.device_tokens) c.device_tokens.push_back(static_cast<int64_t>(std::llround(t)));
+    c.actual = {a.actual.ideal_s / n, a.actual.quantized_s / n, a.actual.calibrated_s / n};
+    c.balanced = {a.balanced.ideal_s / n, a.balanced.quantized_s / n, a.balanced.calibrated_s / n};
+    c.batching_efficiency = efficiency_of(c.erosion);
+    out.push_back(std::move(mp));
+  }
+  return out;
+}
 
 // The mean modeled MoE layer of `records` (decode records when there are any), per placement:
 // every time, erosion and per-device figure averaged; batching_efficiency from the mean erosion.
 std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records) {
   bool any_decode = false;
   for (const StepRecord& r : records) any_decode = any_decode || r.phase == "decode";
-  std::vector<const StepRecord*> use;
+  size_t count = 0;
+  for (const StepRecord& r : records) count += !any_decode || r.phase == "decode";
+  PlacementMean mean(count);
   for (const StepRecord& r : records)
-    if (!any_decode || r.phase == "decode") use.push_back(&r);
-  std::vector<ModeledPlacement> out;
-  if (use.empty()) return out;
-  for (size_t pi = 0; pi < use.front()->modeled.size(); ++pi) {
-    ModeledPlacement mp;
-    mp.placement = use.front()->modeled[pi].placement;
-    mp.devices = use.front()->modeled[pi].devices;
-    std::vector<const CostBreakdown*> actual, balanced;
-    LayerCost& c = mp.cost;
-    Erosion& er = c.erosion;
-    const double n = static_cast<double>(use.size());
-    std::vector<double> device_tokens;
-    c.rank_imbalance = 0;
-    c.balancedness = 0;
-    for (const StepRecord* r : use) {
-      const LayerCost& x = r->modeled[pi].cost;
-      actual.push_back(&x.actual);
-      balanced.push_back(&x.balanced);
-      c.compute_bound_experts += x.compute_bound_experts / n;
-      add_scaled(er, x.erosion, 1.0 / n);
-      c.rank_imbalance += x.rank_imbalance / n;
-      c.balancedness += x.balancedness / n;
-      c.all_to_all_s += x.all_to_all_s / n;
-      c.all_to_all_bytes += x.all_to_all_bytes / n;
-      c.tensor_parallel_reduce_s += x.tensor_parallel_reduce_s / n;
-      c.device_time_s.resize(x.device_time_s.size(), 0.0);
-      device_tokens.resize(x.device_tokens.size(), 0.0);
-      for (size_t d = 0; d < x.device_time_s.size(); ++d) c.device_time_s[d] += x.device_time_s[d] / n;
-      for (size_t d = 0; d < x.device_tokens.size(); ++d) device_tokens[d] += static_cast<double>(x.device_tokens[d]) / n;
-    }
-    for (double t : device_tokens) c.device_tokens.push_back(static_cast<int64_t>(std::llround(t)));
-    c.actual = mean_breakdown(actual);
-    c.balanced = mean_breakdown(balanced);
-    c.batching_efficiency = efficiency_of(er);
-    out.push_back(mp);
-  }
-  return out;
+    if (!any_decode || r.phase == "decode") mean.add(r.modeled);
+  return mean.finish();
 }
 
 // Phase totals. Each step's modeled time is the mean over its records' layers times the model's layers (the
 // executed or recorded layers stand for the model's): attention and the KV cache times model.layers, the MoE
 // part and its erosion times the MoE layers (model.moe_layers; dense layers' FFNs are not modeled); measured
 // time is the decoder's step wall time.
-void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr) {
+void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr,
+                      const std::vector<ModeledPlacement>* mean) {
   std::vector<std::string> order;
   for (const StepRecord& r : vr.records)
     if (std::find(order.begin(), order.end(), r.phase) == order.end()) order.push_back(r.phase);
@@ -138,11 +142,11 @@ void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_
       for (const StepRecord* r : recs) {
         tokens = std::max(tokens, r->num_tokens);
         attention += r->has_attention ? r->modeled_attention.quantized_s : 0.0;
-        moe += primary_placement(r->modeled).cost.actual.quantized_s;
+        moe += r->moe_quantized_s;
       }
       const double scale = model_layers / static_cast<double>(recs.size());
       const double moe_scale = moe_layers / static_cast<double>(recs.size());
-      for (const StepRecord* r : recs) add_scaled(s.erosion, primary_placement(r->modeled).cost.erosion, moe_scale);
+      for (const StepRecord* r : recs) add_scaled(s.erosion, r->moe_erosion, moe_scale);
       s.tokens += tokens;
       s.modeled_attention_s += attention * scale;
       s.modeled_moe_s += moe * moe_scale;
@@ -154,7 +158,7 @@ void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_
     s.measured_tokens_per_s = s.measured_s > 0 ? static_cast<double>(s.tokens) / s.measured_s : 0.0;
     vr.phases.push_back(s);
   }
-  vr.modeled = mean_placements(vr.records);
+  vr.modeled = mean ? *mean : mean_placements(vr.records);
 }
 
 AttentionShape model_attention_shape(const Experiment& e) {
@@ -255,7 +259,8 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
 void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
                RunResult& result) {
   result.workload_path = resolve_workload_path(e);
-  const Trace trace = read_trace_file(result.workload_path, e.model.experts);
+  // Flat arrays, one batch built at a time: no heap object per line or per batch (issue 18).
+  const FlatTrace trace = read_flat_trace_file(result.workload_path, e.model.experts);
   result.trace_replayed = !trace.has_logits;
   if (!trace.has_logits) {
     for (const RouterVariant& v : variants) {
@@ -266,12 +271,21 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
       }
     }
   }
-  result.num_tokens = trace.batches.back().num_tokens;
+  const size_t num_batches = trace.num_batches();
+  result.num_tokens = trace.batch_begin[num_batches] - trace.batch_begin[num_batches - 1];
+  // The mean placements cover the decode batches when there are any (mean_placements' rule).
+  size_t decode_batches = 0;
+  for (uint8_t phase : trace.batch_phase) decode_batches += phase == 2;
+  const size_t mean_count = decode_batches > 0 ? decode_batches : num_batches;
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
+    vr.per_batch.reserve(num_batches);
+    vr.records.reserve(num_batches);
+    PlacementMean mean(mean_count);
     std::map<int, RouterState> states;  // per recorded layer, kept across steps
-    for (const TraceBatch& b : trace.batches) {
+    for (size_t bi = 0; bi < num_batches; ++bi) {
+      const TraceBatch b = trace.batch(bi);
       Routing r;
       const float* logits = trace.has_logits ? b.logits.data() : nullptr;
       const uint64_t seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
@@ -298,13 +312,17 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
       rec.step = static_cast<int>(b.step);
       rec.layer = b.layer;
       rec.num_tokens = b.num_tokens;
-      const BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
+      BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
       model_record(e, result.hardware, v.router, m, rec);
-      vr.per_batch.push_back(m);
+      if (decode_batches == 0 || rec.phase == "decode") mean.add(rec.modeled);
+      // Without --records only the last record's full cost is reported (last_record_metrics).
+      if (!opts.records && !vr.records.empty()) std::vector<ModeledPlacement>().swap(vr.records.back().modeled);
+      vr.per_batch.push_back(std::move(m));
       vr.records.push_back(std::move(rec));
     }
     if (!states.empty()) vr.final_bias = states.rbegin()->second.expert_bias;
-    summarize_phases(e, {}, vr);
+    const std::vector<ModeledPlacement> modeled = mean.finish();
+    summarize_phases(e, {}, vr, &modeled);
     result.variants.push_back(std::move(vr));
   }
 }
@@ -335,6 +353,8 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
       const ModeledPlacement& p = primary_placement(rec.modeled);
       rec.batching_efficiency = p.cost.batching_efficiency;
       rec.modeled_layer_s = p.cost.actual.quantized_s;
+      rec.moe_quantized_s = p.cost.actual.quantized_s;
+      rec.moe_erosion = p.cost.erosion;
       vr.per_batch.push_back(m);
       vr.records.push_back(std::move(rec));
     }

@@ -311,6 +311,9 @@ nlohmann::json aggregates_json(const VariantResult& v, const std::vector<size_t>
 
 
 
+void add_records_json(const RunResult& run, const VariantResult& v, nlohmann::json& r);
+void add_phases_json(const RunResult& run, const VariantResult& v, nlohmann::json& r);
+
 nlohmann::json per_layer_json(const RunResult& run, const VariantResult& v) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [layer, m] : per_layer_totals(run, v)) {
@@ -320,6 +323,14 @@ nlohmann::json per_layer_json(const RunResult& run, const VariantResult& v) {
 }
 
 void add_steps_json(const RunResult& run, const VariantResult& v, nlohmann::json& r) {
+  r["num_records"] = v.records.size();
+  // Every record with its full cost only when asked (`--records`): a trace of a token per step and layer
+  // has as many records as lines, and their JSON was 20 times the trace's size (docs/json-schema.md).
+  if (run.records_listed) add_records_json(run, v, r);
+  add_phases_json(run, v, r);
+}
+
+void add_records_json(const RunResult& run, const VariantResult& v, nlohmann::json& r) {
   nlohmann::json records = nlohmann::json::array();
   for (size_t i = 0; i < v.records.size(); ++i) {
     const StepRecord& s = v.records[i];
@@ -339,9 +350,12 @@ void add_steps_json(const RunResult& run, const VariantResult& v, nlohmann::json
     nlohmann::json m = {{"moe", modeled}, {"batching_efficiency", s.batching_efficiency}, {"layer_s", s.modeled_layer_s}};
     if (s.has_attention) m["attention"] = cost_json(s.modeled_attention);
     rec["modeled"] = m;
-    records.push_back(rec);
+    records.push_back(std::move(rec));
   }
-  r["records"] = records;
+  r["records"] = std::move(records);
+}
+
+void add_phases_json(const RunResult& run, const VariantResult& v, nlohmann::json& r) {
   nlohmann::json phases = nlohmann::json::object();
   for (const PhaseSummary& p : v.phases) {
     nlohmann::json ph = {{"steps", p.steps},

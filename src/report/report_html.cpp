@@ -13,6 +13,13 @@
 namespace moesim {
 namespace {
 
+// Records of a step run's strategy row: "num_records" (reports since `--records` became opt-in), else the
+// length of its "records" list (older reports); 0 for batch runs.
+size_t record_count(const nlohmann::json& s) {
+  if (s.contains("num_records") && s["num_records"].is_number_unsigned()) return s["num_records"].get<size_t>();
+  return s.contains("records") && s["records"].is_array() ? s["records"].size() : 0;
+}
+
 std::string esc(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -268,7 +275,7 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
   if (run.contains("hardware")) os << "; hardware " << esc(run["hardware"].value("name", std::string()));
   if (run.contains("workload")) os << "; " << run["workload"].value("num_tokens", 0) << " tokens per batch";
   bool stepped = false;
-  for (const auto& s : run["strategies"]) stepped = stepped || (s.contains("records") && s["records"].is_array() && s["records"].size() > 1);
+  for (const auto& s : run["strategies"]) stepped = stepped || record_count(s) > 1;
   if (stepped)
     os << "; step-structured run: rates and ratios are means over the records weighted by the tokens each routed, "
           "counts are sums, the modeled time the mean MoE layer of the decode records (all records without "
@@ -303,7 +310,7 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
   os << "<h2>Per-expert load</h2>\n";
   for (const auto& s : run["strategies"]) {
     if (!s["metrics"].contains("load") || !s["metrics"]["load"].is_array() || s["metrics"]["load"].empty()) continue;
-    const size_t records = s.contains("records") && s["records"].is_array() ? s["records"].size() : 0;
+    const size_t records = record_count(s);
     const std::string over = records > 1 ? ", summed over the " + std::to_string(records) + " records" : "";
     os << load_bars(s["strategy"].get<std::string>(), s["metrics"]["load"].get<std::vector<double>>(), over);
   }

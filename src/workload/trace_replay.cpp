@@ -1,5 +1,5 @@
 // Reader and writer of routing traces (see trace_replay.hpp): JSON Lines through nlohmann::json, one
-// line at a time so that every error names its line. Host only. Covered by tests/workload/trace_replay_test.cpp.
+// line at a time so that every error names its line, into flat arrays (FlatTrace) ordered by an index. Host only. Covered by tests/workload/trace_replay_test.cpp.
 #include "src/workload/trace_replay.hpp"
 
 #include <algorithm>
@@ -23,18 +23,6 @@ namespace moesim {
 namespace {
 
 using nlohmann::json;
-
-// One parsed line before grouping.
-struct TraceLine {
-  int64_t line = 0;
-  int64_t token = 0;
-  int64_t token_id = -1;
-  std::string phase;
-  std::vector<int32_t> experts;
-  std::vector<float> weights;
-  std::vector<uint8_t> kept;
-  std::vector<float> logits;
-};
 
 std::string describe(const json& v) {
   std::string s = v.dump();
@@ -116,14 +104,21 @@ std::string format_float(float v) {
 
 }  // namespace
 
-Trace parse_trace(const std::string& text, const std::string& name, int num_experts) {
+namespace {
+
+const char* phase_name(uint8_t code) { return code == 1 ? "prefill" : code == 2 ? "decode" : ""; }
+
+// Parses JSON Lines from `in` into flat arrays (see FlatTrace), then orders the rows by (step, layer, token)
+// and checks each batch: duplicate tokens and mixed phases, in batch order, as parse_trace always has.
+FlatTrace parse_flat(std::istream& in, const std::string& name, int num_experts) {
   MOESIM_REQUIRE(num_experts >= 1, "parse_trace needs num_experts >= 1, got " << num_experts);
   constexpr int64_t kMaxIndex = (int64_t{1} << 31) - 1;
-  std::map<std::pair<int64_t, int>, std::vector<TraceLine>> groups;
-  Trace trace;
-  trace.num_experts = num_experts;
+  FlatTrace t;
+  t.num_experts = num_experts;
+  t.row_offset.push_back(0);
   int64_t first_line = 0;  // the first data line, which decides whether the trace has logits
-  std::istringstream in(text);
+  const std::string ids_what = "a list of distinct expert ids in [0, " + std::to_string(num_experts) + ")";
+  std::vector<bool> seen(num_experts, false);
   std::string raw;
   for (int64_t line_no = 1; std::getline(in, raw); ++line_no) {
     if (!raw.empty() && raw.back() == '\r') raw.pop_back();
@@ -140,14 +135,12 @@ Trace parse_trace(const std::string& text, const std::string& name, int num_expe
     }
     LineReader r(name, line_no, obj);
     r.no_unknown_keys();
-    TraceLine tl;
-    tl.line = line_no;
     const int64_t step = r.integer("step", 0, kMaxIndex);
     const int layer = static_cast<int>(r.integer("layer", 0, kMaxIndex));
-    tl.token = r.integer("token", 0, kMaxIndex);
-    const std::string ids_what = "a list of distinct expert ids in [0, " + std::to_string(num_experts) + ")";
+    const int64_t token = r.integer("token", 0, kMaxIndex);
     const json& experts = r.array("experts", ids_what);
-    std::vector<bool> seen(num_experts, false);
+    std::fill(seen.begin(), seen.end(), false);
+    const size_t first = t.expert.size();
     for (const json& x : experts) {
       if (!x.is_number_integer()) r.expected("experts", ids_what, describe(x));
       const int64_t ex = x.get<int64_t>();
@@ -156,11 +149,12 @@ Trace parse_trace(const std::string& text, const std::string& name, int num_expe
       }
       if (seen[ex]) r.expected("experts", ids_what, "expert " + std::to_string(ex) + " twice");
       seen[ex] = true;
-      tl.experts.push_back(static_cast<int32_t>(ex));
+      t.expert.push_back(static_cast<int32_t>(ex));
     }
-    const size_t k = tl.experts.size();
-    tl.weights = r.numbers("weights", k, std::to_string(k) + " finite numbers, one per expert");
-    tl.kept.assign(k, 1);
+    const size_t k = t.expert.size() - first;
+    const std::vector<float> weights = r.numbers("weights", k, std::to_string(k) + " finite numbers, one per expert");
+    t.weight.insert(t.weight.end(), weights.begin(), weights.end());
+    t.kept.resize(first + k, 1);
     if (r.has("kept")) {
       const std::string what = std::to_string(k) + " flags (0 or 1), one per expert";
       const json& kept = r.array("kept", what);
@@ -168,65 +162,139 @@ Trace parse_trace(const std::string& text, const std::string& name, int num_expe
       for (size_t i = 0; i < k; ++i) {
         const json& f = kept[i];
         if (f.is_boolean()) {
-          tl.kept[i] = f.get<bool>() ? 1 : 0;
+          t.kept[first + i] = f.get<bool>() ? 1 : 0;
         } else if (f.is_number_integer() && (f.get<int64_t>() == 0 || f.get<int64_t>() == 1)) {
-          tl.kept[i] = static_cast<uint8_t>(f.get<int64_t>());
+          t.kept[first + i] = static_cast<uint8_t>(f.get<int64_t>());
         } else {
           r.expected("kept", what, describe(f));
         }
       }
     }
-    if (r.has("token_id")) tl.token_id = r.integer("token_id", 0, std::numeric_limits<int64_t>::max());
-    if (r.has("phase")) tl.phase = r.text("phase");
+    const int64_t token_id = r.has("token_id") ? r.integer("token_id", 0, std::numeric_limits<int64_t>::max()) : -1;
+    uint8_t phase = 0;
+    if (r.has("phase")) phase = r.text("phase") == "prefill" ? 1 : 2;
     const bool line_has_logits = r.has("logits");
     if (line_has_logits) {
-      tl.logits = r.numbers("logits", static_cast<size_t>(num_experts),
-                            std::to_string(num_experts) + " finite router logits (model.experts)");
+      const std::vector<float> logits = r.numbers("logits", static_cast<size_t>(num_experts),
+                                                  std::to_string(num_experts) + " finite router logits (model.experts)");
+      t.logits.insert(t.logits.end(), logits.begin(), logits.end());
     }
     if (first_line == 0) {
       first_line = line_no;
-      trace.has_logits = line_has_logits;
-    } else if (line_has_logits != trace.has_logits) {
+      t.has_logits = line_has_logits;
+    } else if (line_has_logits != t.has_logits) {
       r.fail(std::string(line_has_logits ? "has" : "has no") + " \"logits\" but line " + std::to_string(first_line) +
-             (trace.has_logits ? " has" : " has none") + ": a trace carries logits on every line or on none");
+             (t.has_logits ? " has" : " has none") + ": a trace carries logits on every line or on none");
     }
-    groups[{step, layer}].push_back(std::move(tl));
+    t.row_step.push_back(step);
+    t.row_layer.push_back(static_cast<int32_t>(layer));
+    t.row_token.push_back(token);
+    t.row_token_id.push_back(token_id);
+    t.row_line.push_back(line_no);
+    t.row_phase.push_back(phase);
+    t.row_offset.push_back(static_cast<int64_t>(t.expert.size()));
   }
+  const int64_t rows = static_cast<int64_t>(t.row_step.size());
+  if (rows == 0) throw InputError(name + ": expected at least one trace line (JSON Lines), got none");
 
-  for (auto& [key, lines] : groups) {
-    std::stable_sort(lines.begin(), lines.end(), [](const TraceLine& a, const TraceLine& b) { return a.token < b.token; });
-    TraceBatch b;
-    b.step = key.first;
-    b.layer = key.second;
-    b.num_tokens = static_cast<int64_t>(lines.size());
-    b.offsets.push_back(0);
-    for (size_t i = 0; i < lines.size(); ++i) {
-      const TraceLine& tl = lines[i];
-      if (i > 0 && tl.token == lines[i - 1].token) {
-        throw InputError(name + ":" + std::to_string(tl.line) + ": token " + std::to_string(tl.token) + " of step " +
-                         std::to_string(b.step) + ", layer " + std::to_string(b.layer) + " already appears on line " +
-                         std::to_string(lines[i - 1].line));
+  t.order.resize(rows);
+  for (int64_t i = 0; i < rows; ++i) t.order[i] = i;
+  std::stable_sort(t.order.begin(), t.order.end(), [&t](int64_t a, int64_t b) {
+    if (t.row_step[a] != t.row_step[b]) return t.row_step[a] < t.row_step[b];
+    if (t.row_layer[a] != t.row_layer[b]) return t.row_layer[a] < t.row_layer[b];
+    return t.row_token[a] < t.row_token[b];
+  });
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t row = t.order[i];
+    const bool starts = i == 0 || t.row_step[row] != t.row_step[t.order[i - 1]] ||
+                        t.row_layer[row] != t.row_layer[t.order[i - 1]];
+    if (starts) {
+      t.batch_begin.push_back(i);
+      t.batch_phase.push_back(0);
+    } else {
+      const int64_t prev = t.order[i - 1];
+      if (t.row_token[row] == t.row_token[prev]) {
+        throw InputError(name + ":" + std::to_string(t.row_line[row]) + ": token " + std::to_string(t.row_token[row]) +
+                         " of step " + std::to_string(t.row_step[row]) + ", layer " + std::to_string(t.row_layer[row]) +
+                         " already appears on line " + std::to_string(t.row_line[prev]));
       }
-      if (!tl.phase.empty()) {
-        if (b.phase.empty()) {
-          b.phase = tl.phase;
-        } else if (b.phase != tl.phase) {
-          throw InputError(name + ":" + std::to_string(tl.line) + ": \"phase\": expected \"" + b.phase +
-                           "\" like the other tokens of step " + std::to_string(b.step) + ", got \"" + tl.phase + "\"");
-        }
-      }
-      b.token.push_back(tl.token);
-      b.token_ids.push_back(tl.token_id >= 0 ? tl.token_id : tl.token);
-      b.line.push_back(tl.line);
-      b.expert.insert(b.expert.end(), tl.experts.begin(), tl.experts.end());
-      b.weight.insert(b.weight.end(), tl.weights.begin(), tl.weights.end());
-      b.kept.insert(b.kept.end(), tl.kept.begin(), tl.kept.end());
-      b.offsets.push_back(static_cast<int64_t>(b.expert.size()));
-      b.logits.insert(b.logits.end(), tl.logits.begin(), tl.logits.end());
     }
-    trace.batches.push_back(std::move(b));
+    const uint8_t phase = t.row_phase[row];
+    uint8_t& batch_phase = t.batch_phase.back();
+    if (phase != 0) {
+      if (batch_phase == 0) {
+        batch_phase = phase;
+      } else if (batch_phase != phase) {
+        throw InputError(name + ":" + std::to_string(t.row_line[row]) + ": \"phase\": expected \"" +
+                         phase_name(batch_phase) + "\" like the other tokens of step " +
+                         std::to_string(t.row_step[row]) + ", got \"" + phase_name(phase) + "\"");
+      }
+    }
   }
-  if (trace.batches.empty()) throw InputError(name + ": expected at least one trace line (JSON Lines), got none");
+  t.batch_begin.push_back(rows);
+  // push_back left up to twice the rows' capacity: give it back before the run holds its results.
+  for (auto* v : {&t.row_step, &t.row_token, &t.row_token_id, &t.row_line, &t.row_offset}) v->shrink_to_fit();
+  t.row_layer.shrink_to_fit();
+  t.row_phase.shrink_to_fit();
+  t.expert.shrink_to_fit();
+  t.weight.shrink_to_fit();
+  t.kept.shrink_to_fit();
+  t.logits.shrink_to_fit();
+  t.batch_begin.shrink_to_fit();
+  t.batch_phase.shrink_to_fit();
+  return t;
+}
+
+}  // namespace
+
+TraceBatch FlatTrace::batch(size_t i) const {
+  TraceBatch b;
+  const int64_t lo = batch_begin[i], hi = batch_begin[i + 1];
+  const int64_t first = order[lo];
+  b.step = row_step[first];
+  b.layer = row_layer[first];
+  b.phase = phase_name(batch_phase[i]);
+  b.num_tokens = hi - lo;
+  b.token.reserve(b.num_tokens);
+  b.token_ids.reserve(b.num_tokens);
+  b.line.reserve(b.num_tokens);
+  b.offsets.reserve(b.num_tokens + 1);
+  b.offsets.push_back(0);
+  for (int64_t j = lo; j < hi; ++j) {
+    const int64_t row = order[j];
+    b.token.push_back(row_token[row]);
+    b.token_ids.push_back(row_token_id[row] >= 0 ? row_token_id[row] : row_token[row]);
+    b.line.push_back(row_line[row]);
+    const int64_t a0 = row_offset[row], a1 = row_offset[row + 1];
+    b.expert.insert(b.expert.end(), expert.begin() + a0, expert.begin() + a1);
+    b.weight.insert(b.weight.end(), weight.begin() + a0, weight.begin() + a1);
+    b.kept.insert(b.kept.end(), kept.begin() + a0, kept.begin() + a1);
+    b.offsets.push_back(static_cast<int64_t>(b.expert.size()));
+    if (has_logits) {
+      b.logits.insert(b.logits.end(), logits.begin() + row * num_experts, logits.begin() + (row + 1) * num_experts);
+    }
+  }
+  return b;
+}
+
+double FlatTrace::bytes() const {
+  auto cap = [](const auto& v) { return static_cast<double>(v.capacity() * sizeof(v[0])); };
+  return cap(row_step) + cap(row_layer) + cap(row_token) + cap(row_token_id) + cap(row_line) + cap(row_phase) +
+         cap(row_offset) + cap(expert) + cap(weight) + cap(kept) + cap(logits) + cap(order) + cap(batch_begin) +
+         cap(batch_phase);
+}
+
+FlatTrace parse_flat_trace(const std::string& text, const std::string& name, int num_experts) {
+  std::istringstream in(text);
+  return parse_flat(in, name, num_experts);
+}
+
+Trace parse_trace(const std::string& text, const std::string& name, int num_experts) {
+  const FlatTrace flat = parse_flat_trace(text, name, num_experts);
+  Trace trace;
+  trace.num_experts = num_experts;
+  trace.has_logits = flat.has_logits;
+  for (size_t i = 0; i < flat.num_batches(); ++i) trace.batches.push_back(flat.batch(i));
   return trace;
 }
 
@@ -241,16 +309,24 @@ bool trace_file_has_logits(const std::string& path) {
   return false;
 }
 
-Trace read_trace_file(const std::string& path, int num_experts) {
+FlatTrace read_flat_trace_file(const std::string& path, int num_experts) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": cannot read a directory: expected a trace file (JSON Lines)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the trace file");
-  std::ostringstream text;
-  text << in.rdbuf();
+  FlatTrace t = parse_flat(in, path, num_experts);
   if (in.bad()) throw InputError(path + ": cannot read the trace file");
-  return parse_trace(text.str(), path, num_experts);
+  return t;
+}
+
+Trace read_trace_file(const std::string& path, int num_experts) {
+  const FlatTrace flat = read_flat_trace_file(path, num_experts);
+  Trace trace;
+  trace.num_experts = num_experts;
+  trace.has_logits = flat.has_logits;
+  for (size_t i = 0; i < flat.num_batches(); ++i) trace.batches.push_back(flat.batch(i));
+  return trace;
 }
 
 Routing recorded_routing(const TraceBatch& b, int num_experts, int top_k) {

@@ -40,6 +40,32 @@ struct Trace {
   std::vector<TraceBatch> batches;   // ascending (step, layer)
 };
 
+// A parsed trace in flat arrays, one entry per line (row) in file order, and the batch order over them:
+// what `run` replays one batch at a time, without a heap object per line or per batch (about 70 bytes a
+// line of top-2 without logits). batch(i) builds the i-th TraceBatch of parse_trace's `batches`.
+struct FlatTrace {
+  int num_experts = 0;
+  bool has_logits = false;
+  std::vector<int64_t> row_step;       // [rows]
+  std::vector<int32_t> row_layer;      // [rows]
+  std::vector<int64_t> row_token;      // [rows] recorded token index
+  std::vector<int64_t> row_token_id;   // [rows] vocabulary id, -1 when absent
+  std::vector<int64_t> row_line;       // [rows] 1-based line in the file
+  std::vector<uint8_t> row_phase;      // [rows] 0 none, 1 prefill, 2 decode
+  std::vector<int64_t> row_offset;     // [rows + 1] first assignment of each row
+  std::vector<int32_t> expert;         // [assignments] in file order
+  std::vector<float> weight;           // [assignments]
+  std::vector<uint8_t> kept;           // [assignments]
+  std::vector<float> logits;           // [rows, num_experts]; empty when the trace has none
+  std::vector<int64_t> order;          // [rows] rows by (step, layer, token), file order among equals
+  std::vector<int64_t> batch_begin;    // [num_batches + 1] first entry of `order` of each batch
+  std::vector<uint8_t> batch_phase;    // [num_batches] the batch's phase code
+
+  size_t num_batches() const { return batch_begin.empty() ? 0 : batch_begin.size() - 1; }
+  TraceBatch batch(size_t i) const;
+  double bytes() const;                // heap bytes held by the arrays
+};
+
 // Parses JSON Lines text; `name` prefixes error messages. Keys: step, layer (>= 0); token (>= 0, unique
 // within its step and layer; renumbered 0..n-1 in ascending order); experts (distinct ids in
 // [0, num_experts)); weights (one number per expert); optional logits (num_experts numbers, before
@@ -47,6 +73,9 @@ struct Trace {
 // Blank lines are skipped; unknown keys are errors; every line carries logits or none does.
 Trace parse_trace(const std::string& text, const std::string& name, int num_experts);
 Trace read_trace_file(const std::string& path, int num_experts);
+// The same checks and order, into flat arrays; the file is read a line at a time (never whole).
+FlatTrace parse_flat_trace(const std::string& text, const std::string& name, int num_experts);
+FlatTrace read_flat_trace_file(const std::string& path, int num_experts);
 
 // Whether the file's first line carries "logits" (a trace has them on every line or on none: parse_trace
 // checks). False where the file cannot be read or its first line is not JSON: its reader says why.

@@ -173,7 +173,7 @@ TEST(Cli, RunReportsTheBiasAfterEveryUpdate) {
   EXPECT_NE(updates[0]["bias"], updates[3]["bias"]);
   EXPECT_EQ(updates[3]["bias"], row["expert_bias"]);
   // A decoder run: one update per layer and step, each naming its layer.
-  const auto d = run_cli("run --format json --no-execute --set router.gating=aux_free_bias --set workload.source=decoder"
+  const auto d = run_cli("run --format json --records --no-execute --set router.gating=aux_free_bias --set workload.source=decoder"
                          " --set workload.batch=2 --set workload.prompt_len=4 --set workload.decode_steps=2"
                          " --set execute.layers=2 --set execute.hidden=32 --set execute.ffn=64");
   ASSERT_EQ(d.exit_code, 0) << d.err;

@@ -107,7 +107,7 @@ void expect_reports_agree(const std::string& file, const std::string& args, cons
   const std::string dir = testing::make_temp_dir();
   const auto table = run_cli("run " + file + args + " --no-execute");
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  const auto json = run_cli("run " + file + args + " --no-execute --format json --out " + dir + "/run.json");
+  const auto json = run_cli("run " + file + args + " --no-execute --format json --records --out " + dir + "/run.json");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json j = nlohmann::json::parse(testing::read_text(dir + "/run.json"));
   const nlohmann::json& s = j["strategies"][0];
@@ -155,7 +155,7 @@ TEST(ReportsAgree, DecoderRunTableJsonHtmlAndCheck) {
   ASSERT_EQ(config.exit_code, 0) << config.err;
   expect_reports_agree(dir + "/decoder.yaml", "", "decoder");
   // The run has drops and prefill and decode records of different sizes, so the weights matter.
-  const auto json = run_cli("run " + dir + "/decoder.yaml --no-execute --format json");
+  const auto json = run_cli("run " + dir + "/decoder.yaml --no-execute --format json --records");
   const nlohmann::json s = nlohmann::json::parse(json.out)["strategies"][0];
   EXPECT_GT(s["metrics"]["drop_rate"].get<double>(), 0);
   EXPECT_NE(s["records"].front()["num_tokens"], s["records"].back()["num_tokens"]);

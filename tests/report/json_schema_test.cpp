@@ -138,8 +138,10 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
                     {kEvery, kRun}, {"expert_parallel", "several batches", "single-process rebalancing"});
   expect_documented("decoder",
                     json_of("run " MOESIM_SOURCE_DIR "/configs/mixtral-8x7b-decode.yaml --set workload.decode_steps=2 "
-                            "--set workload.batch=4 --set execute.repeats=1"),
-                    {kEvery, kRun}, {"step run", "decoder", "decoder, executed", "several batches"});
+                            "--set workload.batch=4 --set execute.repeats=1 --records"),
+                    {kEvery, kRun},
+                    {"step run", "decoder", "decoder, executed", "several batches", "step run, --records",
+                     "decoder, --records", "decoder, executed, --records"});
   expect_documented("load profile", json_of("run " MOESIM_SOURCE_DIR "/configs/olmoe-profile.yaml --no-execute"),
                     {kEvery, kRun}, {"step run", "a file was read", "load_profile", "several batches"});
 

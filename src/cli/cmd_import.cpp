@@ -110,15 +110,17 @@ int cmd_import(int argc, char** argv) {
   }
   if (name.empty() || name[0] == '_' || name == "data")
     throw InputError("--name: expected a profile key not starting with '_' and not 'data', got '" + name + "'");
-  nlohmann::ordered_json layers = nlohmann::ordered_json::object();
-  for (size_t l = 0; l < profile.layers.size(); ++l) layers[std::to_string(profile.layers[l])] = profile.counts[l];
-  nlohmann::ordered_json doc;
   std::string note = "moesim import of";
   for (const std::string& f : files) note += " " + f;
   if (!map.empty()) note += "; " + std::to_string(map.size()) + " physical slots folded into " + std::to_string(experts) + " experts";
-  doc["_note"] = note;
-  doc[name] = layers;
-  write_file_atomic(out, doc.dump(1) + "\n");
+  // One line per layer: {"_note": ..., NAME: {"LAYER": [counts], ...}}.
+  std::string text = "{\n \"_note\": " + nlohmann::json(note).dump() + ",\n " + nlohmann::json(name).dump() + ": {";
+  for (size_t l = 0; l < profile.layers.size(); ++l) {
+    text += std::string(l ? "," : "") + "\n  \"" + std::to_string(profile.layers[l]) + "\": " +
+            nlohmann::json(profile.counts[l]).dump();
+  }
+  text += "\n }\n}\n";
+  write_file_atomic(out, text);
   std::cout << "import: wrote " << out << " (" << profile.layers.size() << " layers, " << experts
             << " experts, profile key " << name << ")\n";
   return kExitOk;

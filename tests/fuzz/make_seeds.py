@@ -147,14 +147,19 @@ def npy_text(text):
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hb)) + hb + text.encode("utf-32-le")
 
 
-def npz(members, deflate=False):
+def npz(members, deflate=False, zip64=False):
+    """zip64: members written as numpy.savez writes them (ZipFile.open(..., force_zip64=True))."""
     out = io.BytesIO()
     mode = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
     with zipfile.ZipFile(out, "w", mode) as z:
         for name, data in members.items():
             info = zipfile.ZipInfo(name + ".npy", date_time=(2025, 1, 1, 0, 0, 0))
             info.compress_type = mode
-            z.writestr(info, data)
+            if zip64:
+                with z.open(info, "w", force_zip64=True) as f:
+                    f.write(data)
+            else:
+                z.writestr(info, data)
     return out.getvalue()
 
 
@@ -179,6 +184,7 @@ def megatron_npz_seeds():
     m = megatron_members(loads, 2, 3, 4, [3, 7], [2, 3])
     put("megatron_npz", "two-layers.npz", npz(m))
     put("megatron_npz", "two-layers-deflated.npz", npz(m, deflate=True))
+    put("megatron_npz", "two-layers-zip64.npz", npz(m, zip64=True))
     put("megatron_npz", "int64-loads.npz", npz(megatron_members(loads, 2, 3, 4, [3, 7], [2, 3], "<i8")))
     bad = dict(m)
     bad["dump_version"] = npy_text("mcore_ep_load_dump_v2")

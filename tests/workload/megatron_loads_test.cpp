@@ -93,6 +93,16 @@ TEST(MegatronLoads, SumsValidForwardsPerLayer) {
   EXPECT_EQ(m.counts[1], (std::vector<int64_t>{3, 2, 10, 9}));   // 0+2+1, 0+2+0, 8+2+0, 0+2+7
 }
 
+TEST(MegatronLoads, ReadsZipsAsPythonWritesThem) {
+  // The same dump written by Python's zipfile: stored, deflated, and with ZIP64 headers as numpy.savez writes
+  // its members (tests/fuzz/make_seeds.py).
+  for (const char* seed : {"two-layers.npz", "two-layers-deflated.npz", "two-layers-zip64.npz", "int64-loads.npz"}) {
+    const MegatronLoads m =
+        read_megatron_npz(std::string(MOESIM_SOURCE_DIR) + "/tests/fuzz/corpus/megatron_npz/" + seed);
+    EXPECT_EQ(m.counts, (std::vector<std::vector<int64_t>>{{11, 2, 8, 5}, {3, 2, 10, 9}})) << seed;
+  }
+}
+
 TEST(MegatronLoads, RanksOfOneGroupAreSummed) {
   const MegatronLoads a = parse_megatron_npz(encode_npz(small_dump()), "r0.npz");
   const MegatronLoads b = parse_megatron_npz(encode_npz(small_dump()), "r1.npz");

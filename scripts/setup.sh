@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make ccache pkg-config
-  libyaml-cpp-dev libboost-program-options-dev nlohmann-json3-dev
+  libyaml-cpp-dev libboost-program-options-dev nlohmann-json3-dev libzip-dev
   libopenblas-openmp-dev libgtest-dev libbenchmark-dev
   libthrust-dev libcub-dev
   clang libclang-rt-dev libomp-dev   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, OpenMP for clang

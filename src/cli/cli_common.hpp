@@ -134,5 +134,6 @@ int cmd_sweep(int argc, char** argv);
 int cmd_calibrate(int argc, char** argv);
 int cmd_validate(int argc, char** argv);
 int cmd_report(int argc, char** argv);
+int cmd_import(int argc, char** argv);
 
 }  // namespace moesim::cli

@@ -26,6 +26,8 @@ const std::vector<Command>& commands() {
       {"validate", "[FILE] | --published [all|FILE]",
        "executed CPU pipeline (or published GPU kernel times) vs the cost model, with the error", cmd_validate},
       {"report", "F --html O", "a self-contained HTML page (inline SVG) of a run/compare JSON", cmd_report},
+      {"import", "FILE... --out O",
+       "convert an engine's recorded expert loads (Megatron-Core .npz dumps) into a load-profile JSON", cmd_import},
   };
   return table;
 }

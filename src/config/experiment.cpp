@@ -118,6 +118,15 @@ const char* to_string(BiasArithmetic v) {
   return "?";
 }
 
+const char* to_string(LoadFormat v) {
+  switch (v) {
+    case LoadFormat::detect: return "auto";
+    case LoadFormat::moesim_json: return "moesim_json";
+    case LoadFormat::megatron_npz: return "megatron_npz";
+  }
+  return "?";
+}
+
 const char* to_string(WorkloadSource v) {
   switch (v) {
     case WorkloadSource::synthetic: return "synthetic";

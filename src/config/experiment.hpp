@@ -43,6 +43,8 @@ enum class BiasUpdateCounts { demand, kept };
 // The arithmetic of b + rate * sign: double rounded to float once (float64), or float32 throughout.
 enum class BiasArithmetic { float64, float32 };
 enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits };
+// load_profile: how workload.path is read (src/workload/load_profile.hpp); `detect` is spelled "auto".
+enum class LoadFormat { detect, moesim_json, megatron_npz };
 enum class PlacementKind { single, expert_parallel };
 // How an expert-parallel placement puts experts on devices (docs/cost-model.md "Expert placement"):
 // DeepSeek EPLB's global or hierarchical rebalance_experts, today's e % D, or an explicit map.
@@ -123,6 +125,8 @@ struct WorkloadConfig {
   int topics = 8;                       // decoder: embedding clusters (temporal locality)
   std::string path;                     // trace / load_profile / logits file
   std::string profile_key;              // load_profile: key inside the file, e.g. "mistral/expert_counts/arxiv"
+  LoadFormat format = LoadFormat::detect;  // load_profile: the file's format; auto: from its first bytes
+  std::vector<int> expert_map;          // load_profile: [physical experts] the logical expert of each slot
 };
 
 // A hardware profile is referenced by name (configs/hardware/NAME.yaml), by file, or written inline.
@@ -207,6 +211,7 @@ const char* to_string(CapacityRounding v);
 const char* to_string(BiasUpdateCounts v);
 const char* to_string(BiasArithmetic v);
 const char* to_string(WorkloadSource v);
+const char* to_string(LoadFormat v);
 const char* to_string(PlacementKind v);
 const char* to_string(PlacementPolicy v);
 const char* to_string(LoadEstimator v);

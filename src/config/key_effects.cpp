@@ -252,7 +252,14 @@ R workload_path(const Experiment& e, const EffectContext& c) {
 }
 R workload_profile_key(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return kRouteOnly;
+  if (e.workload.source == WorkloadSource::load_profile && e.workload.format == LoadFormat::megatron_npz)
+    return "with workload.format=megatron_npz (a Megatron dump holds one profile)";
   return e.workload.source == WorkloadSource::load_profile ? kActs : with_source(e);
+}
+
+R workload_format(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  return e.workload.source == WorkloadSource::load_profile ? kActs : with_source(e) + " (no load profile is read)";
 }
 
 R placement_kind(const Experiment& e, const EffectContext& c) { return model_size(e, c); }
@@ -377,6 +384,9 @@ const std::vector<KeyEffect>& key_effects() {
       {"workload.topics", "source decoder", decoder_only},
       {"workload.path", "sources trace, load_profile and logits", workload_path},
       {"workload.profile_key", "source load_profile", workload_profile_key},
+      {"workload.format", "source load_profile (the report names the format and how it was chosen)", workload_format},
+      {"workload.expert_map", "source load_profile (folds physical expert counts into logical experts)",
+       workload_format},
       {"hardware", "always, but in moesim route", cost_model},
       {"placement.kind", "always, but in moesim route and validate", placement_kind},
       {"placement.policy", "kind expert_parallel (not in moesim validate)", placement_ep},

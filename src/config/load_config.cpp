@@ -221,6 +221,14 @@ void Loader::validate(const Experiment& e) const {
                   "batch where prompt lengths differ (a per-sequence capacity needs one sequence length)", "sequence");
   }
   validate_placement(e);
+  // Checked where it acts; elsewhere the key-effects line names it.
+  for (size_t i = 0; w.source == WorkloadSource::load_profile && i < w.expert_map.size(); ++i) {
+    if (w.expert_map[i] >= m.experts) {
+      fail_expected(origin({"workload.expert_map", "model.experts"}), "workload.expert_map[" + std::to_string(i) + "]",
+                    "a logical expert in [0, " + std::to_string(m.experts - 1) + "] (model.experts)",
+                    std::to_string(w.expert_map[i]));
+    }
+  }
   if (!p.map.empty()) {
     if (static_cast<int64_t>(p.map.size()) != m.experts) {
       fail_expected(origin({"placement.map", "model.experts"}), "placement.map",

@@ -56,6 +56,7 @@ template <> struct EnumCount<CapacityRounding> { static constexpr int value = 2;
 template <> struct EnumCount<BiasUpdateCounts> { static constexpr int value = 2; };
 template <> struct EnumCount<BiasArithmetic> { static constexpr int value = 2; };
 template <> struct EnumCount<WorkloadSource> { static constexpr int value = 5; };
+template <> struct EnumCount<LoadFormat> { static constexpr int value = 3; };
 template <> struct EnumCount<PlacementKind> { static constexpr int value = 2; };
 template <> struct EnumCount<PlacementPolicy> { static constexpr int value = 4; };
 template <> struct EnumCount<LoadEstimator> { static constexpr int value = 2; };

@@ -76,6 +76,21 @@ void read_placement_map(Loader& L, const YAML::Node& n, const std::string& path,
   e.placement.map = map;
 }
 
+// workload.expert_map: the logical expert of each physical expert slot of a load profile (replicas share one).
+void read_expert_map(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
+                     Experiment& e) {
+  if (!n.IsSequence())
+    fail_expected(where, path, "a list of logical experts, one per physical expert of the profile", describe(n));
+  if (n.size() > static_cast<size_t>(kMaxExperts))
+    fail_expected(where, path, "at most " + std::to_string(kMaxExperts) + " entries", std::to_string(n.size()));
+  std::vector<int> map;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string p = path + "[" + std::to_string(i) + "]";
+    map.push_back(static_cast<int>(read_int(n[i], p, L.where(p, n[i].Mark()), 0, kMaxExperts - 1)));
+  }
+  e.workload.expert_map = map;
+}
+
 // model.hf_config: a relative path from the experiment file resolves against the file's folder; one from a
 // --set, or in moesim's own text (the built-in experiment), against the current directory. Kept absolute, so
 // that the effective experiment reads the same file from any folder.
@@ -164,7 +179,10 @@ const std::vector<Section>& sections() {
         double_field("skew", &E::workload, &WorkloadConfig::skew, Bound::at_least),
         int_field("topics", &E::workload, &WorkloadConfig::topics, 1, kMaxWidth),
         string_field("path", &E::workload, &WorkloadConfig::path),
-        string_field("profile_key", &E::workload, &WorkloadConfig::profile_key)}},
+        string_field("profile_key", &E::workload, &WorkloadConfig::profile_key),
+        enum_field("format", &E::workload, &WorkloadConfig::format),
+        {"expert_map", read_expert_map,
+         [](YAML::Emitter& out, const Experiment& e) { emit_int_list(out, e.workload.expert_map); }}}},
       {"placement",
        {enum_field("kind", &E::placement, &PlacementConfig::kind),
         enum_field("policy", &E::placement, &PlacementConfig::policy),

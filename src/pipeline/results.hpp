@@ -169,6 +169,8 @@ struct RunResult {
   std::string workload_path;            // trace / load_profile / logits: the file read
   std::string workload_digest;          // its bytes' digest (common/digest.hpp file_digest)
   std::string profile_key;              // load_profile: the profile used
+  std::string profile_format;           // load_profile: the format read (workload.format's spelling)
+  bool profile_format_forced = false;   // load_profile: named by workload.format, not recognised by content
   ExecBackend backend = ExecBackend::cpu;  // where the executed layer ran
   std::string device;                      // cuda: the device's description (cuda_device_description)
   // Step runs: whether the reports list every record (RunOptions::records, `--records`); the records'

@@ -330,8 +330,11 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
 // ---- real load profiles -----------------------------------------------------------------------------
 void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result) {
   result.workload_path = resolve_workload_path(e);
-  const LoadProfile profile = read_load_profile(result.workload_path, e.workload.profile_key, e.model.experts);
+  const LoadProfile profile = read_load_profile_file(result.workload_path, e.workload.format, e.workload.profile_key,
+                                                     e.model.experts, e.workload.expert_map);
   result.profile_key = profile.key;
+  result.profile_format = to_string(profile.format);
+  result.profile_format_forced = profile.format_forced;
   result.num_tokens = e.workload.batch;
   const int k = e.model.top_k;
   for (const RouterVariant& v : variants) {

@@ -399,6 +399,12 @@ nlohmann::json workload_details_json(const RunResult& run) {
   if (!run.workload_digest.empty()) w["file_digest"] = run.workload_digest;
   if (e.workload.source == WorkloadSource::trace) w["replayed"] = run.trace_replayed;
   if (!run.profile_key.empty()) w["profile_key"] = run.profile_key;
+  if (!run.profile_format.empty()) {
+    w["profile_format"] = run.profile_format;
+    w["profile_format_from"] = run.profile_format_forced ? "workload.format" : "content";
+  }
+  if (!e.workload.expert_map.empty() && e.workload.source == WorkloadSource::load_profile)
+    w["expert_map_slots"] = e.workload.expert_map.size();
   return w;
 }
 

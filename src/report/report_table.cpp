@@ -253,7 +253,10 @@ std::string phase_title(const RunResult& run) {
     t << "trace " << run.workload_path << " (" << (run.trace_replayed ? "recorded decisions replayed" : "re-routed from its logits")
       << "), E=" << e.model.experts << ", k=" << e.model.top_k;
   } else {
-    t << "load profile " << run.profile_key << " of " << run.workload_path << ", E=" << e.model.experts
+    t << "load profile " << run.profile_key << " of " << run.workload_path << " (" << run.profile_format
+      << (run.profile_format_forced ? ", workload.format" : ", recognised by content") << ")";
+    if (!e.workload.expert_map.empty()) t << ", " << e.workload.expert_map.size() << " physical slots folded";
+    t << ", E=" << e.model.experts
       << ", k=" << e.model.top_k << ", cost modeled for batches of " << run.num_tokens << " tokens";
   }
   t << "; modeled on " << run.hardware.name << " (" << to_string(e.model.dtype) << ", hidden " << e.model.hidden

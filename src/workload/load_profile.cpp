@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/workload/megatron_loads.hpp"
+#include "src/workload/npz_file.hpp"
 
 namespace moesim {
 namespace {
@@ -125,6 +127,75 @@ LoadProfile read_load_profile(const std::string& path, const std::string& key, i
   text << in.rdbuf();
   if (in.bad()) throw InputError(path + ": cannot read the load profile");
   return parse_load_profile(text.str(), path, key, num_experts);
+}
+
+LoadFormat detect_load_format(const std::string& bytes, const std::string& name) {
+  if (looks_like_zip(bytes)) return LoadFormat::megatron_npz;
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && bytes[first] == '{') return LoadFormat::moesim_json;
+  throw InputError(name + ": workload.format: expected a load profile recognisable by content (a zip .npz from "
+                   "Megatron-Core, or a JSON object), got neither; name the format with workload.format");
+}
+
+std::vector<int64_t> fold_expert_map(const std::vector<int64_t>& counts, const std::vector<int>& map, int num_experts,
+                                     const std::string& name) {
+  if (counts.size() != map.size())
+    throw InputError(name + ": workload.expert_map: expected one entry per physical expert (" +
+                     std::to_string(counts.size()) + "), got " + std::to_string(map.size()));
+  std::vector<int64_t> out(static_cast<size_t>(num_experts), 0);
+  std::vector<bool> seen(static_cast<size_t>(num_experts), false);
+  for (size_t p = 0; p < map.size(); ++p) {
+    if (map[p] < 0 || map[p] >= num_experts)
+      throw InputError(name + ": workload.expert_map[" + std::to_string(p) + "]: expected a logical expert in [0, " +
+                       std::to_string(num_experts - 1) + "], got " + std::to_string(map[p]));
+    out[static_cast<size_t>(map[p])] += counts[p];
+    seen[static_cast<size_t>(map[p])] = true;
+  }
+  for (int e = 0; e < num_experts; ++e) {
+    if (!seen[static_cast<size_t>(e)])
+      throw InputError(name + ": workload.expert_map: expected every logical expert 0.." + std::to_string(num_experts - 1) +
+                       " on at least one physical slot, got none for expert " + std::to_string(e));
+  }
+  return out;
+}
+
+LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, const std::string& key, int num_experts,
+                                   const std::vector<int>& expert_map) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": cannot read a directory: expected a load profile file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open the load profile");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": cannot read the load profile");
+  const std::string bytes = text.str();
+  const bool forced = format != LoadFormat::detect;
+  const LoadFormat used = forced ? format : detect_load_format(bytes, path);
+  const int physical = expert_map.empty() ? num_experts : static_cast<int>(expert_map.size());
+  LoadProfile out;
+  if (used == LoadFormat::megatron_npz) {
+    if (!forced && !key.empty())
+      throw InputError(path + ": workload.profile_key: expected none for a Megatron-Core dump (one profile per file), got '" +
+                       key + "'");
+    const MegatronLoads m = parse_megatron_npz(bytes, path);
+    if (m.num_physical_experts != physical)
+      throw InputError(path + ": num_global_physical_experts: expected " + std::to_string(physical) +
+                       (expert_map.empty() ? " (model.experts; give workload.expert_map to fold replicas)"
+                                           : " (the entries of workload.expert_map)") +
+                       ", got " + std::to_string(m.num_physical_experts));
+    out.key = kMegatronDumpVersion;
+    out.layers = m.layers;
+    out.counts = m.counts;
+  } else {
+    out = parse_load_profile(bytes, path, key, physical);
+  }
+  if (!expert_map.empty()) {
+    for (auto& c : out.counts) c = fold_expert_map(c, expert_map, num_experts, path);
+  }
+  out.format = used;
+  out.format_forced = forced;
+  return out;
 }
 
 std::vector<int64_t> scale_loads(const std::vector<int64_t>& counts, int64_t total) {

@@ -81,6 +81,8 @@ struct NpyHeader {
   bool fortran = false;
   int64_t rows = 0, cols = 0;
   std::string shape_text;
+  std::string descr;           // generic mode: the dtype as written
+  std::vector<int64_t> dims;   // generic mode: every dimension
   uint64_t data_bytes() const { return static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols) * elem; }
 };
 
@@ -111,7 +113,10 @@ size_t npy_preamble(const char* bytes, size_t size, const std::string& name, siz
 // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }.
 class NpyDictParser {
  public:
-  NpyDictParser(const std::string& text, const std::string& name) : t_(text), name_(name) {}
+  // generic: any dtype and any number of dimensions (parse_npy_array checks them); otherwise the
+  // logits reader's 2-D float32/float64 contract is enforced while parsing.
+  NpyDictParser(const std::string& text, const std::string& name, bool generic = false)
+      : t_(text), name_(name), generic_(generic) {}
 
   NpyHeader parse() {
     NpyHeader h;
@@ -197,16 +202,22 @@ class NpyDictParser {
   }
   void read_descr(NpyHeader& h) {
     if (i_ >= t_.size() || (t_[i_] != '\'' && t_[i_] != '"')) {
+      if (generic_) malformed("descr: expected a quoted dtype, got " + shown(other()));
       fail(name_, "expected dtype float32 or float64 (little-endian), got " + shown(other()));
     }
     const std::string d = quoted();
+    h.descr = d;
+    if (generic_) return;
     if (d == "<f4" || d == "=f4" || d == "f4") h.elem = 4;
     else if (d == "<f8" || d == "=f8" || d == "f8") h.elem = 8;
     else fail(name_, "expected dtype float32 or float64 (little-endian), got '" + shown(d) + "'");
   }
   void read_shape(NpyHeader& h) {
     const size_t begin = i_;
-    if (!eat('(')) fail(name_, "expected a 2-D array [tokens, experts], got shape " + shown(other()));
+    if (!eat('(')) {
+      if (generic_) malformed("shape: expected a tuple, got " + shown(other()));
+      fail(name_, "expected a 2-D array [tokens, experts], got shape " + shown(other()));
+    }
     std::vector<int64_t> dims;
     while (!eat(')')) {
       ws();
@@ -225,6 +236,8 @@ class NpyDictParser {
       if (i_ >= t_.size() || t_[i_] != ')') malformed("shape: expected ',' or ')'");
     }
     h.shape_text = t_.substr(begin, i_ - begin);
+    h.dims = dims;
+    if (generic_) return;
     if (dims.size() != 2) fail(name_, "expected a 2-D array [tokens, experts], got shape " + shown(h.shape_text));
     h.rows = dims[0];
     h.cols = dims[1];
@@ -232,6 +245,7 @@ class NpyDictParser {
 
   const std::string& t_;
   const std::string& name_;
+  bool generic_ = false;
   size_t i_ = 0;
 };
 
@@ -326,6 +340,95 @@ LogitsMatrix parse_npy(const std::string& bytes, const std::string& name) {
   convert_npy(bytes.data() + h.data_offset, 0, count, h, m.values.data());
   check_finite(m.values, m.num_experts, name);
   return m;
+}
+
+NpyArray parse_npy_array(const std::string& bytes, const std::string& name) {
+  size_t start = 0;
+  const size_t len = npy_preamble(bytes.data(), bytes.size(), name, &start);
+  if (start + len > bytes.size()) fail(name, "truncated .npy header");
+  const std::string text(bytes.data() + start, len);
+  const NpyHeader h = NpyDictParser(text, name, /*generic=*/true).parse();
+  const uint64_t available = bytes.size() - (start + len);
+  const char* data = bytes.data() + start + len;
+  // The dtype: byte order, kind, size ("<i4", "|u1", "<U21").
+  std::string d = h.descr;
+  const char order = d.empty() ? '?' : d[0];
+  if (order == '<' || order == '|' || order == '=') d = d.substr(1);
+  else if (order == '>') fail(name, "expected a little-endian dtype, got '" + shown(h.descr) + "'");
+  const char kind = d.empty() ? '?' : d[0];
+  const std::string width = d.size() > 1 ? d.substr(1) : "";
+  if (width.empty() || width.size() > 6 || width.find_first_not_of("0123456789") != std::string::npos ||
+      (kind != 'i' && kind != 'u' && kind != 'U' && kind != 'S'))
+    fail(name, "expected an integer or string dtype (i1..i8, u1..u8, U<n>, S<n>), got '" + shown(h.descr) + "'");
+  const uint64_t w = std::stoull(width);
+  uint64_t elem = w;
+  if (kind == 'U') elem = 4 * w;
+  if ((kind == 'i' || kind == 'u') && w != 1 && w != 2 && w != 4 && w != 8)
+    fail(name, "expected an integer dtype of 1, 2, 4 or 8 bytes, got '" + shown(h.descr) + "'");
+  if (kind == 'U' || kind == 'S') {
+    if (!h.dims.empty()) fail(name, "expected a string scalar (shape ()), got shape " + shown(h.shape_text));
+    if (elem != available)
+      fail(name, "truncated or oversized .npy data: dtype '" + shown(h.descr) + "' needs " + std::to_string(elem) +
+                     " bytes, the member holds " + std::to_string(available));
+    NpyArray a;
+    a.is_text = true;
+    for (uint64_t i = 0; i < w; ++i) {
+      uint32_t c = 0;
+      if (kind == 'U') std::memcpy(&c, data + 4 * i, 4);
+      else c = static_cast<unsigned char>(data[i]);
+      if (c == 0) break;  // NumPy pads short strings with NULs
+      a.text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
+    }
+    return a;
+  }
+  // Count the elements without overflow: each dimension is below 2^40 and the product may not pass the bytes
+  // present (a dimension of 0 makes an empty array).
+  uint64_t count = 1;
+  for (int64_t dim : h.dims) {
+    if (dim > (int64_t{1} << 40)) fail(name, "shape dimension too large in " + shown(h.shape_text));
+    if (dim == 0) count = 0;
+    else if (count != 0 && count > available / static_cast<uint64_t>(dim)) count = available + 1;
+    else count *= static_cast<uint64_t>(dim);
+  }
+  if (count > available / elem || count * elem != available)
+    fail(name, "truncated or oversized .npy data: shape " + shown(h.shape_text) + " of '" + shown(h.descr) +
+                   "' does not match the " + std::to_string(available) + " bytes present");
+  NpyArray a;
+  a.shape = h.dims;
+  a.ints.resize(count);
+  for (uint64_t j = 0; j < count; ++j) {
+    const char* p = data + j * elem;
+    int64_t v = 0;
+    if (kind == 'i') {
+      if (w == 1) { int8_t x; std::memcpy(&x, p, 1); v = x; }
+      else if (w == 2) { int16_t x; std::memcpy(&x, p, 2); v = x; }
+      else if (w == 4) { int32_t x; std::memcpy(&x, p, 4); v = x; }
+      else { std::memcpy(&v, p, 8); }
+    } else {
+      uint64_t x = 0;
+      std::memcpy(&x, p, w);  // little-endian host
+      if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(name, "expected values below 2^63, got " + std::to_string(x) + " at element " + std::to_string(j));
+      v = static_cast<int64_t>(x);
+    }
+    // Fortran order stores the first index fastest: map the file's j to the C-order position.
+    uint64_t c_index = j;
+    if (h.fortran && h.dims.size() > 1) {
+      uint64_t rest = j, stride = 1;
+      c_index = 0;
+      std::vector<uint64_t> idx(h.dims.size());
+      for (size_t k = 0; k < h.dims.size(); ++k) {
+        idx[k] = rest % static_cast<uint64_t>(h.dims[k]);
+        rest /= static_cast<uint64_t>(h.dims[k]);
+      }
+      for (size_t k = h.dims.size(); k-- > 0;) {
+        c_index += idx[k] * stride;
+        stride *= static_cast<uint64_t>(h.dims[k]);
+      }
+    }
+    a.ints[c_index] = v;
+  }
+  return a;
 }
 
 LogitsMatrix parse_csv(const std::string& text, const std::string& name) {

@@ -35,6 +35,18 @@ LogitsMatrix read_logits_file(const std::string& path);
 LogitsMatrix parse_npy(const std::string& bytes, const std::string& name);
 LogitsMatrix parse_csv(const std::string& text, const std::string& name);
 
+// Any integer or string .npy, as the members of an engine's .npz dump hold them (npz_file.hpp): dtypes
+// i1/i2/i4/i8/u1/u2/u4/u8 (little-endian or one byte), C or Fortran order, any number of dimensions, read
+// into int64 in C order; or a 0-d string, U<n> (UTF-32LE) or S<n>, read into `text` (non-ASCII as '?').
+// The shape is checked against the bytes present before anything is allocated.
+struct NpyArray {
+  std::vector<int64_t> shape;  // () for a scalar
+  std::vector<int64_t> ints;   // [product of shape], C order; empty for a string
+  bool is_text = false;
+  std::string text;
+};
+NpyArray parse_npy_array(const std::string& bytes, const std::string& name);
+
 // Writes a float32 .npy (used by tests and by users who want the synthetic logits).
 std::string encode_npy_f32(const std::vector<float>& values, int64_t rows, int64_t cols);
 

@@ -133,6 +133,16 @@ struct Row {
   bool cuda = false;       // it acts on the CUDA backend only: that half skips without a device
 };
 
+// workload.expert_map for the 64 experts of configs/olmoe-profile.yaml: slots 0 and 1 swapped.
+const std::string& swap_first_two_experts() {
+  static const std::string map = [] {
+    std::string s = "[1,0";
+    for (int e = 2; e < 64; ++e) s += "," + std::to_string(e);
+    return s + "]";
+  }();
+  return map;
+}
+
 const std::vector<Row>& rows() {
   const std::string run = "run" + kBase;
   const std::string dec = run + kDecoder;
@@ -198,6 +208,9 @@ const std::vector<Row>& rows() {
       {"workload.topics", "3", dec, run},
       {"workload.path", "{B}", logits, run},
       {"workload.profile_key", "olmoe/expert_counts/book", profile, run},
+      // The report names the format and whether workload.format chose it (a JSON file read as JSON either way).
+      {"workload.format", "moesim_json", profile, run, true},
+      {"workload.expert_map", swap_first_two_experts().c_str(), profile, run},
       {"hardware", "h200", run, route},
       {"placement.kind", "single", run, route},
       {"placement.policy", "round_robin", run + " --set placement.devices=4", run + " --set placement.kind=single"},

@@ -31,6 +31,7 @@
 #include "router/route.hpp"
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_file.hpp"
+#include "src/workload/megatron_loads.hpp"
 #include "src/workload/trace_replay.hpp"
 
 namespace moesim::fuzz {
@@ -38,7 +39,8 @@ namespace moesim::fuzz {
 // The fuzz targets, by the folder name of their corpus.
 inline const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
-                                                 "trace",  "load_profile", "published", "hf_config"};
+                                                 "trace",  "load_profile", "published", "hf_config",
+                                                 "megatron_npz"};
   return names;
 }
 
@@ -351,6 +353,34 @@ inline void fuzz_load_profile(const uint8_t* data, size_t size) {
 }
 
 // Dispatch by target name (the replay test uses it).
+// ---- megatron_npz: Megatron-Core expert-load dumps (.npz of .npy members, read with libzip) -----------
+// A dump read must give ascending layers, one row of num_global_physical_experts counts >= 0 per layer, and
+// fold through a map that sends every physical slot to expert p % 2 (when there are two slots or more).
+inline void fuzz_megatron_npz(const uint8_t* data, size_t size) {
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz-dump.npz";
+  guarded(name, [&] {
+    const MegatronLoads m = parse_megatron_npz(bytes, name);
+    if (m.layers.size() != m.counts.size() || m.layers.empty()) finding("megatron dump layers and counts disagree");
+    for (size_t l = 0; l < m.counts.size(); ++l) {
+      if (l > 0 && m.layers[l] <= m.layers[l - 1]) finding("megatron dump layers are not ascending");
+      if (static_cast<int64_t>(m.counts[l].size()) != m.num_physical_experts) finding("megatron layer of the wrong width");
+      for (int64_t c : m.counts[l]) {
+        if (c < 0) finding("negative count passed");
+      }
+      if (m.num_physical_experts >= 2) {
+        std::vector<int> map(static_cast<size_t>(m.num_physical_experts));
+        for (size_t p = 0; p < map.size(); ++p) map[p] = static_cast<int>(p % 2);
+        const std::vector<int64_t> folded = fold_expert_map(m.counts[l], map, 2, name);
+        int64_t a = 0, b = 0;
+        for (int64_t c : m.counts[l]) a += c;
+        for (int64_t c : folded) b += c;
+        if (a != b) finding("folding changed the total");
+      }
+    }
+  });
+}
+
 inline void run_target(const std::string& target, const uint8_t* data, size_t size) {
   if (target == "config") return fuzz_config(data, size);
   if (target == "npy") return fuzz_npy(data, size);
@@ -360,6 +390,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "load_profile") return fuzz_load_profile(data, size);
   if (target == "published") return fuzz_published(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
+  if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
   finding("unknown fuzz target " + target);
 }
 

@@ -6,18 +6,21 @@ npy:      small .npy files: float32/float64, C/Fortran order, versions 1 and 2, 
 csv:      small .csv files, well-formed and broken
 trace:    JSON Lines routing traces (first byte: num_experts - 1), with and without logits, and broken ones
 load_profile: "NUM_EXPERTS KEY" then a profile JSON, from data/routing-traces (cut down) and small cases
+megatron_npz: small Megatron-Core "mcore_ep_load_dump_v1" .npz dumps (stored and deflated zips) and broken ones
 baseline: JSON from `moesim run/compare --format json --no-execute` (pass the moesim binary as the
           first argument; without it the baseline seeds are left as they are) and broken variants
 
 Usage: tests/fuzz/make_seeds.py [path/to/moesim]
 """
 import glob
+import io
 import json
 import os
 import random
 import struct
 import subprocess
 import sys
+import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
@@ -37,8 +40,8 @@ def npy(shape, descr="<f4", values=None, fortran=False, version=1, shape_text=No
     rng = random.Random(sum(shape) * 31 + version)
     if values is None:
         values = [round(rng.gauss(0, 1), 3) for _ in range(n)]
-    fmt = {"<f4": "<f", "<f8": "<d", ">f4": ">f", "<i4": "<i", "<f2": "<e"}[descr]
-    if descr == "<i4":
+    fmt = {"<f4": "<f", "<f8": "<d", ">f4": ">f", "<i4": "<i", "<f2": "<e", "<i8": "<q"}[descr]
+    if descr in ("<i4", "<i8"):
         values = [int(v) for v in values]
     data = b"".join(struct.pack(fmt, v) for v in values)
     dims = shape_text or ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
@@ -137,6 +140,58 @@ def load_profile_seeds():
     put("load_profile", "missing-key.json", '2 nope\n{"k": {"0": [1, 2]}}')
 
 
+def npy_text(text):
+    header = "{'descr': '<U%d', 'fortran_order': False, 'shape': (), }" % len(text)
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    hb = header.encode()
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hb)) + hb + text.encode("utf-32-le")
+
+
+def npz(members, deflate=False, zip64=False):
+    """zip64: members written as numpy.savez writes them (ZipFile.open(..., force_zip64=True))."""
+    out = io.BytesIO()
+    mode = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    with zipfile.ZipFile(out, "w", mode) as z:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name + ".npy", date_time=(2025, 1, 1, 0, 0, 0))
+            info.compress_type = mode
+            if zip64:
+                with z.open(info, "w", force_zip64=True) as f:
+                    f.write(data)
+            else:
+                z.writestr(info, data)
+    return out.getvalue()
+
+
+def megatron_members(loads, L, F, G, layers, forwards, descr="<i4"):
+    return {
+        "dump_version": npy_text("mcore_ep_load_dump_v1"),
+        "capture_id": npy_text("20250101_000000_pid1"),
+        "loads": npy((L, F, G), descr, loads),
+        "layer_numbers": npy((L,), "<i4", layers),
+        "forward_counts": npy((L,), "<i4", forwards),
+        "ep_group_ranks": npy((2,), "<i4", [0, 1]),
+        "ep_rank": npy((), "<i4", [0], shape_text=""),
+        "ep_size": npy((), "<i4", [2], shape_text=""),
+        "global_rank": npy((), "<i4", [0], shape_text=""),
+        "num_global_physical_experts": npy((), "<i4", [G], shape_text=""),
+        "num_local_physical_experts": npy((), "<i4", [G // 2], shape_text=""),
+    }
+
+
+def megatron_npz_seeds():
+    loads = [1, 2, 3, 4, 10, 0, 5, 1, 999, 999, 999, 999, 0, 0, 8, 0, 2, 2, 2, 2, 1, 0, 0, 7]
+    m = megatron_members(loads, 2, 3, 4, [3, 7], [2, 3])
+    put("megatron_npz", "two-layers.npz", npz(m))
+    put("megatron_npz", "two-layers-deflated.npz", npz(m, deflate=True))
+    put("megatron_npz", "two-layers-zip64.npz", npz(m, zip64=True))
+    put("megatron_npz", "int64-loads.npz", npz(megatron_members(loads, 2, 3, 4, [3, 7], [2, 3], "<i8")))
+    bad = dict(m)
+    bad["dump_version"] = npy_text("mcore_ep_load_dump_v2")
+    put("megatron_npz", "wrong-version.npz", npz(bad))
+    put("megatron_npz", "truncated.npz", npz(m)[:300])
+
+
 def baseline_seeds(moesim):
     small = ["--no-execute", "--format", "json", "--set", "workload.batch=64"]
     run = subprocess.run([moesim, "run"] + small, check=True, capture_output=True).stdout
@@ -163,6 +218,7 @@ def main():
     csv_seeds()
     trace_seeds()
     load_profile_seeds()
+    megatron_npz_seeds()
     if len(sys.argv) > 1:
         baseline_seeds(sys.argv[1])
 

@@ -144,7 +144,8 @@ TEST(TraceRecords, RecordsFlagAddsTheRecordList) {
   // compare takes it too, per strategy row.
   const auto cmp = run_cli("compare " + yaml + " --vary router.capacity_factor=1,2 --format json --records");
   ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
-  for (const auto& s : nlohmann::json::parse(cmp.out)["strategies"]) EXPECT_EQ(s["records"].size(), 16u);
+  const nlohmann::json rows = nlohmann::json::parse(cmp.out);  // named: a range over a temporary's member dangles
+  for (const auto& s : rows["strategies"]) EXPECT_EQ(s["records"].size(), 16u);
 
   // Where it would be ignored it is refused, one line, exit 2.
   const auto table = run_cli("run " + yaml + " --records");

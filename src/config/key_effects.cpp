@@ -149,12 +149,12 @@ R router_routed_scaling(const Experiment& e, const EffectContext& c) {
   if (!weights_matter(e, c)) return weights_unused(e, c);
   return kActs;
 }
-R router_min_capacity(const Experiment& e, const EffectContext& c) {
+R router_min_capacity(const Experiment& e, const EffectContext&) {
   if (const R r = no_capacity_step(e); !r.empty()) return r;
   if (e.router.gating != Gating::expert_choice && e.router.capacity_factor <= 0) return no_drops(e);
   return kActs;
 }
-R router_drops(const Experiment& e, const EffectContext& c) {
+R router_drops(const Experiment& e, const EffectContext&) {
   if (const R r = no_capacity_step(e); !r.empty()) return r;
   if (!token_choice_drops(e)) return no_drops(e);
   return kActs;
@@ -165,7 +165,7 @@ R router_renormalize_after_drop(const Experiment& e, const EffectContext& c) {
   if (!weights_matter(e, c)) return weights_unused(e, c);
   return kActs;
 }
-R router_capacity_scope(const Experiment& e, const EffectContext& c) {
+R router_capacity_scope(const Experiment& e, const EffectContext&) {
   if (const R r = no_capacity_step(e); !r.empty()) return r;
   if (e.router.gating != Gating::expert_choice && e.router.capacity_factor <= 0) return no_drops(e);
   if (e.workload.source != WorkloadSource::decoder) return with_source(e) + " (its batches have no sequences)";
@@ -216,7 +216,6 @@ R router_bias_counts(const Experiment& e, const EffectContext& c) {
   if (e.router.capacity_factor <= 0) return "with router.capacity_factor=0 (nothing is dropped: kept = demand)";
   return kActs;
 }
-R router_capacity_rounding(const Experiment& e, const EffectContext& c) { return router_min_capacity(e, c); }
 
 R workload_batch(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return "in moesim route (the logits file sets the tokens)";
@@ -262,7 +261,6 @@ R workload_format(const Experiment& e, const EffectContext& c) {
   return e.workload.source == WorkloadSource::load_profile ? kActs : with_source(e) + " (no load profile is read)";
 }
 
-R placement_kind(const Experiment& e, const EffectContext& c) { return model_size(e, c); }
 R placement_ep(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return kRouteOnly;
   if (validating(c)) return kValidate;
@@ -298,7 +296,6 @@ R execute_enabled(const Experiment& e, const EffectContext& c) {
   if (!c.executes) return "without the executed layer (--no-execute, or a command that only models)";
   return kActs;
 }
-R executed(const Experiment& e, const EffectContext& c) { return not_executed(e, c); }
 // The CPU experts compute in fp32 whatever execute.dtype says (run_layer.cpp time_layer); the CUDA ones
 // run their GEMMs in it.
 R execute_dtype(const Experiment& e, const EffectContext& c) {
@@ -370,7 +367,7 @@ const std::vector<KeyEffect>& key_effects() {
       {"router.bias_update_rate", "gating aux_free_bias", router_bias},
       {"router.bias_update_counts", "gating aux_free_bias with capacity_factor > 0", router_bias_counts},
       {"router.bias_update_arithmetic", "gating aux_free_bias", router_bias},
-      {"router.capacity_rounding", "capacity_factor > 0, or expert_choice", router_capacity_rounding},
+      {"router.capacity_rounding", "capacity_factor > 0, or expert_choice", router_min_capacity},
       {"router.routed_scaling_factor", "where weights matter (executed layer, decoder, dumped routing, drop_policy score)",
        router_routed_scaling},
       {"workload.source", "always", always},
@@ -388,10 +385,10 @@ const std::vector<KeyEffect>& key_effects() {
       {"workload.expert_map", "source load_profile (folds physical expert counts into logical experts)",
        workload_format},
       {"hardware", "always, but in moesim route", cost_model},
-      {"placement.kind", "always, but in moesim route and validate", placement_kind},
+      {"placement.kind", "always, but in moesim route and validate", model_size},
       {"placement.policy", "kind expert_parallel (not in moesim validate)", placement_ep},
       {"placement.devices", "kind expert_parallel", placement_ep},
-      {"placement.tensor_parallel", "always, but in moesim route and validate", placement_kind},
+      {"placement.tensor_parallel", "always, but in moesim route and validate", model_size},
       {"placement.replicas", "kind expert_parallel", placement_ep},
       {"placement.nodes", "kind expert_parallel (the node of each device in the plan; hierarchical packing)",
        placement_ep},
@@ -402,10 +399,10 @@ const std::vector<KeyEffect>& key_effects() {
       {"placement.load_estimator", "kind expert_parallel with rebalance_every > 0", placement_estimator},
       {"placement.ema_weight", "kind expert_parallel, rebalance_every > 0, load_estimator ema", placement_ema},
       {"execute.enabled", "sources synthetic, logits, decoder, unless --no-execute", execute_enabled},
-      {"execute.hidden", "the executed layer runs (sources synthetic, logits, decoder)", executed},
-      {"execute.ffn", "the executed layer runs (sources synthetic, logits, decoder)", executed},
+      {"execute.hidden", "the executed layer runs (sources synthetic, logits, decoder)", not_executed},
+      {"execute.ffn", "the executed layer runs (sources synthetic, logits, decoder)", not_executed},
       {"execute.layers", "the decoder runs (its executed layers)", execute_layers},
-      {"execute.repeats", "the executed layer runs (sources synthetic, logits, decoder)", executed},
+      {"execute.repeats", "the executed layer runs (sources synthetic, logits, decoder)", not_executed},
       {"execute.dtype", "the executed layer runs on CUDA (--backend cuda or auto with a device)", execute_dtype},
       {"expect", "moesim check", expect_rule},
   };

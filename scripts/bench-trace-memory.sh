@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Peak memory and wall time of `moesim run` on a routing trace (docs/performance.md, "Trace replay memory"):
 # generates a seeded synthetic trace of 186,680 rows (JSON Lines, one line per token and layer, Mixtral
-# top-2 of 8 experts, 32 layers, one decode token per step: about 24 MB), runs `moesim run --format json`
+# top-2 of 8 experts, 32 layers, one decode token per step: about 24 MB; --experts and --top-k change the
+# router, e.g. DeepSeek-V3's 256 and 8), runs `moesim run --format json`
 # on it under /usr/bin/time -v with this tree's build and, when given, a baseline build in the same run,
 # and prints peak RSS / trace size, wall time, report size, moesim's own memory estimate / the measured peak
 # (at least 1: --memory-limit must bound the real peak), and the ratios baseline / this build.
 # Usage: scripts/bench-trace-memory.sh [--baseline PATH/TO/moesim] [--moesim PATH/TO/moesim] [--rows N]
-#        [--records] [--out DIR]
+#        [--experts E] [--top-k K] [--records] [--out DIR]
 # Needs: python3, bc, /usr/bin/time (Debian package `time`). A baseline build of commit f488571:
 #   git archive f488571 | (mkdir -p /tmp/mem-base && tar -x -C /tmp/mem-base) and build it as usual.
 set -euo pipefail
@@ -14,6 +15,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 moesim=${MOESIM_BIN:-$root/build/moesim}
 baseline=""
 rows=186680
+experts=8
+top_k=2
 records=""
 out=""
 while [ $# -gt 0 ]; do
@@ -21,9 +24,11 @@ while [ $# -gt 0 ]; do
     --baseline) baseline=$2; shift ;;
     --moesim) moesim=$2; shift ;;
     --rows) rows=$2; shift ;;
+    --experts) experts=$2; shift ;;
+    --top-k) top_k=$2; shift ;;
     --records) records="--records" ;;
     --out) out=$2; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "bench-trace-memory.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -33,11 +38,11 @@ out=${out:-$(mktemp -d /tmp/moesim-trace-mem.XXXXXX)}
 mkdir -p "$out"
 trace="$out/trace.jsonl"
 
-python3 - "$trace" "$rows" <<'PY'
+python3 - "$trace" "$rows" "$experts" "$top_k" <<'PY'
 import random, sys
-path, rows = sys.argv[1], int(sys.argv[2])
+path, rows, experts, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(18)
-layers, experts = 32, 8
+layers = 32
 # A skewed router: each layer prefers a few experts, as recorded Mixtral traces do.
 prefs = [[rng.random() ** 2 + 0.05 for _ in range(experts)] for _ in range(layers)]
 with open(path, "w") as f:
@@ -48,14 +53,17 @@ with open(path, "w") as f:
             if n >= rows:
                 break
             w = prefs[layer]
-            a = rng.choices(range(experts), weights=w)[0]
-            b = a
-            while b == a:
-                b = rng.choices(range(experts), weights=w)[0]
-            p = 0.5 + 0.5 * rng.random()
+            chosen = []
+            while len(chosen) < k:
+                a = rng.choices(range(experts), weights=w)[0]
+                if a not in chosen:
+                    chosen.append(a)
+            p = [0.5 + 0.5 * rng.random() for _ in chosen]
+            total = sum(p)
             f.write('{"step": %d, "layer": %d, "token": 0, "token_id": %d, "phase": "decode", '
-                    '"experts": [%d, %d], "weights": [%.9g, %.9g]}\n'
-                    % (step, layer, rng.randrange(32000), a, b, p, 1.0 - p))
+                    '"experts": [%s], "weights": [%s]}\n'
+                    % (step, layer, rng.randrange(32000), ", ".join(str(a) for a in chosen),
+                       ", ".join("%.9g" % (x / total) for x in p)))
             n += 1
         step += 1
 PY
@@ -63,13 +71,13 @@ PY
 config="$out/trace.yaml"
 cat > "$config" <<YAML
 name: trace-memory
-model: {hidden: 4096, ffn: 14336, experts: 8, top_k: 2, layers: 32, heads: 32, kv_heads: 8, head_dim: 128, dtype: bf16}
+model: {hidden: 4096, ffn: 14336, experts: $experts, top_k: $top_k, layers: 32, heads: 32, kv_heads: 8, head_dim: 128, dtype: bf16}
 workload: {source: trace, path: $trace}
 hardware: h100-sxm
 YAML
 
 trace_bytes=$(stat -c %s "$trace")
-printf 'trace: %s rows, %.1f MB (%s)\n' "$rows" "$(echo "$trace_bytes / 1000000" | bc -l)" "$trace"
+printf 'trace: %s rows, top-%s of %s experts, %.1f MB (%s)\n' "$rows" "$top_k" "$experts" "$(echo "$trace_bytes / 1000000" | bc -l)" "$trace"
 
 # moesim's own estimate for the run (estimate_run_bytes, what --memory-limit compares), in MiB, read from
 # its refusal under a 1-byte limit; "-" for a build that does not refuse (the baseline's estimate ignored

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,27 +53,71 @@ struct ModeledPlacement {
   LayerCost cost;
 };
 
-// One routed batch of a step-structured workload (decoder, trace, load profile): one layer of one step.
-// records[i] describes per_batch[i] (the routing metrics; load = tokens per expert).
+// One routed batch of a step-structured workload (decoder, trace, load profile): one layer of one step,
+// as the phase totals, the headline and the tables read it. records[i] describes per_batch[i] (the routing
+// metrics; load = tokens per expert). A run many records long holds a few hundred bytes for each: without
+// RunOptions::records only the last record keeps its modeled placements and its metrics' per-expert
+// vectors (the per-expert figures are summed in VariantResult::totals as the records are made).
 struct StepRecord {
   std::string phase;               // "prefill" | "decode" (decoder, traces that say), "trace", "profile"
   int step = 0;                    // decoder: 0 = prefill, 1..decode_steps; trace: as recorded
   int layer = 0;                   // executed layer (decoder), recorded layer (trace, profile)
   int64_t num_tokens = 0;          // tokens routed in this batch
-  int64_t context_tokens = 0;      // decoder: tokens in the layer's KV cache after the step (all sequences)
-  double kv_cache_bytes = 0;       // decoder: that layer's KV cache at the model's real size and dtype
-  double kv_cache_bytes_executed = 0;  // decoder: the executed layer's cache in use (float32)
-  bool has_measured = false;       // decoder, executed: measured holds this layer's wall times (one pass)
-  DecoderTimes measured;
-  bool has_attention = false;      // decoder: modeled_attention holds this layer's modeled attention
-  CostBreakdown modeled_attention; // model's real size, per layer (placement-aware, see run_experiment.cpp)
-  std::vector<ModeledPlacement> modeled;  // this batch's MoE layer, per placement; a trace run without
-                                          // RunOptions::records keeps it on the last record only
+  double attention_s = 0;          // decoder: the layer's modeled attention (quantized); 0 without attention
+  std::vector<ModeledPlacement> modeled;  // this batch's MoE layer, per placement (see above)
   double moe_quantized_s = 0;      // the primary placement's modeled MoE time (quantized), kept on every record
   Erosion moe_erosion;             // the primary placement's erosion, kept on every record
   double batching_efficiency = 1;  // of the primary placement (expert_parallel when used, else single)
   double modeled_layer_s = 0;      // modeled attention + MoE layer (primary placement, quantized)
 };
+
+// The decoder's own figures of one record (decoder runs: VariantResult::decoder[i] belongs to records[i]).
+struct DecoderStepFigures {
+  int64_t context_tokens = 0;      // tokens in the layer's KV cache after the step (all sequences)
+  double kv_cache_bytes = 0;       // that layer's KV cache at the model's real size and dtype
+  double kv_cache_bytes_executed = 0;  // the executed layer's cache in use (float32)
+  bool has_measured = false;       // executed: measured holds this layer's wall times (one pass)
+  DecoderTimes measured;
+  CostBreakdown modeled_attention; // model's real size, per layer (placement-aware, see run_steps.cpp)
+};
+
+// A step run's per-expert figures summed over its records in record order, as the records are made: the
+// headline's load, demand and token-weighted utilization, and each recorded layer's loads.
+struct ExpertTotals {
+  std::vector<int64_t> load, demand;          // [experts] summed over the records
+  std::vector<double> utilization_by_tokens;  // [experts] sum of num_tokens x utilization
+  std::vector<double> utilization_sum;        // [experts] plain sum (the weights when no record routed a token)
+  double tokens = 0;                          // sum of num_tokens (as a double, in record order)
+  size_t records = 0;
+  struct Layer {
+    std::vector<int64_t> load;  // [experts] summed over the layer's records
+    int64_t tokens = 0;
+  };
+  std::map<int, Layer> layers;  // by recorded (or executed) layer
+};
+
+// Adds one record's metrics to the totals (in record order: the sums are then the same bits on any machine).
+inline void add_to_totals(ExpertTotals& t, const StepRecord& rec, const BalanceMetrics& m) {
+  const size_t E = m.load.size();
+  t.load.resize(E, 0);
+  t.demand.resize(E, 0);
+  t.utilization_by_tokens.resize(E, 0.0);
+  t.utilization_sum.resize(E, 0.0);
+  const double w = static_cast<double>(rec.num_tokens);
+  for (size_t e = 0; e < E; ++e) {
+    t.load[e] += m.load[e];
+    t.demand[e] += e < m.demand.size() ? m.demand[e] : 0;
+    const double u = e < m.utilization.size() ? m.utilization[e] : 0.0;
+    t.utilization_by_tokens[e] += w * u;
+    t.utilization_sum[e] += u;
+  }
+  t.tokens += w;
+  ++t.records;
+  ExpertTotals::Layer& l = t.layers[rec.layer];
+  l.load.resize(E, 0);
+  for (size_t e = 0; e < E; ++e) l.load[e] += m.load[e];
+  l.tokens += rec.num_tokens;
+}
 
 // Totals of one phase of a step-structured run.
 struct PhaseSummary {
@@ -101,8 +146,12 @@ struct BiasUpdate {
 
 struct VariantResult {
   RouterVariant variant;
-  std::vector<BalanceMetrics> per_batch;  // one entry per routed batch (decoder: per step and layer), in order
+  // One entry per routed batch (decoder: per step and layer), in order. Step runs without
+  // RunOptions::records: every entry but the last has empty load, demand and utilization (see totals).
+  std::vector<BalanceMetrics> per_batch;
   std::vector<StepRecord> records;        // decoder, trace, load_profile: one per entry of per_batch
+  std::vector<DecoderStepFigures> decoder;  // decoder: one per record
+  ExpertTotals totals;                    // step runs: every record's per-expert figures, summed
   std::vector<PhaseSummary> phases;       // decoder: prefill, decode; trace: per recorded phase; profile
   std::vector<float> final_bias;          // aux_free_bias: the bias after the last batch (last layer)
   std::vector<BiasUpdate> bias_updates;   // aux_free_bias: the bias after every update, in routing order

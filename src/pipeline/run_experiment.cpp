@@ -97,13 +97,14 @@ double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_var
   // (4 bytes) for every 2 bytes of text at most; doubled for vector growth.
   const double assignments = std::min(lines * E, text / 4.0);
   const double parsed = 2.0 * (64.0 * lines + 9.0 * assignments + (trace_file_has_logits(path) ? 2.0 * text : 0.0));
-  const double metrics = sizeof(BalanceMetrics) + 3 * (8.0 * E + 32.0);
-  const double record = sizeof(StepRecord) + 32.0;
-  double per_batch = metrics + record + 256.0 /*report series and aggregates*/;
+  // Every record keeps its scalars; its per-expert vectors (load, demand, utilization) and modeled
+  // placements only with `records` (StepCollector), else the last record's only.
+  double per_batch = sizeof(BalanceMetrics) + sizeof(StepRecord) + 32.0 + 256.0 /*report series and aggregates*/;
   if (records) {
+    const double vectors = 3 * (8.0 * E + 32.0);
     const double modeled = placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
     const double json_text = placements * 4000.0 + 40.0 * E;
-    per_batch += modeled + 5.0 * json_text;
+    per_batch += vectors + modeled + 5.0 * json_text;
   }
   return kProcessBytes + text / 8.0 /*one line and its JSON at a time, generously*/ + parsed +
          per_batch * lines * static_cast<double>(std::max<size_t>(1, num_variants));
@@ -180,7 +181,7 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
       run_trace(e, variants, opts, result);
       break;
     case WorkloadSource::load_profile:
-      run_load_profile(e, variants, result);
+      run_load_profile(e, variants, opts, result);
       break;
     case WorkloadSource::synthetic:
     case WorkloadSource::logits:

@@ -33,8 +33,9 @@ struct RunOptions {
   bool verify = false;        // run the serial references beside the fast path and compare
   double memory_limit_bytes = 0;  // 0: no limit
   // Step runs (decoder, trace, load_profile): the reports list every (step, layer) record with its full
-  // modeled cost (`--records`; the CLI's default is off). Off: a trace run keeps the full cost of its last
-  // record only, and the estimate leaves the records' report out.
+  // modeled cost (`--records`; the CLI's default is off). Off: a step run keeps the full cost and the
+  // per-expert vectors of its last record only (results.hpp, StepRecord), and the estimate leaves the
+  // records' report out.
   bool records = true;
   ExecBackend backend = ExecBackend::cpu;  // --backend
   std::function<void(size_t done, size_t total)> progress;  // after each variant; may be empty

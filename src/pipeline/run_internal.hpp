@@ -62,12 +62,9 @@ int primary_devices(const Experiment& e);
 void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,
                   StepRecord& rec);
 
-// The mean modeled MoE layer of `records` (decode records when there are any), per placement:
-// every time, erosion and per-device figure averaged; batching_efficiency from the mean erosion.
-std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records);
-
-// The same mean, one record at a time (in record order, so the sums are mean_placements' own): add() the
-// modeled placements of every record the mean covers, `count` of them in all, then finish().
+// The mean modeled MoE layer of a step run's records (decode records when there are any), one record at a
+// time in record order, `count` of them in all: every time, erosion and per-device figure averaged;
+// batching_efficiency from the mean erosion.
 class PlacementMean {
  public:
   explicit PlacementMean(size_t count) : n_(static_cast<double>(count)), count_(count) {}
@@ -85,11 +82,27 @@ class PlacementMean {
   std::vector<Acc> acc_;
 };
 
-// Phase totals. Each step's modeled time is the mean over its records' layers times the model's layers
-// (attention: model.layers; MoE: the model.moe_layers MoE layers); measured time is the decoder's step wall time.
-// `mean`: the records' mean placements when computed already (PlacementMean), else mean_placements.
-void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr,
-                      const std::vector<ModeledPlacement>* mean = nullptr);
+// One variant's records of a step run (decoder, trace, load profile), added in record order: each record's
+// per-expert figures go to VariantResult::totals and its modeled placements to the mean over the decode
+// records (every record when there are none). Unless `keep_all` (RunOptions::records), a record's modeled
+// placements and per-expert vectors are freed when the next record comes, so that a run of many small
+// batches holds a few hundred bytes a record whatever the expert count (issue 18).
+class StepCollector {
+ public:
+  // num_records: the records to come; decode_records: how many of them are decode records.
+  StepCollector(VariantResult& vr, size_t num_records, size_t decode_records, bool keep_all);
+  void add(StepRecord rec, BalanceMetrics m);
+  // Phase totals and the mean placements. Each step's modeled time is the mean over its records' layers
+  // times the model's layers (attention: model.layers; MoE: the model.moe_layers MoE layers); measured
+  // time is the decoder's step wall time (step_wall_s, indexed by step; empty: none).
+  void finish(const Experiment& e, const std::vector<double>& step_wall_s);
+
+ private:
+  VariantResult& vr_;
+  bool decode_only_;
+  bool keep_all_;
+  PlacementMean mean_;
+};
 
 AttentionShape model_attention_shape(const Experiment& e);
 
@@ -104,6 +117,7 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
                RunResult& result);
 
 // ---- real load profiles -----------------------------------------------------------------------------
-void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result);
+void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                      RunResult& result);
 
 }  // namespace moesim::run_detail

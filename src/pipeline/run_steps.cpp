@@ -45,7 +45,7 @@ void model_record(const Experiment& e, const HardwareProfile& hw, const RouterCo
   rec.modeled = model_placements(e, hw, router, m, rec.num_tokens);
   const ModeledPlacement& p = primary_placement(rec.modeled);
   rec.batching_efficiency = p.cost.batching_efficiency;
-  rec.modeled_layer_s = p.cost.actual.quantized_s + (rec.has_attention ? rec.modeled_attention.quantized_s : 0.0);
+  rec.modeled_layer_s = p.cost.actual.quantized_s + rec.attention_s;
   rec.moe_quantized_s = p.cost.actual.quantized_s;
   rec.moe_erosion = p.cost.erosion;
 }
@@ -102,25 +102,32 @@ std::vector<ModeledPlacement> PlacementMean::finish() const {
   return out;
 }
 
-// The mean modeled MoE layer of `records` (decode records when there are any), per placement:
-// every time, erosion and per-device figure averaged; batching_efficiency from the mean erosion.
-std::vector<ModeledPlacement> mean_placements(const std::vector<StepRecord>& records) {
-  bool any_decode = false;
-  for (const StepRecord& r : records) any_decode = any_decode || r.phase == "decode";
-  size_t count = 0;
-  for (const StepRecord& r : records) count += !any_decode || r.phase == "decode";
-  PlacementMean mean(count);
-  for (const StepRecord& r : records)
-    if (!any_decode || r.phase == "decode") mean.add(r.modeled);
-  return mean.finish();
+StepCollector::StepCollector(VariantResult& vr, size_t num_records, size_t decode_records, bool keep_all)
+    : vr_(vr), decode_only_(decode_records > 0), keep_all_(keep_all),
+      mean_(decode_records > 0 ? decode_records : num_records) {
+  vr_.per_batch.reserve(num_records);
+  vr_.records.reserve(num_records);
 }
 
-// Phase totals. Each step's modeled time is the mean over its records' layers times the model's layers (the
-// executed or recorded layers stand for the model's): attention and the KV cache times model.layers, the MoE
-// part and its erosion times the MoE layers (model.moe_layers; dense layers' FFNs are not modeled); measured
-// time is the decoder's step wall time.
-void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_s, VariantResult& vr,
-                      const std::vector<ModeledPlacement>* mean) {
+void StepCollector::add(StepRecord rec, BalanceMetrics m) {
+  if (!decode_only_ || rec.phase == "decode") mean_.add(rec.modeled);
+  add_to_totals(vr_.totals, rec, m);
+  if (!keep_all_ && !vr_.records.empty()) {
+    // The previous record is no longer the last: its detail is in the mean and the totals now.
+    std::vector<ModeledPlacement>().swap(vr_.records.back().modeled);
+    BalanceMetrics& prev = vr_.per_batch.back();
+    std::vector<int64_t>().swap(prev.load);
+    std::vector<int64_t>().swap(prev.demand);
+    std::vector<double>().swap(prev.utilization);
+  }
+  vr_.per_batch.push_back(std::move(m));
+  vr_.records.push_back(std::move(rec));
+}
+
+// The executed or recorded layers stand for the model's: attention and the KV cache times model.layers, the
+// MoE part and its erosion times the MoE layers (model.moe_layers; dense layers' FFNs are not modeled).
+void StepCollector::finish(const Experiment& e, const std::vector<double>& step_wall_s) {
+  VariantResult& vr = vr_;
   std::vector<std::string> order;
   for (const StepRecord& r : vr.records)
     if (std::find(order.begin(), order.end(), r.phase) == order.end()) order.push_back(r.phase);
@@ -129,36 +136,36 @@ void summarize_phases(const Experiment& e, const std::vector<double>& step_wall_
   for (const std::string& phase : order) {
     PhaseSummary s;
     s.phase = phase;
-    std::map<int, std::vector<const StepRecord*>> steps;
-    for (const StepRecord& r : vr.records) {
-      if (r.phase != phase) continue;
-      steps[r.step].push_back(&r);
-      s.tokens_unrouted += vr.per_batch[&r - vr.records.data()].tokens_unrouted;
+    std::map<int, std::vector<size_t>> steps;
+    for (size_t i = 0; i < vr.records.size(); ++i) {
+      if (vr.records[i].phase != phase) continue;
+      steps[vr.records[i].step].push_back(i);
+      s.tokens_unrouted += vr.per_batch[i].tokens_unrouted;
     }
     s.steps = static_cast<int>(steps.size());
     for (const auto& [step, recs] : steps) {
       int64_t tokens = 0;
       double attention = 0, moe = 0;
-      for (const StepRecord* r : recs) {
-        tokens = std::max(tokens, r->num_tokens);
-        attention += r->has_attention ? r->modeled_attention.quantized_s : 0.0;
-        moe += r->moe_quantized_s;
+      for (size_t i : recs) {
+        tokens = std::max(tokens, vr.records[i].num_tokens);
+        attention += vr.records[i].attention_s;
+        moe += vr.records[i].moe_quantized_s;
       }
       const double scale = model_layers / static_cast<double>(recs.size());
       const double moe_scale = moe_layers / static_cast<double>(recs.size());
-      for (const StepRecord* r : recs) add_scaled(s.erosion, r->moe_erosion, moe_scale);
+      for (size_t i : recs) add_scaled(s.erosion, vr.records[i].moe_erosion, moe_scale);
       s.tokens += tokens;
       s.modeled_attention_s += attention * scale;
       s.modeled_moe_s += moe * moe_scale;
       if (step >= 0 && static_cast<size_t>(step) < step_wall_s.size()) s.measured_s += step_wall_s[step];
-      s.kv_cache_bytes = recs.back()->kv_cache_bytes * model_layers;
+      if (!vr.decoder.empty()) s.kv_cache_bytes = vr.decoder[recs.back()].kv_cache_bytes * model_layers;
     }
     s.modeled_s = s.modeled_attention_s + s.modeled_moe_s;
     s.modeled_tokens_per_s = s.modeled_s > 0 ? static_cast<double>(s.tokens) / s.modeled_s : 0.0;
     s.measured_tokens_per_s = s.measured_s > 0 ? static_cast<double>(s.tokens) / s.measured_s : 0.0;
     vr.phases.push_back(s);
   }
-  vr.modeled = mean ? *mean : mean_placements(vr.records);
+  vr.modeled = mean_.finish();
 }
 
 AttentionShape model_attention_shape(const Experiment& e) {
@@ -199,39 +206,44 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
     result.kv_cache_allocated_bytes = run.kv_cache_allocated_bytes;
     VariantResult vr;
     vr.variant = v;
+    size_t decode_records = 0;
+    for (const DecoderRecord& d : run.records) decode_records += d.phase == DecoderPhase::decode;
+    StepCollector collect(vr, run.records.size(), decode_records, opts.records);
+    vr.decoder.reserve(run.records.size());
     for (const DecoderRecord& d : run.records) {
       StepRecord rec;
       rec.phase = to_string(d.phase);
       rec.step = d.step;
       rec.layer = d.layer;
       rec.num_tokens = d.num_tokens;
-      rec.context_tokens = d.context_tokens;
-      rec.kv_cache_bytes =
+      DecoderStepFigures fig;
+      fig.context_tokens = d.context_tokens;
+      fig.kv_cache_bytes =
           KvCache::bytes_for(1, e.model.kv_heads, e.model.head_dim, static_cast<double>(d.context_tokens), dtype_bytes_model);
-      rec.kv_cache_bytes_executed = d.kv_cache_bytes;
+      fig.kv_cache_bytes_executed = d.kv_cache_bytes;
       // --no-execute (and execute.enabled false) leave measured times out, so that the report is the
       // same at any thread count.
-      rec.has_measured = execute;
-      if (execute) rec.measured = d.measured;
+      fig.has_measured = execute;
+      if (execute) fig.measured = d.measured;
       // Attention is data-parallel over the expert-parallel devices (each holds 1/D of the sequences,
       // the layout the placement model assumes), so one device's share is modeled.
-      rec.has_attention = true;
       if (d.phase == DecoderPhase::decode) {
-        rec.modeled_attention = attention_decode_time(result.hardware, attn, ceil_div(e.workload.batch, D),
+        fig.modeled_attention = attention_decode_time(result.hardware, attn, ceil_div(e.workload.batch, D),
                                                       ceil_div(d.context_tokens, D));
       } else {
-        rec.modeled_attention =
+        fig.modeled_attention =
             attention_prefill_time(result.hardware, attn, ceil_div(d.num_tokens, D), ceil_div(d.attended_positions, D));
       }
+      rec.attention_s = fig.modeled_attention.quantized_s;
       model_record(e, result.hardware, v.router, d.metrics, rec);
       if (!d.expert_bias.empty())
         vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), d.step, d.layer, d.expert_bias});
-      vr.per_batch.push_back(d.metrics);
-      vr.records.push_back(std::move(rec));
+      vr.decoder.push_back(fig);
+      collect.add(std::move(rec), d.metrics);
     }
     if (!run.router_states.empty()) vr.final_bias = run.router_states.back().expert_bias;
     vr.final_hidden_digest = float_digest(run.final_hidden.data(), run.final_hidden.size());
-    summarize_phases(e, execute ? run.step_wall_s : std::vector<double>{}, vr);
+    collect.finish(e, execute ? run.step_wall_s : std::vector<double>{});
 
     if (execute) {
       // Re-time the last step's last MoE layer on its real hidden states: the variant's routing (a fresh
@@ -273,16 +285,12 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
   }
   const size_t num_batches = trace.num_batches();
   result.num_tokens = trace.batch_begin[num_batches] - trace.batch_begin[num_batches - 1];
-  // The mean placements cover the decode batches when there are any (mean_placements' rule).
   size_t decode_batches = 0;
   for (uint8_t phase : trace.batch_phase) decode_batches += phase == 2;
-  const size_t mean_count = decode_batches > 0 ? decode_batches : num_batches;
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
-    vr.per_batch.reserve(num_batches);
-    vr.records.reserve(num_batches);
-    PlacementMean mean(mean_count);
+    StepCollector collect(vr, num_batches, decode_batches, opts.records);
     std::map<int, RouterState> states;  // per recorded layer, kept across steps
     for (size_t bi = 0; bi < num_batches; ++bi) {
       const TraceBatch b = trace.batch(bi);
@@ -314,21 +322,17 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
       rec.num_tokens = b.num_tokens;
       BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
       model_record(e, result.hardware, v.router, m, rec);
-      if (decode_batches == 0 || rec.phase == "decode") mean.add(rec.modeled);
-      // Without --records only the last record's full cost is reported (last_record_metrics).
-      if (!opts.records && !vr.records.empty()) std::vector<ModeledPlacement>().swap(vr.records.back().modeled);
-      vr.per_batch.push_back(std::move(m));
-      vr.records.push_back(std::move(rec));
+      collect.add(std::move(rec), std::move(m));
     }
     if (!states.empty()) vr.final_bias = states.rbegin()->second.expert_bias;
-    const std::vector<ModeledPlacement> modeled = mean.finish();
-    summarize_phases(e, {}, vr, &modeled);
+    collect.finish(e, {});
     result.variants.push_back(std::move(vr));
   }
 }
 
 // ---- real load profiles -----------------------------------------------------------------------------
-void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, RunResult& result) {
+void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                      RunResult& result) {
   result.workload_path = resolve_workload_path(e);
   const LoadProfile profile = read_load_profile_file(result.workload_path, e.workload.format, e.workload.profile_key,
                                                      e.model.experts, e.workload.expert_map);
@@ -340,12 +344,12 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
+    StepCollector collect(vr, profile.layers.size(), 0, opts.records);
     for (size_t i = 0; i < profile.layers.size(); ++i) {
       const std::vector<int64_t>& counts = profile.counts[i];
       const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
       // The metrics are the recorded counts' own; the cost model sees the expected loads of a batch of
       // workload.batch tokens with the same shape.
-      const BalanceMetrics m = metrics_from_loads(counts, total / k, k);
       StepRecord rec;
       rec.phase = "profile";
       rec.step = 0;
@@ -358,10 +362,9 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
       rec.modeled_layer_s = p.cost.actual.quantized_s;
       rec.moe_quantized_s = p.cost.actual.quantized_s;
       rec.moe_erosion = p.cost.erosion;
-      vr.per_batch.push_back(m);
-      vr.records.push_back(std::move(rec));
+      collect.add(std::move(rec), metrics_from_loads(counts, total / k, k));
     }
-    summarize_phases(e, {}, vr);
+    collect.finish(e, {});
     result.variants.push_back(std::move(vr));
   }
 }

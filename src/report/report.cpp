@@ -128,24 +128,13 @@ nlohmann::json headline_json(const VariantResult& v) {
     const auto x = headline_value(v, bm);
     j[bm.name] = x ? nlohmann::json(*x) : nlohmann::json(nullptr);
   }
-  std::vector<size_t> all(v.per_batch.size());
-  std::iota(all.begin(), all.end(), size_t{0});
-  const std::vector<double> w = record_weights(v, all);
-  const double total_w = std::accumulate(w.begin(), w.end(), 0.0);
-  nlohmann::json load = nlohmann::json::array(), demand = nlohmann::json::array(), utilization = nlohmann::json::array();
-  for (size_t e = 0; e < v.per_batch.front().load.size(); ++e) {
-    int64_t l = 0, d = 0;
-    double u = 0;
-    for (size_t i = 0; i < v.per_batch.size(); ++i) {
-      const BalanceMetrics& m = v.per_batch[i];
-      l += e < m.load.size() ? m.load[e] : 0;
-      d += e < m.demand.size() ? m.demand[e] : 0;
-      u += e < m.utilization.size() ? w[i] * m.utilization[e] : 0.0;
-    }
-    load.push_back(l);
-    demand.push_back(d);
-    utilization.push_back(u / total_w);
-  }
+  // Summed as the records were made (ExpertTotals), in record order: the same bits as a sum over them.
+  const ExpertTotals& t = v.totals;
+  const bool weighted = t.tokens > 0;
+  const double total_w = weighted ? t.tokens : static_cast<double>(t.records);
+  nlohmann::json load = t.load, demand = t.demand, utilization = nlohmann::json::array();
+  for (size_t e = 0; e < t.load.size(); ++e)
+    utilization.push_back((weighted ? t.utilization_by_tokens[e] : t.utilization_sum[e]) / total_w);
   j["load"] = load;
   j["demand"] = demand;
   j["utilization"] = utilization;
@@ -269,17 +258,9 @@ std::vector<size_t> phase_indices(const VariantResult& v, const std::string& pha
 // Loads summed over every step of each layer, with their balance: comparable with per-layer counts
 // recorded from real models over many tokens (docs/workloads.md, calibration).
 std::vector<std::pair<int, BalanceMetrics>> per_layer_totals(const RunResult& run, const VariantResult& v) {
-  std::map<int, std::vector<int64_t>> load;
-  std::map<int, int64_t> tokens;
-  for (size_t i = 0; i < v.records.size(); ++i) {
-    const std::vector<int64_t>& l = v.per_batch[i].load;
-    std::vector<int64_t>& acc = load[v.records[i].layer];
-    acc.resize(l.size(), 0);
-    for (size_t e = 0; e < l.size(); ++e) acc[e] += l[e];
-    tokens[v.records[i].layer] += v.records[i].num_tokens;
-  }
   std::vector<std::pair<int, BalanceMetrics>> out;
-  for (const auto& [layer, l] : load) out.emplace_back(layer, metrics_from_loads(l, tokens[layer], run.experiment.model.top_k));
+  for (const auto& [layer, l] : v.totals.layers)
+    out.emplace_back(layer, metrics_from_loads(l.load, l.tokens, run.experiment.model.top_k));
   return out;
 }
 
@@ -311,7 +292,7 @@ nlohmann::json aggregates_json(const VariantResult& v, const std::vector<size_t>
 
 
 
-void add_records_json(const RunResult& run, const VariantResult& v, nlohmann::json& r);
+void add_records_json(const VariantResult& v, nlohmann::json& r);
 void add_phases_json(const RunResult& run, const VariantResult& v, nlohmann::json& r);
 
 nlohmann::json per_layer_json(const RunResult& run, const VariantResult& v) {
@@ -326,11 +307,11 @@ void add_steps_json(const RunResult& run, const VariantResult& v, nlohmann::json
   r["num_records"] = v.records.size();
   // Every record with its full cost only when asked (`--records`): a trace of a token per step and layer
   // has as many records as lines, and their JSON was 20 times the trace's size (docs/json-schema.md).
-  if (run.records_listed) add_records_json(run, v, r);
+  if (run.records_listed) add_records_json(v, r);
   add_phases_json(run, v, r);
 }
 
-void add_records_json(const RunResult& run, const VariantResult& v, nlohmann::json& r) {
+void add_records_json(const VariantResult& v, nlohmann::json& r) {
   nlohmann::json records = nlohmann::json::array();
   for (size_t i = 0; i < v.records.size(); ++i) {
     const StepRecord& s = v.records[i];
@@ -339,16 +320,17 @@ void add_records_json(const RunResult& run, const VariantResult& v, nlohmann::js
                           {"layer", s.layer},
                           {"num_tokens", s.num_tokens},
                           {"metrics", metrics_to_json(v.per_batch[i])}};
-    if (run.has_decoder) {
-      rec["context_tokens"] = s.context_tokens;
-      rec["kv_cache_bytes"] = s.kv_cache_bytes;
-      rec["kv_cache_bytes_executed"] = s.kv_cache_bytes_executed;
+    const DecoderStepFigures* d = i < v.decoder.size() ? &v.decoder[i] : nullptr;
+    if (d) {
+      rec["context_tokens"] = d->context_tokens;
+      rec["kv_cache_bytes"] = d->kv_cache_bytes;
+      rec["kv_cache_bytes_executed"] = d->kv_cache_bytes_executed;
+      if (d->has_measured) rec["measured"] = decoder_times_json(d->measured);
     }
-    if (s.has_measured) rec["measured"] = decoder_times_json(s.measured);
     nlohmann::json modeled;
     for (const ModeledPlacement& p : s.modeled) modeled[p.placement] = placement_json(p);
     nlohmann::json m = {{"moe", modeled}, {"batching_efficiency", s.batching_efficiency}, {"layer_s", s.modeled_layer_s}};
-    if (s.has_attention) m["attention"] = cost_json(s.modeled_attention);
+    if (d) m["attention"] = cost_json(d->modeled_attention);
     rec["modeled"] = m;
     records.push_back(std::move(rec));
   }

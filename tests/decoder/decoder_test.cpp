@@ -114,8 +114,10 @@ TEST(Decoder, KvCacheBytesGrowByTheFormula) {
   // The pipeline reports the same growth at the model's real size: 2 * kv_heads * head_dim * dtype bytes per
   // token and layer (quickstart model: 8 kv heads x 128, bf16).
   const RunResult r = run_experiment(e, own_variant(e), RunOptions{});
-  for (const StepRecord& rec : r.variants[0].records)
-    EXPECT_DOUBLE_EQ(rec.kv_cache_bytes, 2.0 * 8 * 128 * 2 * (17 + 4 * rec.step)) << rec.step;
+  const VariantResult& v = r.variants[0];
+  ASSERT_EQ(v.decoder.size(), v.records.size());
+  for (size_t i = 0; i < v.records.size(); ++i)
+    EXPECT_DOUBLE_EQ(v.decoder[i].kv_cache_bytes, 2.0 * 8 * 128 * 2 * (17 + 4 * v.records[i].step)) << i;
   const PhaseSummary& decode = r.variants[0].phases.at(1);
   EXPECT_EQ(decode.phase, "decode");
   EXPECT_DOUBLE_EQ(decode.kv_cache_bytes, 32 * 2.0 * 8 * 128 * 2 * (17 + 4 * 4));
@@ -240,11 +242,12 @@ TEST(DecoderPipeline, RecordsPhasesAndJson) {
     int64_t unrouted = 0;
     for (size_t i = 0; i < v.records.size(); ++i) {
       const StepRecord& rec = v.records[i];
-      EXPECT_TRUE(rec.has_attention);
-      EXPECT_GT(rec.modeled_attention.quantized_s, 0);
+      const CostBreakdown& attention = v.decoder.at(i).modeled_attention;
+      EXPECT_GT(attention.quantized_s, 0);
+      EXPECT_EQ(rec.attention_s, attention.quantized_s);
       ASSERT_EQ(rec.modeled.size(), 2u);  // single and expert_parallel
       EXPECT_DOUBLE_EQ(rec.batching_efficiency, rec.modeled[1].cost.batching_efficiency);
-      EXPECT_DOUBLE_EQ(rec.modeled_layer_s, rec.modeled_attention.quantized_s + rec.modeled[1].cost.actual.quantized_s);
+      EXPECT_DOUBLE_EQ(rec.modeled_layer_s, attention.quantized_s + rec.modeled[1].cost.actual.quantized_s);
       if (rec.phase == "decode") unrouted += v.per_batch[i].tokens_unrouted;
     }
     EXPECT_EQ(v.phases[1].tokens_unrouted, unrouted);
@@ -285,7 +288,8 @@ TEST(DecoderPipeline, VerifyAndNoExecute) {
   const RunResult m = run_experiment(e, own_variant(e), opts);
   EXPECT_FALSE(m.variants[0].executed);
   EXPECT_EQ(m.variants[0].records.size(), 10u);  // the decoder still runs: it is the workload
-  for (const StepRecord& rec : m.variants[0].records) EXPECT_FALSE(rec.has_measured);
+  ASSERT_EQ(m.variants[0].decoder.size(), 10u);
+  for (const DecoderStepFigures& d : m.variants[0].decoder) EXPECT_FALSE(d.has_measured);
   EXPECT_EQ(m.variants[0].phases[1].measured_s, 0.0);
   EXPECT_FALSE(run_to_json(m)["strategies"][0]["phases"]["decode"].contains("measured_s"));
 }

@@ -60,6 +60,12 @@ StepRecord record(const std::string& phase, int step, int64_t num_tokens, double
   return r;
 }
 
+// A hand-built step variant's per-expert totals, as run_steps.cpp adds them record by record.
+void fill_totals(VariantResult& v) {
+  v.totals = ExpertTotals{};
+  for (size_t i = 0; i < v.records.size(); ++i) add_to_totals(v.totals, v.records[i], v.per_batch[i]);
+}
+
 RunResult run_of(std::vector<VariantResult> variants) {
   RunResult run;
   run.experiment = default_experiment({"model.experts=4", "model.top_k=2", "placement.kind=single"});
@@ -84,6 +90,7 @@ VariantResult step_variant() {
   v.per_batch[1].aux_loss = 2.5;
   v.per_batch[2].aux_loss = 9.0;  // has_logits is false: never read
   v.records = {record("prefill", 0, 100, 4e-3), record("decode", 1, 20, 1e-3), record("decode", 2, 20, 3e-3)};
+  fill_totals(v);
   // The mean decode-step MoE layer, as run_steps.cpp summarizes it: times (1e-3 + 3e-3) / 2.
   v.modeled = {single(2e-3, 1e-3)};
   return v;
@@ -153,6 +160,7 @@ TEST(HeadlineValue, OneRecordAndBatchRunsAreTheLastBatch) {
   VariantResult one = step_variant();
   one.per_batch.resize(1);
   one.records.resize(1);
+  fill_totals(one);
   one.modeled = one.records[0].modeled;  // the mean of one record's cost is that cost
   VariantResult batches = step_variant();
   batches.records.clear();  // synthetic batches: no step records
@@ -181,6 +189,7 @@ TEST(HeadlineValue, RecordsWithoutTokensWeighAlike) {
   // Empty batches: by the metrics' convention imbalance 1, nothing dropped; say 1 and 3 to see the mean.
   v.per_batch = {batch({0, 0, 0, 0}, 1, 0, 1.0), batch({0, 0, 0, 0}, 1, 0, 3.0)};
   v.records = {record("trace", 0, 0, 1e-3), record("trace", 1, 0, 1e-3)};
+  fill_totals(v);
   v.modeled = {single(1e-3, 1e-3)};
   const RunResult run = run_of({v});
   EXPECT_EQ(*metric_value(run, run.variants[0], "imbalance", "value"), 2.0);
@@ -227,6 +236,7 @@ TEST(RankVariants, EqualServedTimeAndImbalanceShareARank) {
   s.per_batch[0].drop_rate = 0.5;
   s.per_batch[1].drop_rate = 0;
   s.records = {record("trace", 0, 3, 1e-3), record("trace", 1, 1, 1e-3)};
+  fill_totals(s);
   vs.push_back(s);
   // Expert choice: nothing dropped, but 100 tokens unrouted: 0.95e-3 / 0.8 = 1.1875e-3, after f, before d.
   vs.push_back(ranked("i", 0.95e-3, 0, 1.0, 100));

@@ -1,13 +1,15 @@
-// Tests of a trace run's memory rules (issue 18): `--records` adds the per-record list to the json report
+// Tests of a step run's memory rules (issue 18): `--records` adds the per-record list to the json report
 // and without it the list is absent while every other field is the same; a run kept to the last record's
-// full cost (RunOptions::records false) reports exactly what a run keeping every record does; the flat
-// parser gives parse_trace's batches; `--memory-limit` below the estimate exits 3 with one line before the
-// trace is replayed, and the estimate counts the records' report. Peak memory itself is measured by
-// scripts/bench-trace-memory.sh, never here. Seeds: the trace generator's, 11.
+// full cost and per-expert vectors (RunOptions::records false) reports exactly what a run keeping every
+// record does, for traces, the decoder and load profiles alike, and its per-expert totals are the sums of
+// the records' own; the flat parser gives parse_trace's batches; `--memory-limit` below the estimate exits
+// 3 with one line before the trace is replayed, and the estimate counts the records' report. Peak memory
+// itself is measured by scripts/bench-trace-memory.sh, never here. Seeds: the trace generator's, 11.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -115,6 +117,74 @@ TEST(TraceRecords, KeepingOnlyTheLastRecordsCostChangesNoResult) {
     EXPECT_EQ(testing::without_provenance(format_run(a_unlisted, ReportFormat::json)),
               testing::without_provenance(format_run(b, ReportFormat::json)));
     EXPECT_EQ(format_run(a_unlisted, ReportFormat::table), format_run(b, ReportFormat::table));
+  }
+}
+
+// Runs e keeping every record and keeping the last record's detail only: the kept run's json and table
+// reports, with the record list left out, are the other's byte for byte; only the last record keeps its
+// modeled placements and per-expert vectors; the totals are the sums over the kept run's records.
+void expect_last_record_detail_changes_no_result(const Experiment& e, size_t num_records) {
+  RunOptions all, last;
+  all.execute = last.execute = false;  // measured times differ run to run
+  last.records = false;
+  const RunResult a = run_experiment(e, own_variant(e), all);
+  const RunResult b = run_experiment(e, own_variant(e), last);
+  const VariantResult& va = a.variants.at(0);
+  const VariantResult& vb = b.variants.at(0);
+  ASSERT_EQ(va.records.size(), num_records);
+  ASSERT_EQ(vb.records.size(), num_records);
+  for (size_t i = 0; i + 1 < num_records; ++i) {
+    EXPECT_TRUE(vb.records[i].modeled.empty()) << i;
+    EXPECT_TRUE(vb.per_batch[i].load.empty() && vb.per_batch[i].demand.empty() && vb.per_batch[i].utilization.empty())
+        << i;
+    EXPECT_EQ(vb.per_batch[i].imbalance, va.per_batch[i].imbalance) << i << ": the scalars stay";
+  }
+  EXPECT_FALSE(vb.records.back().modeled.empty());
+  EXPECT_EQ(vb.per_batch.back().load, va.per_batch.back().load);
+  // The totals, summed here independently from the kept run's records.
+  std::vector<int64_t> load(e.model.experts, 0), demand(e.model.experts, 0);
+  std::map<int, std::vector<int64_t>> layer_load;
+  for (size_t i = 0; i < num_records; ++i) {
+    std::vector<int64_t>& l = layer_load[va.records[i].layer];
+    l.resize(e.model.experts, 0);
+    for (int x = 0; x < e.model.experts; ++x) {
+      load[x] += va.per_batch[i].load[x];
+      demand[x] += va.per_batch[i].demand[x];
+      l[x] += va.per_batch[i].load[x];
+    }
+  }
+  EXPECT_EQ(vb.totals.load, load);
+  EXPECT_EQ(vb.totals.demand, demand);
+  ASSERT_EQ(vb.totals.layers.size(), layer_load.size());
+  for (const auto& [layer, l] : layer_load) EXPECT_EQ(vb.totals.layers.at(layer).load, l) << layer;
+  RunResult a_unlisted = a;
+  a_unlisted.records_listed = false;
+  EXPECT_EQ(testing::without_provenance(format_run(a_unlisted, ReportFormat::json)),
+            testing::without_provenance(format_run(b, ReportFormat::json)));
+  EXPECT_EQ(format_run(a_unlisted, ReportFormat::table), format_run(b, ReportFormat::table));
+}
+
+TEST(TraceRecords, EveryStepRunKeepsOnlyTheLastRecordsDetail) {
+  {
+    SCOPED_TRACE("decoder");
+    const Experiment e = default_experiment({"workload.source=decoder", "workload.batch=4", "workload.prompt_len=3..9",
+                                             "workload.decode_steps=3", "model.experts=6", "model.top_k=2",
+                                             "router.capacity_factor=1", "execute.hidden=48", "execute.ffn=32",
+                                             "execute.layers=2", "placement.kind=expert_parallel",
+                                             "placement.devices=3"});
+    expect_last_record_detail_changes_no_result(e, 8);
+  }
+  {
+    SCOPED_TRACE("load profile");
+    const Experiment e =
+        load_experiment_file(std::string(MOESIM_SOURCE_DIR) + "/configs/mixtral-profile.yaml", {});
+    expect_last_record_detail_changes_no_result(e, 3);
+  }
+  {
+    SCOPED_TRACE("trace");
+    const std::string dir = testing::make_temp_dir();
+    expect_last_record_detail_changes_no_result(load_experiment_file(write_experiment(dir, make_trace(6, 5, true)), {}),
+                                                24);
   }
 }
 

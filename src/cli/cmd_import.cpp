@@ -1,7 +1,7 @@
 // `moesim import FILE... --out profile.json`: converts an engine's recorded expert loads once into moesim's
 // load-profile JSON ({NAME: {LAYER: [count per expert]}}, what workload.source load_profile reads). Inputs: one
-// moesim JSON profile, or one or more Megatron-Core "mcore_ep_load_dump_v1" .npz dumps (the ranks of one EP
-// group, summed), recognised by content or named by --format; --expert-map folds physical slots into logical
+// moesim JSON profile, or one or more Megatron-Core "mcore_ep_load_dump_v1" .npz dumps or Megatron-LM router
+// traces (the ranks of one EP group, summed; megatron_loads.hpp), recognised by content or named by --format; --expert-map folds physical slots into logical
 // experts. Written atomically. Errors: InputError naming the file and member, exit 2.
 // Covered by tests/cli/import_test.cpp.
 #include <algorithm>
@@ -54,13 +54,17 @@ int cmd_import(int argc, char** argv) {
   po::options_description desc("moesim import FILE... --out PROFILE.json");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&files),
-      "recorded loads: one moesim JSON profile, or the .npz dumps of one Megatron-Core EP group (summed)")(
-      "format", po::value(&format_text), "auto (by content: zip -> megatron_npz, '{' -> moesim_json), moesim_json or megatron_npz")(
+      "recorded loads: one moesim JSON profile, or the .npz dumps or router traces (router_trace_rank{R}.jsonl) of "
+      "one Megatron EP group's ranks (summed)")(
+      "format", po::value(&format_text),
+      "auto (by content: zip -> megatron_npz, a first line with \"top_indices\" -> megatron_router_trace, other "
+      "'{' -> moesim_json), moesim_json, megatron_npz or megatron_router_trace")(
       "out", po::value(&out), "write moesim's load-profile JSON here (atomically)")(
       "expert-map", po::value(&map_text),
       "the logical expert of each physical slot, comma-separated (replicas share one): folds the counts")(
       "experts", po::value(&experts),
-      "logical experts (default: the dump's physical experts, or the largest --expert-map entry + 1; needed for JSON)")(
+      "logical experts (default: the dump's physical experts, or the largest --expert-map entry + 1; needed for JSON "
+      "and router traces)")(
       "key", po::value(&key), "moesim JSON input: the profile to take (workload.profile_key)")(
       "name", po::value(&name), "the profile's key in the output (default: the first input's file name)");
   if (parse_or_help(argc, argv, desc, "file", -1, help)) return kExitOk;
@@ -69,31 +73,43 @@ int cmd_import(int argc, char** argv) {
   LoadFormat format = LoadFormat::detect;
   if (format_text == "moesim_json") format = LoadFormat::moesim_json;
   else if (format_text == "megatron_npz") format = LoadFormat::megatron_npz;
+  else if (format_text == "megatron_router_trace") format = LoadFormat::megatron_router_trace;
   else if (format_text != "auto")
-    throw InputError("--format: expected auto, moesim_json or megatron_npz, got '" + format_text + "'");
+    throw InputError("--format: expected auto, moesim_json, megatron_npz or megatron_router_trace, got '" + format_text + "'");
   const std::vector<int> map = map_text.empty() ? std::vector<int>{} : parse_map(map_text);
   if (experts < 0 || experts > 65536) throw InputError("--experts: expected 1..65536, got " + std::to_string(experts));
   if (experts == 0 && !map.empty()) experts = *std::max_element(map.begin(), map.end()) + 1;
 
   std::vector<MegatronLoads> dumps;
   LoadProfile profile;
+  LoadFormat first_format = LoadFormat::detect;
   for (const std::string& f : files) {
-    const std::string bytes = read_bytes(f);
-    const LoadFormat used = format == LoadFormat::detect ? detect_load_format(bytes, f) : format;
+    const LoadFormat used = format == LoadFormat::detect ? detect_load_format_of_file(f) : format;
+    if (first_format == LoadFormat::detect) first_format = used;
+    if (used != first_format)
+      throw InputError(f + ": expected the same format as " + files.front() + " (" + to_string(first_format) + "), got " +
+                       to_string(used));
     if (used == LoadFormat::moesim_json) {
       if (files.size() > 1) throw InputError(f + ": expected one moesim JSON profile alone, got it among " +
                                              std::to_string(files.size()) + " files");
       if (experts == 0) throw InputError(f + ": --experts: expected the profile's expert count for a JSON input");
       profile = read_load_profile_file(f, LoadFormat::moesim_json, key, experts, map);
+      continue;
+    }
+    if (!key.empty()) throw InputError(f + ": --key: expected none for a Megatron dump or trace (one profile per file)");
+    if (used == LoadFormat::megatron_router_trace) {
+      // A trace records expert ids, not their count: the physical slots are --expert-map's, else --experts.
+      if (experts == 0)
+        throw InputError(f + ": --experts: expected the model's expert count for a Megatron-LM router trace, got none");
+      dumps.push_back(read_megatron_router_trace(f, map.empty() ? experts : static_cast<int>(map.size()), 0));
     } else {
-      if (!key.empty()) throw InputError(f + ": --key: expected none for a Megatron-Core dump (one profile per file)");
-      dumps.push_back(parse_megatron_npz(bytes, f));
+      dumps.push_back(parse_megatron_npz(read_bytes(f), f));
     }
   }
   if (!dumps.empty()) {
     const MegatronLoads m = combine_megatron_loads(dumps, files);
     if (experts == 0) experts = static_cast<int>(m.num_physical_experts);
-    profile.key = kMegatronDumpVersion;
+    profile.key = first_format == LoadFormat::megatron_router_trace ? kMegatronRouterTrace : kMegatronDumpVersion;
     profile.layers = m.layers;
     profile.counts = m.counts;
     if (!map.empty()) {

@@ -123,6 +123,7 @@ const char* to_string(LoadFormat v) {
     case LoadFormat::detect: return "auto";
     case LoadFormat::moesim_json: return "moesim_json";
     case LoadFormat::megatron_npz: return "megatron_npz";
+    case LoadFormat::megatron_router_trace: return "megatron_router_trace";
   }
   return "?";
 }

@@ -44,7 +44,7 @@ enum class BiasUpdateCounts { demand, kept };
 enum class BiasArithmetic { float64, float32 };
 enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits };
 // load_profile: how workload.path is read (src/workload/load_profile.hpp); `detect` is spelled "auto".
-enum class LoadFormat { detect, moesim_json, megatron_npz };
+enum class LoadFormat { detect, moesim_json, megatron_npz, megatron_router_trace };
 enum class PlacementKind { single, expert_parallel };
 // How an expert-parallel placement puts experts on devices (docs/cost-model.md "Expert placement"):
 // DeepSeek EPLB's global or hierarchical rebalance_experts, today's e % D, or an explicit map.

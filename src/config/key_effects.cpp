@@ -251,8 +251,9 @@ R workload_path(const Experiment& e, const EffectContext& c) {
 }
 R workload_profile_key(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return kRouteOnly;
-  if (e.workload.source == WorkloadSource::load_profile && e.workload.format == LoadFormat::megatron_npz)
-    return "with workload.format=megatron_npz (a Megatron dump holds one profile)";
+  if (e.workload.source == WorkloadSource::load_profile &&
+      (e.workload.format == LoadFormat::megatron_npz || e.workload.format == LoadFormat::megatron_router_trace))
+    return std::string("with workload.format=") + to_string(e.workload.format) + " (a Megatron file holds one profile)";
   return e.workload.source == WorkloadSource::load_profile ? kActs : with_source(e);
 }
 

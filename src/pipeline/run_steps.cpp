@@ -335,7 +335,7 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
                       RunResult& result) {
   result.workload_path = resolve_workload_path(e);
   const LoadProfile profile = read_load_profile_file(result.workload_path, e.workload.format, e.workload.profile_key,
-                                                     e.model.experts, e.workload.expert_map);
+                                                     e.model.experts, e.workload.expert_map, e.model.top_k);
   result.profile_key = profile.key;
   result.profile_format = to_string(profile.format);
   result.profile_format_forced = profile.format_forced;

@@ -132,9 +132,31 @@ LoadProfile read_load_profile(const std::string& path, const std::string& key, i
 LoadFormat detect_load_format(const std::string& bytes, const std::string& name) {
   if (looks_like_zip(bytes)) return LoadFormat::megatron_npz;
   const size_t first = bytes.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && bytes[first] == '{') return LoadFormat::moesim_json;
+  if (first != std::string::npos && bytes[first] == '{') {
+    const size_t end = bytes.find('\n', first);
+    const std::string line = bytes.substr(first, end == std::string::npos ? std::string::npos : end - first);
+    return is_megatron_router_trace_line(line) ? LoadFormat::megatron_router_trace : LoadFormat::moesim_json;
+  }
   throw InputError(name + ": workload.format: expected a load profile recognisable by content (a zip .npz from "
-                   "Megatron-Core, or a JSON object), got neither; name the format with workload.format");
+                   "Megatron-Core, a JSON object, or a Megatron-LM router trace), got neither; name the format "
+                   "with workload.format");
+}
+
+LoadFormat detect_load_format_of_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": cannot read a directory: expected a load profile file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open the load profile");
+  // The first non-blank line decides; a JSON profile written on one line is read whole here and again by its
+  // reader, a router trace's first line only.
+  std::string head, line;
+  while (std::getline(in, line)) {
+    head += line + "\n";
+    if (line.find_first_not_of(" \t\r") != std::string::npos) break;
+  }
+  if (in.bad()) throw InputError(path + ": cannot read the load profile");
+  return detect_load_format(head, path);
 }
 
 std::vector<int64_t> fold_expert_map(const std::vector<int64_t>& counts, const std::vector<int>& map, int num_experts,
@@ -160,7 +182,27 @@ std::vector<int64_t> fold_expert_map(const std::vector<int64_t>& counts, const s
 }
 
 LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, const std::string& key, int num_experts,
-                                   const std::vector<int>& expert_map) {
+                                   const std::vector<int>& expert_map, int top_k) {
+  const bool forced = format != LoadFormat::detect;
+  const LoadFormat used = forced ? format : detect_load_format_of_file(path);
+  const int physical = expert_map.empty() ? num_experts : static_cast<int>(expert_map.size());
+  LoadProfile out;
+  if (used == LoadFormat::megatron_router_trace) {
+    // Read a line at a time: a trace is far larger than its counts.
+    if (!forced && !key.empty())
+      throw InputError(path + ": workload.profile_key: expected none for a Megatron-LM router trace (one profile per "
+                       "file), got '" + key + "'");
+    const MegatronLoads m = read_megatron_router_trace(path, physical, top_k);
+    out.key = kMegatronRouterTrace;
+    out.layers = m.layers;
+    out.counts = m.counts;
+    if (!expert_map.empty()) {
+      for (auto& c : out.counts) c = fold_expert_map(c, expert_map, num_experts, path);
+    }
+    out.format = used;
+    out.format_forced = forced;
+    return out;
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": cannot read a directory: expected a load profile file");
@@ -170,10 +212,6 @@ LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, c
   text << in.rdbuf();
   if (in.bad()) throw InputError(path + ": cannot read the load profile");
   const std::string bytes = text.str();
-  const bool forced = format != LoadFormat::detect;
-  const LoadFormat used = forced ? format : detect_load_format(bytes, path);
-  const int physical = expert_map.empty() ? num_experts : static_cast<int>(expert_map.size());
-  LoadProfile out;
   if (used == LoadFormat::megatron_npz) {
     if (!forced && !key.empty())
       throw InputError(path + ": workload.profile_key: expected none for a Megatron-Core dump (one profile per file), got '" +

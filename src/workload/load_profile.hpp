@@ -3,8 +3,8 @@
 // {"data": {...}} (data/routing-traces/olmoe-mixtral-expert-counts/expert_counts.json), where KEY is a
 // flat name ("mistral/expert_counts/arxiv") or a '/'-separated path through nested objects. Layers are
 // returned in numeric order. Errors: InputError naming the file, the key and what was expected.
-// read_load_profile_file also reads Megatron-Core expert-load dumps (megatron_loads.hpp), recognised by content
-// or forced by workload.format, and folds physical expert slots into logical experts (workload.expert_map).
+// read_load_profile_file also reads Megatron-Core expert-load dumps and Megatron-LM router traces
+// (megatron_loads.hpp), recognised by content or forced by workload.format, and folds physical expert slots into logical experts (workload.expert_map).
 // Host only, deterministic. Covered by tests/workload/load_profile_test.cpp, megatron_loads_test.cpp.
 #pragma once
 
@@ -24,9 +24,12 @@ struct LoadProfile {
   bool format_forced = false;                   // true: workload.format named it; false: recognised by content
 };
 
-// The format of a load-profile file from its first bytes: "PK\x03\x04" (a zip: a Megatron .npz) or '{' after
-// blanks (moesim's JSON); otherwise an InputError naming the file and workload.format.
+// The format of a load-profile file from its first bytes: "PK\x03\x04" (a zip: a Megatron .npz); '{' after
+// blanks, and the first line a JSON object with "top_indices" (a Megatron-LM router trace); other text from
+// '{' (moesim's JSON); otherwise an InputError naming the file and workload.format.
 LoadFormat detect_load_format(const std::string& bytes, const std::string& name);
+// The same from the file's first non-blank line, read alone.
+LoadFormat detect_load_format_of_file(const std::string& path);
 
 // Folds counts of P physical expert slots into num_experts logical experts: out[map[p]] += counts[p].
 // map: [P] logical expert per slot, each in [0, num_experts), every logical expert at least once.
@@ -35,8 +38,9 @@ std::vector<int64_t> fold_expert_map(const std::vector<int64_t>& counts, const s
 
 // Reads `path` as `format` (detect: by content). With an empty expert_map the file must count num_experts
 // experts per layer; with one, it counts expert_map.size() physical slots, folded into num_experts.
+// top_k: a router trace's recorded topk must equal it (0: not checked; the other formats record none).
 LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, const std::string& key, int num_experts,
-                                   const std::vector<int>& expert_map);
+                                   const std::vector<int>& expert_map, int top_k = 0);
 
 // key may be empty when the file holds exactly one profile.
 LoadProfile parse_load_profile(const std::string& json_text, const std::string& name, const std::string& key,

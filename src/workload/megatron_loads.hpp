@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,30 @@ struct MegatronLoads {
   int64_t num_physical_experts = 0;
   int64_t ep_rank = -1, ep_size = -1;        // -1: absent from the dump
   int num_ranks = 1;                         // dumps summed (combine_megatron_loads)
+  int top_k = 0;                             // router traces: the recorded topk (0: the .npz dumps say none)
 };
 
 MegatronLoads parse_megatron_npz(const std::string& bytes, const std::string& name);
 MegatronLoads read_megatron_npz(const std::string& path);
+
+// Megatron-LM's router decision traces, format "megatron_router_trace" (NVIDIA/Megatron-LM,
+// megatron/core/transformer/moe/router_trace.py, commit 059f0f5c78cddcfa10e34842607d68b745631aeb; written
+// with `--moe-routing-trace-path DIR`): one JSON Lines file per rank, router_trace_rank{R}.jsonl, one line per
+// (step, block, layer): {"step", "stage", "block": "decoder" | "mtp", "layer", "rank", "num_tokens", "topk",
+// "top_indices": [[expert, ...] one list of topk per token]}, with "mtp_idx" on mtp lines and the sidecars'
+// offsets (hs_*, logit_*) when captured. Megatron-LM writes no other tokens-per-expert JSONL; this is the one
+// its tokens per expert are counted from, exactly. Read: step and layer (>= 0), num_tokens, topk and
+// top_indices (num_tokens lists of topk distinct expert ids in [0, num_experts)); other keys are not read.
+// Output: per decoder layer (as recorded: the index in the rank's module list), the tokens routed to each
+// expert summed over the steps; forward_counts: the layer's lines. Lines of the mtp block (multi-token
+// prediction heads, layers of their own that share layer numbers with the decoder's) are left out. Every
+// line must give the same topk, and it must be top_k when top_k > 0. Read a line at a time (a trace may be
+// far larger than its counts). Errors: InputError "NAME:LINE: KEY: expected ..., got ...", one line.
+constexpr const char* kMegatronRouterTrace = "megatron_router_trace";
+// Whether a file's first line is a router-trace line: a JSON object with "top_indices".
+bool is_megatron_router_trace_line(const std::string& line);
+MegatronLoads parse_megatron_router_trace(std::istream& in, const std::string& name, int num_experts, int top_k);
+MegatronLoads read_megatron_router_trace(const std::string& path, int num_experts, int top_k);
 
 // The loads of an EP group: the element-wise sum of its ranks' dumps (each rank counts only its own tokens).
 // The dumps must agree on layers and physical experts; `names` label them in messages.

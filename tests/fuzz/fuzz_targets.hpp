@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,7 @@ namespace moesim::fuzz {
 inline const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
                                                  "trace",  "load_profile", "published", "hf_config",
-                                                 "megatron_npz"};
+                                                 "megatron_npz", "megatron_router_trace"};
   return names;
 }
 
@@ -381,6 +382,36 @@ inline void fuzz_megatron_npz(const uint8_t* data, size_t size) {
   });
 }
 
+// Megatron-LM router traces (megatron_loads.hpp parse_megatron_router_trace). First byte: num_experts - 1
+// (1..64), second: the top_k to check (0: none, else 1..8); the rest is the JSON Lines text. Every count is
+// checked against the trace's own token total.
+inline void fuzz_megatron_router_trace(const uint8_t* data, size_t size) {
+  if (size < 2) return;
+  const int num_experts = 1 + data[0] % 64;
+  const int top_k = data[1] % 9;
+  const std::string text(reinterpret_cast<const char*>(data) + 2, size - 2);
+  const std::string name = "fuzz-router-trace.jsonl";
+  guarded(name, [&] {
+    std::istringstream in(text);
+    const MegatronLoads m = parse_megatron_router_trace(in, name, num_experts, top_k);
+    if (m.layers.empty() || m.layers.size() != m.counts.size() || m.forward_counts.size() != m.layers.size())
+      finding("router trace layers, counts and forward counts disagree");
+    if (m.num_physical_experts != num_experts || m.top_k < 1 || (top_k > 0 && m.top_k != top_k))
+      finding("router trace expert count or top_k changed");
+    for (size_t l = 0; l < m.counts.size(); ++l) {
+      if (l > 0 && m.layers[l] <= m.layers[l - 1]) finding("router trace layers are not ascending");
+      if (m.counts[l].size() != static_cast<size_t>(num_experts)) finding("router trace layer of the wrong width");
+      int64_t total = 0;
+      for (int64_t c : m.counts[l]) {
+        if (c < 0) finding("negative count passed");
+        total += c;
+      }
+      if (total % m.top_k != 0) finding("router trace layer total is not tokens x top_k");
+      if (m.forward_counts[l] < 1) finding("router trace layer without a line");
+    }
+  });
+}
+
 inline void run_target(const std::string& target, const uint8_t* data, size_t size) {
   if (target == "config") return fuzz_config(data, size);
   if (target == "npy") return fuzz_npy(data, size);
@@ -391,6 +422,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "published") return fuzz_published(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
   if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
+  if (target == "megatron_router_trace") return fuzz_megatron_router_trace(data, size);
   finding("unknown fuzz target " + target);
 }
 

@@ -7,6 +7,8 @@ csv:      small .csv files, well-formed and broken
 trace:    JSON Lines routing traces (first byte: num_experts - 1), with and without logits, and broken ones
 load_profile: "NUM_EXPERTS KEY" then a profile JSON, from data/routing-traces (cut down) and small cases
 megatron_npz: small Megatron-Core "mcore_ep_load_dump_v1" .npz dumps (stored and deflated zips) and broken ones
+megatron_router_trace: Megatron-LM router traces (first byte: num_experts - 1, second: the top_k checked, 0 none),
+          decoder and mtp lines, and broken ones
 baseline: JSON from `moesim run/compare --format json --no-execute` (pass the moesim binary as the
           first argument; without it the baseline seeds are left as they are) and broken variants
 
@@ -210,6 +212,25 @@ def baseline_seeds(moesim):
     put("baseline", "no-name.json", "{\"schema_version\": 1, \"strategies\": []}")
 
 
+def megatron_router_trace_seeds():
+    def line(step, layer, rows, block="decoder", extra=""):
+        return ('{"step": %d, "stage": "pre_dispatch", "block": "%s", "layer": %d, "rank": 0, "num_tokens": %d, '
+                '"topk": %d, "top_indices": %s%s}\n' % (step, block, layer, len(rows), len(rows[0]) if rows else 2,
+                                                          json.dumps(rows), extra))
+    rows = [[0, 1], [1, 2], [1, 3]]
+    good = line(0, 1, rows) + line(0, 4, [[3, 2], [3, 0], [1, 3]]) + line(0, 1, [[0, 1]], "mtp", ', "mtp_idx": 0')
+    good += "\n" + line(1, 1, [[2, 3], [0, 2], [3, 0]], extra=', "logit_offset": 0, "logit_bytes": 24, "logit_shape": [3, 4]')
+    put("megatron_router_trace", "two-layers.jsonl", bytes([3, 2]) + good.encode())
+    put("megatron_router_trace", "unchecked-topk.jsonl", bytes([7, 0]) + good.encode())
+    put("megatron_router_trace", "empty-batch.jsonl", bytes([3, 0]) + line(0, 0, []).encode())
+    put("megatron_router_trace", "out-of-range.jsonl", bytes([1, 0]) + line(0, 0, rows).encode())
+    put("megatron_router_trace", "repeated-id.jsonl", bytes([3, 0]) + line(0, 0, [[1, 1]]).encode())
+    put("megatron_router_trace", "topk-changes.jsonl", bytes([3, 0]) + (line(0, 0, rows) + line(1, 0, [[0, 1, 2]])).encode())
+    put("megatron_router_trace", "short-list.jsonl", bytes([3, 0]) + line(0, 0, rows).replace('"num_tokens": 3', '"num_tokens": 4').encode())
+    put("megatron_router_trace", "only-mtp.jsonl", bytes([3, 0]) + line(0, 1, rows, "mtp").encode())
+    put("megatron_router_trace", "not-json.jsonl", bytes([3, 0]) + b'{"step": 0, "top_indices": [[0\n')
+
+
 def main():
     # Named seeds are (re)written in place; inputs that fuzzing added (named by their SHA-1, merged with
     # `<target>_fuzz -merge=1 tests/fuzz/corpus/<target> build-fuzz/corpus/<target>`) are kept.
@@ -219,6 +240,7 @@ def main():
     trace_seeds()
     load_profile_seeds()
     megatron_npz_seeds()
+    megatron_router_trace_seeds()
     if len(sys.argv) > 1:
         baseline_seeds(sys.argv[1])
 

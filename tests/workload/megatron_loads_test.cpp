@@ -1,12 +1,14 @@
 // Tests of engines' recorded expert loads: the integer/string .npy reader, the .npz reader (libzip), the
 // Megatron-Core "mcore_ep_load_dump_v1" reader against hand-worked sums on small dumps the test writes
 // (forwards past forward_counts skipped), physical-to-logical folding (workload.expert_map), format recognition
-// (workload.format), one-line errors naming the file and the member, and `moesim run` on a dump.
+// (workload.format), one-line errors naming the file and the member, and `moesim run` on a dump; Megatron-LM's
+// router traces (router_trace_rank{R}.jsonl) counted per decoder layer against sums worked by hand.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -199,6 +201,127 @@ TEST(MegatronLoads, RunReadsADumpAndReportsItsFormat) {
   EXPECT_NE(unmapped.err.find("workload.expert_map"), std::string::npos) << unmapped.err;
   const auto mapped = testing::run_cli(base + " --set model.experts=3 --set 'workload.expert_map=[0,1,2,0]' --set expect=[]");
   EXPECT_EQ(mapped.exit_code, 0) << mapped.err;
+}
+
+// A router trace as router_trace.py writes it: two steps of layers 1 and 4, three tokens each, top-2 of 4
+// experts, and an mtp line sharing layer 1 (left out). Tokens per expert, by hand:
+//   layer 1: [0,1] [1,2] [1,3] + [2,3] [0,2] [3,0] -> expert 0: 3, 1: 3, 2: 3, 3: 3
+//   layer 4: [3,2] [3,0] [1,3] + [0,1] [0,3] [2,1] -> expert 0: 3, 1: 3, 2: 2, 3: 4
+std::string router_trace_text() {
+  return R"({"step": 0, "stage": "pre_dispatch", "block": "decoder", "layer": 1, "rank": 0, "num_tokens": 3, "topk": 2, "top_indices": [[0, 1], [1, 2], [1, 3]]}
+{"step": 0, "stage": "pre_dispatch", "block": "decoder", "layer": 4, "rank": 0, "num_tokens": 3, "topk": 2, "top_indices": [[3, 2], [3, 0], [1, 3]]}
+{"step": 0, "stage": "pre_dispatch", "block": "mtp", "layer": 1, "rank": 0, "num_tokens": 1, "topk": 2, "top_indices": [[0, 1]], "mtp_idx": 0}
+
+{"step": 1, "stage": "pre_dispatch", "block": "decoder", "layer": 1, "rank": 0, "num_tokens": 3, "topk": 2, "top_indices": [[2, 3], [0, 2], [3, 0]], "logit_offset": 0, "logit_bytes": 24, "logit_shape": [3, 4]}
+{"step": 1, "stage": "pre_dispatch", "block": "decoder", "layer": 4, "rank": 0, "num_tokens": 3, "topk": 2, "top_indices": [[0, 1], [0, 3], [2, 1]]}
+)";
+}
+
+MegatronLoads parse_trace_text(const std::string& text, int experts, int top_k) {
+  std::istringstream in(text);
+  return parse_megatron_router_trace(in, "t.jsonl", experts, top_k);
+}
+
+TEST(MegatronRouterTrace, CountsTokensPerExpertPerDecoderLayer) {
+  const MegatronLoads m = parse_trace_text(router_trace_text(), 4, 2);
+  EXPECT_EQ(m.layers, (std::vector<int>{1, 4}));
+  EXPECT_EQ(m.forward_counts, (std::vector<int64_t>{2, 2}));
+  ASSERT_EQ(m.counts.size(), 2u);
+  EXPECT_EQ(m.counts[0], (std::vector<int64_t>{3, 3, 3, 3}));
+  EXPECT_EQ(m.counts[1], (std::vector<int64_t>{3, 3, 2, 4}));
+  EXPECT_EQ(m.num_physical_experts, 4);
+  EXPECT_EQ(m.top_k, 2);
+  EXPECT_EQ(parse_trace_text(router_trace_text(), 4, 0).counts, m.counts) << "top_k 0: not checked";
+  // Two ranks of one EP group add up, as the .npz dumps do.
+  const MegatronLoads both = combine_megatron_loads({m, m}, {"rank0", "rank1"});
+  EXPECT_EQ(both.counts[1], (std::vector<int64_t>{6, 6, 4, 8}));
+}
+
+TEST(MegatronRouterTrace, RejectsWhatItCannotCount) {
+  const std::string head = R"({"step": 0, "layer": 1, "num_tokens": 2, "topk": 2, "top_indices": )";
+  expect_error([&] { parse_trace_text(router_trace_text(), 4, 3); }, {"t.jsonl:1", "topk", "model.top_k = 3", "got 2"});
+  expect_error([&] { parse_trace_text(router_trace_text(), 3, 2); }, {"t.jsonl:1", "top_indices[2]", "[0, 2]", "got 3"});
+  expect_error([&] { parse_trace_text(head + "[[0, 1], [2]]}", 4, 0); }, {"t.jsonl:1", "top_indices[1]", "topk = 2", "got 1"});
+  expect_error([&] { parse_trace_text(head + "[[0, 1], [2, 2]]}", 4, 0); }, {"t.jsonl:1", "top_indices[1]", "distinct"});
+  expect_error([&] { parse_trace_text(head + "[[0, 1]]}", 4, 0); }, {"t.jsonl:1", "top_indices", "num_tokens = 2", "1 entries"});
+  expect_error([&] { parse_trace_text(head + "[[0, 1], [1, -1]]}", 4, 0); }, {"t.jsonl:1", "expert ids", "got -1"});
+  expect_error([&] { parse_trace_text(head + "[[0, 1], [1, 0.5]]}", 4, 0); }, {"t.jsonl:1", "expert ids", "got 0.5"});
+  expect_error([&] { parse_trace_text(R"({"step": 0, "layer": 1, "num_tokens": 0, "topk": 2})", 4, 0); },
+               {"t.jsonl:1", "top_indices", "got none"});
+  expect_error([&] { parse_trace_text(R"({"step": 0, "layer": -1, "num_tokens": 0, "topk": 2, "top_indices": []})", 4, 0); },
+               {"t.jsonl:1", "layer", "got -1"});
+  expect_error([&] { parse_trace_text(R"({"layer": 1, "num_tokens": 0, "topk": 2, "top_indices": []})", 4, 0); },
+               {"t.jsonl:1", "step", "got none"});
+  expect_error([&] { parse_trace_text(R"({"step": 0, "layer": 1, "num_tokens": 0, "topk": 0, "top_indices": []})", 4, 0); },
+               {"t.jsonl:1", "topk", "got 0"});
+  expect_error([&] { parse_trace_text(R"({"step": 0, "block": "encoder", "layer": 1, "num_tokens": 0, "topk": 2, "top_indices": []})", 4, 0); },
+               {"t.jsonl:1", "block", "\"encoder\""});
+  expect_error([&] { parse_trace_text(router_trace_text() + R"({"step": 2, "layer": 1, "num_tokens": 0, "topk": 3, "top_indices": []})", 4, 0); },
+               {"t.jsonl:7", "topk", "expected 2", "got 3"});
+  expect_error([&] { parse_trace_text(router_trace_text() + "not json\n", 4, 0); }, {"t.jsonl:7", "JSON object"});
+  expect_error([&] { parse_trace_text("\n\n", 4, 0); }, {"t.jsonl", "at least one decoder line", "got none"});
+  expect_error([&] {
+    parse_trace_text(R"({"step": 0, "block": "mtp", "layer": 1, "num_tokens": 1, "topk": 2, "top_indices": [[0, 1]]})", 4, 0);
+  }, {"t.jsonl", "at least one decoder line"});
+  const std::string dir = testing::make_temp_dir();
+  expect_error([&] { read_megatron_router_trace(dir, 4, 2); }, {dir, "cannot read a directory"});
+  expect_error([&] { read_megatron_router_trace(dir + "/none.jsonl", 4, 2); }, {dir + "/none.jsonl", "cannot open"});
+}
+
+TEST(MegatronRouterTrace, RecognisedByContentAndReadAsAProfile) {
+  EXPECT_EQ(detect_load_format(router_trace_text(), "f"), LoadFormat::megatron_router_trace);
+  EXPECT_EQ(detect_load_format("{\n \"p\": {\"0\": [1, 2]}\n}\n", "f"), LoadFormat::moesim_json);
+  EXPECT_EQ(detect_load_format(R"({"top_indices_of": {"0": [1, 2]}})", "f"), LoadFormat::moesim_json);
+  const std::string dir = testing::make_temp_dir();
+  const std::string path = dir + "/router_trace_rank0.jsonl";
+  testing::write_text(path, "\n" + router_trace_text());
+  EXPECT_EQ(detect_load_format_of_file(path), LoadFormat::megatron_router_trace);
+  const LoadProfile p = read_load_profile_file(path, LoadFormat::detect, "", 4, {}, 2);
+  EXPECT_EQ(p.format, LoadFormat::megatron_router_trace);
+  EXPECT_FALSE(p.format_forced);
+  EXPECT_EQ(p.layers, (std::vector<int>{1, 4}));
+  EXPECT_EQ(p.counts[1], (std::vector<int64_t>{3, 3, 2, 4}));
+  // The ids as physical slots: slot 3 replicates expert 0.
+  const LoadProfile f = read_load_profile_file(path, LoadFormat::megatron_router_trace, "", 3, {0, 1, 2, 0}, 2);
+  EXPECT_TRUE(f.format_forced);
+  EXPECT_EQ(f.counts[1], (std::vector<int64_t>{7, 3, 2}));
+  expect_error([&] { read_load_profile_file(path, LoadFormat::detect, "some/key", 4, {}, 2); },
+               {path, "workload.profile_key"});
+  expect_error([&] { read_load_profile_file(path, LoadFormat::detect, "", 4, {}, 8); }, {path + ":2", "model.top_k = 8"});
+}
+
+TEST(MegatronRouterTrace, RunAndImportReadIt) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string rank0 = dir + "/router_trace_rank0.jsonl", rank1 = dir + "/router_trace_rank1.jsonl";
+  testing::write_text(rank0, router_trace_text());
+  testing::write_text(rank1, router_trace_text());
+  const std::string cfg = std::string(MOESIM_SOURCE_DIR) + "/configs/olmoe-profile.yaml";
+  const auto r = testing::run_cli("run " + cfg + " --format json --set workload.path=" + rank0 +
+                                  " --set workload.profile_key= --set model.experts=4 --set model.top_k=2 --set expect=[]");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["workload"]["profile_format"], "megatron_router_trace");
+  EXPECT_EQ(j["workload"]["profile_format_from"], "content");
+  const nlohmann::json& layers = j["strategies"][0]["per_layer"];
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[1]["layer"], 4);
+  EXPECT_EQ(layers[1]["load"], (std::vector<int64_t>{3, 3, 2, 4}));
+  const auto k3 = testing::run_cli("run " + cfg + " --set workload.path=" + rank0 +
+                                   " --set workload.profile_key= --set model.experts=4 --set model.top_k=3 --set expect=[]");
+  EXPECT_EQ(k3.exit_code, 2) << k3.err;
+  EXPECT_NE(k3.err.find("model.top_k = 3"), std::string::npos) << k3.err;
+
+  const auto imp = testing::run_cli("import " + rank0 + " " + rank1 + " --experts 4 --out " + dir + "/p.json");
+  ASSERT_EQ(imp.exit_code, 0) << imp.err;
+  const nlohmann::json p = nlohmann::json::parse(testing::read_text(dir + "/p.json"));
+  EXPECT_EQ(p["router_trace_rank0"]["4"], (std::vector<int64_t>{6, 6, 4, 8}));
+  const auto no_experts = testing::run_cli("import " + rank0 + " --out " + dir + "/q.json");
+  EXPECT_EQ(no_experts.exit_code, 2) << no_experts.err;
+  EXPECT_NE(no_experts.err.find("--experts"), std::string::npos) << no_experts.err;
+  testing::write_text(dir + "/p2.json", R"({"p": {"0": [1, 2, 3, 4]}})");
+  const auto mixed = testing::run_cli("import " + rank0 + " " + dir + "/p2.json --experts 4 --out " + dir + "/q.json");
+  EXPECT_EQ(mixed.exit_code, 2) << mixed.err;
+  EXPECT_NE(mixed.err.find("expected the same format"), std::string::npos) << mixed.err;
 }
 
 }  // namespace

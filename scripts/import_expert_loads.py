@@ -23,6 +23,9 @@ Formats (taken from the engines' sources; moesim copies no code, only the layout
                     by a restricted unpickler that builds only list/dict/Counter/int and NumPy integer scalars
                     (decoded without NumPy); any other global is refused.
 Only the .pt formats need torch (python3-torch); everything else runs on Debian's python3 alone.
+torch.load runs with weights_only=True (no arbitrary pickles). torch 1.13's (Debian bookworm) loader has no
+float opcode: it refuses a SGLang stat dump whose average_utilization_rate_over_window is a float (set when
+enable_expert_distribution_metrics is on); None, the default, loads. Later torch releases read floats.
 
 Usage:
   scripts/import_expert_loads.py IN [--format F] [--experts E] [--expert-map 0,1,..] [--layers 0,7,15]
@@ -241,8 +244,10 @@ def load_torch(path):
         raise InputError("%s: expected python3-torch to read a .pt file (apt-get install python3-torch)" % path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for a bad file
-        raise InputError("%s: expected a torch.save file of tensors and plain objects: %s" % (path, str(e).splitlines()[0]))
+    except Exception as e:  # torch raises many types for a bad file, some with no message (EOFError: empty file)
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise InputError("%s: expected a torch.save file of tensors and plain objects: %s%s"
+                         % (path, type(e).__name__, ": " + first if first else ""))
 
 
 def detect(obj):

@@ -104,13 +104,13 @@ measure() {
 }
 
 results=()
-if [ -n "$baseline" ]; then results+=("$(measure baseline "$baseline" "")"); fi
+if [ -n "$baseline" ]; then results+=("$(measure baseline "$baseline" "$records")"); fi
 results+=("$(measure moesim "$moesim" "$records")")
 
 printf '%-9s %12s %14s %9s %11s %18s\n' build "peak RSS MB" "peak / trace" "wall s" "report MB" "estimate / peak"
 for r in "${results[@]}"; do
   read -r label kb wall rep <<<"$r"
-  if [ "$label" = baseline ]; then est=$(estimate_mib "$baseline" ""); else est=$(estimate_mib "$moesim" "$records"); fi
+  if [ "$label" = baseline ]; then est=$(estimate_mib "$baseline" "$records"); else est=$(estimate_mib "$moesim" "$records"); fi
   ratio="-"
   [ -n "$est" ] && ratio=$(awk -v e="$est" -v k="$kb" 'BEGIN { printf "%.2f", e * 1048576 / (k * 1024) }')
   printf '%-9s %12.1f %14.2f %9.2f %11.1f %18s\n' "$label" "$(echo "$kb * 1024 / 1000000" | bc -l)" \

@@ -45,7 +45,8 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
         ("verify", po::bool_switch(&opts.verify), "run the serial references beside the fast path and compare")
         ("records", po::bool_switch(&opts.records),
          "step runs (decoder, trace, load_profile): list every (step, layer) record with its modeled cost in the "
-         "json report (default: aggregates, phases and headline only; counted in --memory-limit)")
+         "json report (default: aggregates, phases and headline only); spooled through a temporary file (TMPDIR), "
+         "so it costs disk, not memory")
         ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline")
         ("backend", po::value(&opts.backend)->default_value("auto"),
          "executed layer on: auto (cuda when a device is present) | cpu | cuda")
@@ -139,8 +140,21 @@ std::vector<Experiment> variant_experiments(const Experiment& e, const std::vect
   return rows;
 }
 
-int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat format, const char* command) {
-  emit(opts, format_run(run, format));
+int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat format, const char* command,
+             const RecordSpool* spool) {
+  if (spool && format == ReportFormat::json) {
+    // Piece by piece: the records' text is never whole in memory.
+    if (opts.out.empty()) {
+      write_run_json(run, *spool, [](const std::string& piece) { std::cout << piece; });
+      std::cout << std::flush;
+    } else {
+      AtomicFileWriter file(opts.out);
+      write_run_json(run, *spool, [&file](const std::string& piece) { file.append(piece); });
+      file.commit();
+    }
+  } else {
+    emit(opts, format_run(run, format));
+  }
   for (const VariantResult& v : run.variants) {
     if (!v.verify_message.empty() && v.verify_message != "ok") {
       std::cerr << "moesim " << command << ": --verify: " << v.variant.label << ": " << v.verify_message << "\n";
@@ -170,13 +184,22 @@ double parse_memory_limit(const std::string& text) {
   return v * scale;
 }
 
-RunOptions run_options(const CommonOptions& opts, const std::string& progress_label) {
+RunOptions run_options(const CommonOptions& opts, const std::string& progress_label,
+                       std::unique_ptr<RecordSpool>* spool) {
   RunOptions r;
   r.progress = progress_bar(progress_label);
   r.execute = !opts.no_execute;
   r.verify = opts.verify;
   r.memory_limit_bytes = parse_memory_limit(opts.memory_limit);
   r.records = opts.records;
+  if (opts.records && spool) {
+    *spool = std::make_unique<RecordSpool>();
+    RecordSpool* s = spool->get();
+    r.records = false;  // spooled, not kept: the estimate and the run leave them out of memory
+    r.record_sink = [s](size_t variant, const StepRecord& rec, const BalanceMetrics& m, const DecoderStepFigures* d) {
+      s->add(variant, record_to_json(rec, m, d));
+    };
+  }
   r.backend = resolve_backend(opts.backend);
   return r;
 }

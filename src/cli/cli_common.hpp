@@ -14,6 +14,7 @@
 #include "src/config/key_effects.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "src/report/atomic_write.hpp"
+#include "src/report/record_spool.hpp"
 #include "src/report/report.hpp"
 
 namespace moesim::cli {
@@ -59,11 +60,16 @@ std::string base_profile_text(const std::string& base);
 double parse_memory_limit(const std::string& text);
 
 // Writes the report of `run` (stdout or --out, atomically), then returns kExitCheckFailed, naming the first
-// strategy whose --verify disagreed on stderr ("moesim COMMAND: --verify: ..."), or kExitOk.
-int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat format, const char* command);
+// strategy whose --verify disagreed on stderr ("moesim COMMAND: --verify: ..."), or kExitOk. `spool`: the
+// records --records spooled (run_options), written into the json report in their place.
+int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat format, const char* command,
+             const RecordSpool* spool = nullptr);
 
 // The run options of the common flags; a progress bar labelled `progress_label` when stderr is a terminal.
-RunOptions run_options(const CommonOptions& opts, const std::string& progress_label);
+// With --records and a `spool` to fill, the records go to a new spool as they are made (RunOptions::record_sink)
+// instead of being kept, for emit_run; without `spool`, --records keeps them (RunOptions::records).
+RunOptions run_options(const CommonOptions& opts, const std::string& progress_label,
+                       std::unique_ptr<RecordSpool>* spool = nullptr);
 
 // --backend: cpu; cuda (throws ResourceError, exit 3, when no CUDA device is usable or the CUDA backend
 // was not built); auto (cuda when a device is usable, else cpu). Other names throw InputError.

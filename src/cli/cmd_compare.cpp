@@ -121,8 +121,9 @@ int cmd_compare(int argc, char** argv) {
     }
   }
   warn_inert_keys(rows, effect_context(opts, "compare", e), opts.strict);
-  const RunResult run = run_experiment(e, variants, run_options(opts, "compare"));
-  return emit_run(opts, run, format, "compare");
+  std::unique_ptr<RecordSpool> spool;
+  const RunResult run = run_experiment(e, variants, run_options(opts, "compare", &spool));
+  return emit_run(opts, run, format, "compare", spool.get());
 }
 
 }  // namespace moesim::cli

@@ -39,11 +39,12 @@ int cmd_run(int argc, char** argv) {
     return cmd_run_ep(opts, e);  // expert parallel under mpirun (src/distributed)
   }
   RoutingDump dump(dump_given, dump_path, dump_logits, true);
-  RunOptions run_opts = run_options(opts, "run");
+  std::unique_ptr<RecordSpool> spool;
+  RunOptions run_opts = run_options(opts, "run", &spool);
   if (dump.on()) run_opts.routing_sink = [&dump](const RoutedBatch& b) { dump.write(b); };
   const RunResult run = run_experiment(e, own_variant(e), run_opts);
   dump.commit();
-  return emit_run(opts, run, format, "run");
+  return emit_run(opts, run, format, "run", spool.get());
 }
 
 }  // namespace moesim::cli

@@ -44,13 +44,11 @@ void check_memory(const Experiment& e, const RunOptions& opts, size_t num_varian
     os << e.source_file << ": the run needs about " << need / (1 << 20) << " MiB, over the memory limit of "
        << opts.memory_limit_bytes / (1 << 20) << " MiB (--memory-limit); ";
     if (e.workload.source == WorkloadSource::trace || e.workload.source == WorkloadSource::load_profile) {
-      os << "use a shorter workload.path file, fewer strategies";
-      if (opts.records) os << " or leave out --records";
+      os << "use a shorter workload.path file or fewer strategies";
     } else {
       os << "lower workload.batch or execute.hidden/ffn";
       if (e.workload.source == WorkloadSource::decoder)
         os << ", workload.prompt_len, workload.decode_steps or execute.layers";
-      if (e.workload.source == WorkloadSource::decoder && opts.records) os << ", or leave out --records";
     }
     throw ResourceError(os.str());
   }

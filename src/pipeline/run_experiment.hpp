@@ -32,11 +32,16 @@ struct RunOptions {
   bool execute = true;        // run the executed pipeline (also needs execute.enabled)
   bool verify = false;        // run the serial references beside the fast path and compare
   double memory_limit_bytes = 0;  // 0: no limit
-  // Step runs (decoder, trace, load_profile): the reports list every (step, layer) record with its full
-  // modeled cost (`--records`; the CLI's default is off). Off: a step run keeps the full cost and the
-  // per-expert vectors of its last record only (results.hpp, StepRecord), and the estimate leaves the
-  // records' report out.
-  bool records = true;
+  // Step runs (decoder, trace, load_profile): keep every (step, layer) record with its full modeled cost and
+  // per-expert vectors, and list them in the reports. Off (the default): a step run keeps them for its last
+  // record only (results.hpp, StepRecord), and the estimate leaves the records' report out. The CLI's
+  // `--records` spools them instead (record_sink).
+  bool records = false;
+  // Step runs: called with every record as it is made, variant by variant (`variant`: its index in the
+  // variants) and in record order, with its full modeled cost and per-expert vectors, and the decoder's
+  // figures (null for traces and load profiles); may be empty. `--records` spools each record into the json
+  // report through it (src/report/record_spool.hpp) instead of keeping it.
+  std::function<void(size_t variant, const StepRecord&, const BalanceMetrics&, const DecoderStepFigures*)> record_sink;
   ExecBackend backend = ExecBackend::cpu;  // --backend
   std::function<void(size_t done, size_t total)> progress;  // after each variant; may be empty
   // Called with every routing of the first variant, in execution order (batches; decoder steps then

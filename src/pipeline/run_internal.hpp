@@ -84,14 +84,17 @@ class PlacementMean {
 
 // One variant's records of a step run (decoder, trace, load profile), added in record order: each record's
 // per-expert figures go to VariantResult::totals and its modeled placements to the mean over the decode
-// records (every record when there are none). Unless `keep_all` (RunOptions::records), a record's modeled
-// placements and per-expert vectors are freed when the next record comes, so that a run of many small
-// batches holds a few hundred bytes a record whatever the expert count (issue 18).
+// records (every record when there are none); RunOptions::record_sink sees each whole. Unless
+// RunOptions::records keeps them all, a record's modeled placements and per-expert vectors are freed when
+// the next record comes, so that a run of many small batches holds a few hundred bytes a record whatever
+// the expert count (issue 18).
 class StepCollector {
  public:
-  // num_records: the records to come; decode_records: how many of them are decode records.
-  StepCollector(VariantResult& vr, size_t num_records, size_t decode_records, bool keep_all);
-  void add(StepRecord rec, BalanceMetrics m);
+  // num_records: the records to come; decode_records: how many of them are decode records; variant: the
+  // variant's index (record_sink's).
+  StepCollector(VariantResult& vr, size_t num_records, size_t decode_records, const RunOptions& opts, size_t variant);
+  // d: the record's decoder figures (decoder runs; VariantResult::decoder's entry), else null.
+  void add(StepRecord rec, BalanceMetrics m, const DecoderStepFigures* d = nullptr);
   // Phase totals and the mean placements. Each step's modeled time is the mean over its records' layers
   // times the model's layers (attention: model.layers; MoE: the model.moe_layers MoE layers); measured
   // time is the decoder's step wall time (step_wall_s, indexed by step; empty: none).
@@ -100,7 +103,8 @@ class StepCollector {
  private:
   VariantResult& vr_;
   bool decode_only_;
-  bool keep_all_;
+  const RunOptions& opts_;
+  size_t variant_;
   PlacementMean mean_;
 };
 

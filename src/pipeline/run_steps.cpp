@@ -102,17 +102,19 @@ std::vector<ModeledPlacement> PlacementMean::finish() const {
   return out;
 }
 
-StepCollector::StepCollector(VariantResult& vr, size_t num_records, size_t decode_records, bool keep_all)
-    : vr_(vr), decode_only_(decode_records > 0), keep_all_(keep_all),
+StepCollector::StepCollector(VariantResult& vr, size_t num_records, size_t decode_records, const RunOptions& opts,
+                             size_t variant)
+    : vr_(vr), decode_only_(decode_records > 0), opts_(opts), variant_(variant),
       mean_(decode_records > 0 ? decode_records : num_records) {
   vr_.per_batch.reserve(num_records);
   vr_.records.reserve(num_records);
 }
 
-void StepCollector::add(StepRecord rec, BalanceMetrics m) {
+void StepCollector::add(StepRecord rec, BalanceMetrics m, const DecoderStepFigures* d) {
   if (!decode_only_ || rec.phase == "decode") mean_.add(rec.modeled);
   add_to_totals(vr_.totals, rec, m);
-  if (!keep_all_ && !vr_.records.empty()) {
+  if (opts_.record_sink) opts_.record_sink(variant_, rec, m, d);
+  if (!opts_.records && !vr_.records.empty()) {
     // The previous record is no longer the last: its detail is in the mean and the totals now.
     std::vector<ModeledPlacement>().swap(vr_.records.back().modeled);
     BalanceMetrics& prev = vr_.per_batch.back();
@@ -208,7 +210,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
     vr.variant = v;
     size_t decode_records = 0;
     for (const DecoderRecord& d : run.records) decode_records += d.phase == DecoderPhase::decode;
-    StepCollector collect(vr, run.records.size(), decode_records, opts.records);
+    StepCollector collect(vr, run.records.size(), decode_records, opts, result.variants.size());
     vr.decoder.reserve(run.records.size());
     for (const DecoderRecord& d : run.records) {
       StepRecord rec;
@@ -239,7 +241,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
       if (!d.expert_bias.empty())
         vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), d.step, d.layer, d.expert_bias});
       vr.decoder.push_back(fig);
-      collect.add(std::move(rec), d.metrics);
+      collect.add(std::move(rec), d.metrics, &vr.decoder.back());
     }
     if (!run.router_states.empty()) vr.final_bias = run.router_states.back().expert_bias;
     vr.final_hidden_digest = float_digest(run.final_hidden.data(), run.final_hidden.size());
@@ -290,7 +292,7 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
-    StepCollector collect(vr, num_batches, decode_batches, opts.records);
+    StepCollector collect(vr, num_batches, decode_batches, opts, result.variants.size());
     std::map<int, RouterState> states;  // per recorded layer, kept across steps
     for (size_t bi = 0; bi < num_batches; ++bi) {
       const TraceBatch b = trace.batch(bi);
@@ -344,7 +346,7 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
-    StepCollector collect(vr, profile.layers.size(), 0, opts.records);
+    StepCollector collect(vr, profile.layers.size(), 0, opts, result.variants.size());
     for (size_t i = 0; i < profile.layers.size(); ++i) {
       const std::vector<int64_t>& counts = profile.counts[i];
       const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});

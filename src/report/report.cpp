@@ -313,27 +313,8 @@ void add_steps_json(const RunResult& run, const VariantResult& v, nlohmann::json
 
 void add_records_json(const VariantResult& v, nlohmann::json& r) {
   nlohmann::json records = nlohmann::json::array();
-  for (size_t i = 0; i < v.records.size(); ++i) {
-    const StepRecord& s = v.records[i];
-    nlohmann::json rec = {{"phase", s.phase},
-                          {"step", s.step},
-                          {"layer", s.layer},
-                          {"num_tokens", s.num_tokens},
-                          {"metrics", metrics_to_json(v.per_batch[i])}};
-    const DecoderStepFigures* d = i < v.decoder.size() ? &v.decoder[i] : nullptr;
-    if (d) {
-      rec["context_tokens"] = d->context_tokens;
-      rec["kv_cache_bytes"] = d->kv_cache_bytes;
-      rec["kv_cache_bytes_executed"] = d->kv_cache_bytes_executed;
-      if (d->has_measured) rec["measured"] = decoder_times_json(d->measured);
-    }
-    nlohmann::json modeled;
-    for (const ModeledPlacement& p : s.modeled) modeled[p.placement] = placement_json(p);
-    nlohmann::json m = {{"moe", modeled}, {"batching_efficiency", s.batching_efficiency}, {"layer_s", s.modeled_layer_s}};
-    if (d) m["attention"] = cost_json(d->modeled_attention);
-    rec["modeled"] = m;
-    records.push_back(std::move(rec));
-  }
+  for (size_t i = 0; i < v.records.size(); ++i)
+    records.push_back(record_to_json(v.records[i], v.per_batch[i], i < v.decoder.size() ? &v.decoder[i] : nullptr));
   r["records"] = std::move(records);
 }
 
@@ -391,6 +372,26 @@ nlohmann::json workload_details_json(const RunResult& run) {
 }
 
 }  // namespace
+
+nlohmann::json record_to_json(const StepRecord& s, const BalanceMetrics& m, const DecoderStepFigures* d) {
+  nlohmann::json rec = {{"phase", s.phase},
+                        {"step", s.step},
+                        {"layer", s.layer},
+                        {"num_tokens", s.num_tokens},
+                        {"metrics", metrics_to_json(m)}};
+  if (d) {
+    rec["context_tokens"] = d->context_tokens;
+    rec["kv_cache_bytes"] = d->kv_cache_bytes;
+    rec["kv_cache_bytes_executed"] = d->kv_cache_bytes_executed;
+    if (d->has_measured) rec["measured"] = decoder_times_json(d->measured);
+  }
+  nlohmann::json modeled;
+  for (const ModeledPlacement& p : s.modeled) modeled[p.placement] = placement_json(p);
+  nlohmann::json mj = {{"moe", modeled}, {"batching_efficiency", s.batching_efficiency}, {"layer_s", s.modeled_layer_s}};
+  if (d) mj["attention"] = cost_json(d->modeled_attention);
+  rec["modeled"] = mj;
+  return rec;
+}
 
 nlohmann::json experiment_json(const Experiment& e, const std::string& file_read) {
   nlohmann::json config = experiment_to_json(e);

@@ -65,6 +65,10 @@ nlohmann::json metrics_to_json(const BalanceMetrics& m);
 // absolute path of `file_read` when the run read a file.
 nlohmann::json experiment_json(const Experiment& e, const std::string& file_read);
 
+// One step record as the json report lists it (strategies[].records[], docs/json-schema.md): phase, step,
+// layer, num_tokens, its metrics, the decoder's figures when `d` is given, and its modeled cost.
+nlohmann::json record_to_json(const StepRecord& s, const BalanceMetrics& m, const DecoderStepFigures* d);
+
 nlohmann::json run_to_json(const RunResult& run);
 std::string format_run(const RunResult& run, ReportFormat format);
 

@@ -78,6 +78,7 @@ std::pair<RunResult, RunResult> dump_and_replay(const std::vector<std::string>& 
   const Experiment original = default_experiment(sets);
   RunOptions opts;
   opts.execute = false;
+  opts.records = true;  // every record's loads and cost, compared below
   RunResult want = run_experiment(original, own_variant(original), opts);
   const Experiment replay = default_experiment(plus(sets, {"workload.source=trace", "workload.path=" + dump}));
   RunResult got = run_experiment(replay, own_variant(replay), opts);

@@ -226,7 +226,9 @@ TEST(DecoderPipeline, RecordsPhasesAndJson) {
   RouterConfig ec = e.router;
   ec.gating = Gating::expert_choice;
   variants.push_back({"expert_choice", ec});
-  const RunResult r = run_experiment(e, variants, RunOptions{});
+  RunOptions keep;
+  keep.records = true;  // every record's modeled placements, read below
+  const RunResult r = run_experiment(e, variants, keep);
   ASSERT_TRUE(r.has_decoder);
   EXPECT_EQ(r.num_tokens, 4);
   for (const VariantResult& v : r.variants) {

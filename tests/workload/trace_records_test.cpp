@@ -17,8 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/pipeline/run_experiment.hpp"
+#include "src/report/record_spool.hpp"
 #include "src/report/report.hpp"
 #include "src/workload/trace_replay.hpp"
 #include "tests/support/run_cli.hpp"
@@ -100,7 +102,7 @@ TEST(TraceRecords, KeepingOnlyTheLastRecordsCostChangesNoResult) {
     const std::string dir = testing::make_temp_dir();
     const Experiment e = load_experiment_file(write_experiment(dir, make_trace(6, 5, logits)), {});
     RunOptions all, last;
-    last.records = false;
+    all.records = true;
     const RunResult a = run_experiment(e, own_variant(e), all);
     const RunResult b = run_experiment(e, own_variant(e), last);
     EXPECT_TRUE(a.records_listed);
@@ -126,7 +128,7 @@ TEST(TraceRecords, KeepingOnlyTheLastRecordsCostChangesNoResult) {
 void expect_last_record_detail_changes_no_result(const Experiment& e, size_t num_records) {
   RunOptions all, last;
   all.execute = last.execute = false;  // measured times differ run to run
-  last.records = false;
+  all.records = true;
   const RunResult a = run_experiment(e, own_variant(e), all);
   const RunResult b = run_experiment(e, own_variant(e), last);
   const VariantResult& va = a.variants.at(0);
@@ -162,6 +164,30 @@ void expect_last_record_detail_changes_no_result(const Experiment& e, size_t num
   EXPECT_EQ(testing::without_provenance(format_run(a_unlisted, ReportFormat::json)),
             testing::without_provenance(format_run(b, ReportFormat::json)));
   EXPECT_EQ(format_run(a_unlisted, ReportFormat::table), format_run(b, ReportFormat::table));
+
+  // Spooled as they are made (what `--records` does), the records are written into the report byte for byte
+  // where the kept run lists them, while the run itself keeps the last record's detail only.
+  RecordSpool spool;
+  RunOptions spooled = last;
+  spooled.record_sink = [&spool](size_t variant, const StepRecord& rec, const BalanceMetrics& m,
+                                 const DecoderStepFigures* d) { spool.add(variant, record_to_json(rec, m, d)); };
+  const RunResult c = run_experiment(e, own_variant(e), spooled);
+  EXPECT_TRUE(c.variants.at(0).per_batch.front().load.empty() || num_records == 1);
+  std::string text;
+  size_t pieces = 0;
+  write_run_json(c, spool, [&](const std::string& piece) {
+    text += piece;
+    ++pieces;
+  });
+  EXPECT_GT(pieces, 2u);
+  // Byte for byte but the second the provenance was stamped.
+  auto undated = [](std::string s) {
+    const std::string key = "\"date_utc\": \"";
+    const size_t at = s.find(key);
+    if (at != std::string::npos) s.replace(at + key.size(), 20, "YYYY-MM-DDTHH:MM:SSZ");
+    return s;
+  };
+  EXPECT_EQ(undated(text), undated(format_run(a, ReportFormat::json)));
 }
 
 TEST(TraceRecords, EveryStepRunKeepsOnlyTheLastRecordsDetail) {
@@ -244,14 +270,18 @@ TEST(TraceRecords, MemoryLimitBelowTheEstimateExitsThree) {
   EXPECT_NE(tiny.err.find("--memory-limit"), std::string::npos) << tiny.err;
   EXPECT_NE(tiny.err.find("workload.path"), std::string::npos) << tiny.err;
 
-  // Between the two estimates: the run fits, the run with its records does not, and the message says so.
+  // Between the two estimates: the run fits, and so does the run with --records, whose records are spooled
+  // to a temporary file (record_spool.hpp), not kept; the library run that keeps them does not fit.
   const std::string between = std::to_string(static_cast<int64_t>((plain + listed) / 2)) + "B";
   const auto fits = run_cli("run " + yaml + " --format json --memory-limit " + between);
   EXPECT_EQ(fits.exit_code, 0) << fits.err;
-  const auto over = run_cli("run " + yaml + " --format json --records --memory-limit " + between);
-  EXPECT_EQ(over.exit_code, 3) << over.err;
-  EXPECT_EQ(std::count(over.err.begin(), over.err.end(), '\n'), 1) << over.err;
-  EXPECT_NE(over.err.find("leave out --records"), std::string::npos) << over.err;
+  const auto spooled = run_cli("run " + yaml + " --format json --records --memory-limit " + between);
+  EXPECT_EQ(spooled.exit_code, 0) << spooled.err;
+  EXPECT_EQ(nlohmann::json::parse(spooled.out)["strategies"][0]["records"].size(), 200u);  // 50 steps x 4 layers
+  RunOptions kept;
+  kept.records = true;
+  kept.memory_limit_bytes = (plain + listed) / 2;
+  EXPECT_THROW(run_experiment(e, own_variant(e), kept), ResourceError);
 }
 
 }  // namespace

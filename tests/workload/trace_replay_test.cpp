@@ -101,7 +101,9 @@ TEST(TraceReplay, PipelineReplaysOrReRoutes) {
   };
   // Decisions only: replayed as recorded, whatever the variant's gating.
   Experiment e = with({"workload.path=" + dir + "/decisions.jsonl", "router.gating=balanced"});
-  RunResult r = run_experiment(e, own_variant(e), RunOptions{});
+  RunOptions keep;
+  keep.records = true;  // every record's loads, read below
+  RunResult r = run_experiment(e, own_variant(e), keep);
   EXPECT_TRUE(r.trace_replayed);
   ASSERT_EQ(r.variants[0].per_batch.size(), rs.size());
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -114,7 +116,7 @@ TEST(TraceReplay, PipelineReplaysOrReRoutes) {
   e = with({"workload.path=" + dir + "/logits.jsonl", "router.capacity_factor=0"});
   RouterConfig balanced = e.router;
   balanced.gating = Gating::balanced;
-  r = run_experiment(e, {own_variant(e)[0], {"balanced", balanced}}, RunOptions{});
+  r = run_experiment(e, {own_variant(e)[0], {"balanced", balanced}}, keep);
   EXPECT_FALSE(r.trace_replayed);
   for (size_t i = 0; i < rs.size(); ++i) {
     RouteRequest req;

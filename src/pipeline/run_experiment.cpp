@@ -60,20 +60,33 @@ double file_bytes(const std::string& path) {
   return ec ? 0.0 : static_cast<double>(n);
 }
 
-// Lines of a text file (a final line without '\n' counts), read in blocks; 0 when it cannot be read.
-double file_lines(const std::string& path) {
+// Lines of a text file (a final line without '\n' counts) and the longest line's bytes, read in blocks; zeros
+// when it cannot be read.
+struct LineStats {
+  double lines = 0, longest = 0;
+};
+LineStats file_lines(const std::string& path) {
+  LineStats s;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return 0.0;
+  if (!in) return s;
   std::vector<char> buf(1 << 16);
-  double lines = 0;
-  char last = '\n';
+  double current = 0;
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const std::streamsize got = in.gcount();
-    for (std::streamsize i = 0; i < got; ++i) lines += buf[i] == '\n';
-    if (got > 0) last = buf[got - 1];
+    for (std::streamsize i = 0; i < got; ++i) {
+      if (buf[i] == '\n') {
+        s.lines += 1;
+        s.longest = std::max(s.longest, current);
+        current = 0;
+      } else {
+        current += 1;
+      }
+    }
   }
-  return lines + (last != '\n' ? 1 : 0);
+  if (current > 0) s.lines += 1;
+  s.longest = std::max(s.longest, current);
+  return s;
 }
 
 // The binary, its libraries and their buffers (OpenBLAS, OpenMP): a bare `moesim config` peaks near 10 MB.
@@ -88,9 +101,30 @@ constexpr double kProcessBytes = 48.0 * (1 << 20);
 double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_variants) {
   const std::string path = resolve_workload_path(e);
   const double text = file_bytes(path);
-  const double lines = file_lines(path);
+  const LineStats stats = file_lines(path);
+  const double lines = stats.lines;
   const double E = std::max(1, e.model.experts);
   const double placements = e.placement.kind == PlacementKind::expert_parallel ? 2.0 : 1.0;
+  if (e.workload.source == WorkloadSource::load_profile && e.workload.format != LoadFormat::moesim_json &&
+      e.workload.format != LoadFormat::megatron_npz) {
+    // A Megatron-LM router trace is read a line at a time into per-layer counts: one line's JSON tree (at most
+    // about 32 bytes a byte of text) and a record per distinct layer (no more than its lines; counted up to
+    // 4096, past any model's MoE layers), whatever the file's size.
+    bool router_trace = e.workload.format == LoadFormat::megatron_router_trace;
+    if (!router_trace) {
+      try {
+        router_trace = detect_load_format_of_file(path) == LoadFormat::megatron_router_trace;
+      } catch (const InputError&) {
+        // Unreadable or unrecognised: its reader says why, after this estimate.
+      }
+    }
+    if (router_trace) {
+      const double per_layer = sizeof(BalanceMetrics) + sizeof(StepRecord) + 3 * (8.0 * E + 32.0) + 256.0 +
+                               placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
+      return kProcessBytes + 32.0 * stats.longest +
+             per_layer * std::min(lines, 4096.0) * static_cast<double>(std::max<size_t>(1, num_variants));
+    }
+  }
   // Flat arrays: 64 bytes a line, an assignment (9 bytes) for every 4 bytes of text at most, logits
   // (4 bytes) for every 2 bytes of text at most; doubled for vector growth.
   const double assignments = std::min(lines * E, text / 4.0);

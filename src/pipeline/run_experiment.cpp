@@ -25,6 +25,7 @@
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_batches.hpp"
 #include "src/workload/logits_file.hpp"
+#include "src/workload/megatron_loads.hpp"
 #include "src/workload/synthetic_logits.hpp"
 #include "src/workload/trace_replay.hpp"
 #if defined(MOESIM_HAS_CUDA)
@@ -105,25 +106,28 @@ double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_var
   const double lines = stats.lines;
   const double E = std::max(1, e.model.experts);
   const double placements = e.placement.kind == PlacementKind::expert_parallel ? 2.0 : 1.0;
-  if (e.workload.source == WorkloadSource::load_profile && e.workload.format != LoadFormat::moesim_json &&
-      e.workload.format != LoadFormat::megatron_npz) {
-    // A Megatron-LM router trace is read a line at a time into per-layer counts: one line's JSON tree (at most
-    // about 32 bytes a byte of text) and a record per distinct layer (no more than its lines; counted up to
-    // 4096, past any model's MoE layers), whatever the file's size.
-    bool router_trace = e.workload.format == LoadFormat::megatron_router_trace;
-    if (!router_trace) {
-      try {
-        router_trace = detect_load_format_of_file(path) == LoadFormat::megatron_router_trace;
-      } catch (const InputError&) {
-        // Unreadable or unrecognised: its reader says why, after this estimate.
-      }
+  // A Megatron-LM router trace is read a line at a time: one line's JSON tree and batch (at most about 32 bytes
+  // a byte of its text) and, for a load profile, a record per distinct layer (no more than its lines; counted
+  // up to 4096, past any model's MoE layers), for a trace replay a compact record per decoder line.
+  bool router_trace = false;
+  if (e.workload.source == WorkloadSource::trace) {
+    router_trace = is_megatron_router_trace_file(path);
+  } else if (e.workload.format == LoadFormat::megatron_router_trace) {
+    router_trace = true;
+  } else if (e.workload.format == LoadFormat::detect) {
+    try {
+      router_trace = detect_load_format_of_file(path) == LoadFormat::megatron_router_trace;
+    } catch (const InputError&) {
+      // Unreadable or unrecognised: its reader says why, after this estimate.
     }
-    if (router_trace) {
-      const double per_layer = sizeof(BalanceMetrics) + sizeof(StepRecord) + 3 * (8.0 * E + 32.0) + 256.0 +
-                               placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
-      return kProcessBytes + 32.0 * stats.longest +
-             per_layer * std::min(lines, 4096.0) * static_cast<double>(std::max<size_t>(1, num_variants));
-    }
+  }
+  if (router_trace) {
+    const bool profile = e.workload.source == WorkloadSource::load_profile;
+    double per_record = sizeof(BalanceMetrics) + sizeof(StepRecord) + 32.0 + 256.0;
+    if (profile || records) per_record += 3 * (8.0 * E + 32.0) + placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
+    if (records) per_record += 5.0 * (placements * 4000.0 + 40.0 * E);
+    return kProcessBytes + 32.0 * stats.longest +
+           per_record * (profile ? std::min(lines, 4096.0) : lines) * static_cast<double>(std::max<size_t>(1, num_variants));
   }
   // Flat arrays: 64 bytes a line, an assignment (9 bytes) for every 4 bytes of text at most, logits
   // (4 bytes) for every 2 bytes of text at most; doubled for vector growth.

@@ -117,6 +117,8 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
 // ---- trace replay -----------------------------------------------------------------------------------
 // Without logits every variant replays the recorded decisions (replay_routing) under its capacity keys;
 // variants that differ in router.gating then ask for re-routing: InputError naming "logits" and the file.
+// A Megatron-LM router trace (megatron_loads.hpp, recognised by its first line) is streamed from the file a
+// line (a batch) at a time and replayed the same way, with weights 1/topk; router.drop_policy score is refused.
 void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
                RunResult& result);
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -26,6 +27,7 @@
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_batches.hpp"
 #include "src/workload/logits_file.hpp"
+#include "src/workload/megatron_loads.hpp"
 #include "src/workload/synthetic_logits.hpp"
 #include "src/workload/trace_replay.hpp"
 #if defined(MOESIM_HAS_CUDA)
@@ -270,21 +272,116 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
 }
 
 // ---- trace replay -----------------------------------------------------------------------------------
+namespace {
+
+// One batch of a trace for one variant: re-routed when the trace has logits (router state per layer kept
+// across steps), else replayed under the variant's capacity keys; then its record.
+void trace_batch(const Experiment& e, const RouterVariant& v, bool first_variant, const TraceBatch& b,
+                 bool has_logits, const RunOptions& opts, RunResult& result, VariantResult& vr,
+                 std::map<int, RouterState>& states, StepCollector& collect) {
+  Routing r;
+  const float* logits = has_logits ? b.logits.data() : nullptr;
+  const uint64_t seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
+  if (has_logits) {
+    RouteRequest req;
+    req.logits = logits;
+    req.num_tokens = b.num_tokens;
+    req.num_experts = e.model.experts;
+    req.top_k = e.model.top_k;
+    req.token_ids = b.token_ids.data();
+    req.seed = seed;
+    r = route_omp(v.router, req, &states[b.layer]);
+    if (!states[b.layer].expert_bias.empty()) {
+      vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), static_cast<int>(b.step), b.layer,
+                                 states[b.layer].expert_bias});
+    }
+  } else {
+    r = replay_routing(b, result.workload_path, e.model.experts, e.model.top_k, v.router, seed);
+  }
+  if (opts.routing_sink && first_variant)
+    opts.routing_sink(RoutedBatch{b.step, b.layer, b.phase, &r, logits, b.token_ids.data()});
+  StepRecord rec;
+  rec.phase = b.phase.empty() ? "trace" : b.phase;
+  rec.step = static_cast<int>(b.step);
+  rec.layer = b.layer;
+  rec.num_tokens = b.num_tokens;
+  BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
+  model_record(e, result.hardware, v.router, m, rec);
+  collect.add(std::move(rec), std::move(m));
+}
+
+// Variants of a trace without logits replay it; variants that differ in router.gating would re-route it.
+void require_one_gating(const std::vector<RouterVariant>& variants, const std::string& path) {
+  for (const RouterVariant& v : variants) {
+    if (v.router.gating != variants.front().router.gating) {
+      throw InputError(path + ": \"logits\": expected on every line to re-route the trace with " +
+                       to_string(variants.front().router.gating) + " and " + to_string(v.router.gating) +
+                       ", got none (a trace without logits is only replayed as recorded)");
+    }
+  }
+}
+
+// A Megatron-LM router trace (megatron_loads.hpp) replayed: each decoder line is one (step, layer) batch of its
+// tokens in order, streamed from the file once per variant after a first pass has checked every line, so that
+// the trace is never held whole. It records no routing weights: each assignment weighs 1 / topk (what
+// --dump-routing writes), and router.drop_policy score, which ranks assignments by weight, is refused.
+void run_router_trace(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                      RunResult& result) {
+  const std::string& path = result.workload_path;
+  require_one_gating(variants, path);
+  for (const RouterVariant& v : variants) {
+    if (v.router.drop_policy == DropPolicy::score && v.router.capacity_factor > 0) {
+      throw InputError(path + ": router.drop_policy: expected position or random for a Megatron-LM router trace "
+                       "(it records no routing weights to rank by), got score");
+    }
+  }
+  const MegatronLoads checked = read_megatron_router_trace(path, e.model.experts, e.model.top_k);
+  size_t num_batches = 0;
+  for (int64_t n : checked.forward_counts) num_batches += static_cast<size_t>(n);
+  result.trace_replayed = true;
+  for (const RouterVariant& v : variants) {
+    VariantResult vr;
+    vr.variant = v;
+    StepCollector collect(vr, num_batches, 0, opts, result.variants.size());
+    std::map<int, RouterState> states;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(path + ": cannot open the router trace");
+    RouterTraceReader reader(in, path, e.model.experts, e.model.top_k);
+    RouterTraceLine line;
+    TraceBatch b;
+    while (reader.next(line)) {
+      if (!line.decoder) continue;
+      const int k = line.topk;
+      b.step = line.step;
+      b.layer = line.layer;
+      b.num_tokens = line.num_tokens;
+      b.token.resize(static_cast<size_t>(b.num_tokens));
+      std::iota(b.token.begin(), b.token.end(), int64_t{0});
+      b.token_ids = b.token;
+      b.line.assign(static_cast<size_t>(b.num_tokens), line.line);
+      b.offsets.resize(static_cast<size_t>(b.num_tokens) + 1);
+      for (int64_t t = 0; t <= b.num_tokens; ++t) b.offsets[t] = t * k;
+      b.expert = line.experts;
+      b.weight.assign(b.expert.size(), 1.0f / static_cast<float>(k));
+      b.kept.assign(b.expert.size(), 1);
+      trace_batch(e, v, &v == &variants.front(), b, false, opts, result, vr, states, collect);
+    }
+    result.num_tokens = b.num_tokens;
+    collect.finish(e, {});
+    result.variants.push_back(std::move(vr));
+  }
+}
+
+}  // namespace
+
 void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
                RunResult& result) {
   result.workload_path = resolve_workload_path(e);
+  if (is_megatron_router_trace_file(result.workload_path)) return run_router_trace(e, variants, opts, result);
   // Flat arrays, one batch built at a time: no heap object per line or per batch (issue 18).
   const FlatTrace trace = read_flat_trace_file(result.workload_path, e.model.experts);
   result.trace_replayed = !trace.has_logits;
-  if (!trace.has_logits) {
-    for (const RouterVariant& v : variants) {
-      if (v.router.gating != variants.front().router.gating) {
-        throw InputError(result.workload_path + ": \"logits\": expected on every line to re-route the trace with " +
-                         to_string(variants.front().router.gating) + " and " + to_string(v.router.gating) +
-                         ", got none (a trace without logits is only replayed as recorded)");
-      }
-    }
-  }
+  if (!trace.has_logits) require_one_gating(variants, result.workload_path);
   const size_t num_batches = trace.num_batches();
   result.num_tokens = trace.batch_begin[num_batches] - trace.batch_begin[num_batches - 1];
   size_t decode_batches = 0;
@@ -294,38 +391,8 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
     vr.variant = v;
     StepCollector collect(vr, num_batches, decode_batches, opts, result.variants.size());
     std::map<int, RouterState> states;  // per recorded layer, kept across steps
-    for (size_t bi = 0; bi < num_batches; ++bi) {
-      const TraceBatch b = trace.batch(bi);
-      Routing r;
-      const float* logits = trace.has_logits ? b.logits.data() : nullptr;
-      const uint64_t seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
-      if (trace.has_logits) {
-        RouteRequest req;
-        req.logits = logits;
-        req.num_tokens = b.num_tokens;
-        req.num_experts = e.model.experts;
-        req.top_k = e.model.top_k;
-        req.token_ids = b.token_ids.data();
-        req.seed = seed;
-        r = route_omp(v.router, req, &states[b.layer]);
-        if (!states[b.layer].expert_bias.empty()) {
-          vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), static_cast<int>(b.step), b.layer,
-                                     states[b.layer].expert_bias});
-        }
-      } else {
-        r = replay_routing(b, result.workload_path, e.model.experts, e.model.top_k, v.router, seed);
-      }
-      if (opts.routing_sink && &v == &variants.front())
-        opts.routing_sink(RoutedBatch{b.step, b.layer, b.phase, &r, logits, b.token_ids.data()});
-      StepRecord rec;
-      rec.phase = b.phase.empty() ? "trace" : b.phase;
-      rec.step = static_cast<int>(b.step);
-      rec.layer = b.layer;
-      rec.num_tokens = b.num_tokens;
-      BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
-      model_record(e, result.hardware, v.router, m, rec);
-      collect.add(std::move(rec), std::move(m));
-    }
+    for (size_t bi = 0; bi < num_batches; ++bi)
+      trace_batch(e, v, &v == &variants.front(), trace.batch(bi), trace.has_logits, opts, result, vr, states, collect);
     if (!states.empty()) vr.final_bias = states.rbegin()->second.expert_bias;
     collect.finish(e, {});
     result.variants.push_back(std::move(vr));

@@ -43,10 +43,42 @@ MegatronLoads read_megatron_npz(const std::string& path);
 // expert summed over the steps; forward_counts: the layer's lines. Lines of the mtp block (multi-token
 // prediction heads, layers of their own that share layer numbers with the decoder's) are left out. Every
 // line must give the same topk, and it must be top_k when top_k > 0. Read a line at a time (a trace may be
-// far larger than its counts). Errors: InputError "NAME:LINE: KEY: expected ..., got ...", one line.
+// far larger than its counts). `workload.source: trace` replays it batch by batch (src/pipeline/run_steps.cpp). Errors: InputError "NAME:LINE: KEY: expected ..., got ...", one line.
 constexpr const char* kMegatronRouterTrace = "megatron_router_trace";
+
+// One line of a router trace, checked by the rules above.
+struct RouterTraceLine {
+  int64_t line = 0;              // 1-based line in the file
+  int64_t step = 0;
+  int layer = 0;
+  bool decoder = true;           // false: an mtp line (its ids are checked for count only, not kept)
+  int64_t num_tokens = 0;
+  int topk = 0;
+  std::vector<int32_t> experts;  // [num_tokens * topk] token-major, decoder lines only
+};
+
+// Reads a router trace a line at a time: next() fills the next non-blank line, checked, and returns false at
+// the end (InputError "NAME: expected at least one decoder line ..." when the file held none). `in` outlives it.
+class RouterTraceReader {
+ public:
+  RouterTraceReader(std::istream& in, std::string name, int num_experts, int top_k);
+  bool next(RouterTraceLine& out);
+
+ private:
+  std::istream& in_;
+  std::string name_;
+  int num_experts_;
+  int top_k_;
+  int topk_seen_ = 0;
+  int64_t lineno_ = 0;
+  int64_t decoder_lines_ = 0;
+  std::vector<int64_t> seen_;  // the last token (serial) that chose each expert
+  int64_t token_serial_ = 0;
+};
 // Whether a file's first line is a router-trace line: a JSON object with "top_indices".
 bool is_megatron_router_trace_line(const std::string& line);
+// The same of a file's first non-blank line; false when the file cannot be read (its reader says why).
+bool is_megatron_router_trace_file(const std::string& path);
 MegatronLoads parse_megatron_router_trace(std::istream& in, const std::string& name, int num_experts, int top_k);
 MegatronLoads read_megatron_router_trace(const std::string& path, int num_experts, int top_k);
 

@@ -5,6 +5,7 @@
 // router traces (router_trace_rank{R}.jsonl) counted per decoder layer against sums worked by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -15,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/pipeline/run_experiment.hpp"
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_file.hpp"
 #include "src/workload/megatron_loads.hpp"
@@ -322,6 +325,91 @@ TEST(MegatronRouterTrace, RunAndImportReadIt) {
   const auto mixed = testing::run_cli("import " + rank0 + " " + dir + "/p2.json --experts 4 --out " + dir + "/q.json");
   EXPECT_EQ(mixed.exit_code, 2) << mixed.err;
   EXPECT_NE(mixed.err.find("expected the same format"), std::string::npos) << mixed.err;
+}
+
+// The same decisions as moesim trace lines (weights 1/topk, as a router trace is replayed): one line per token.
+std::string as_moesim_trace(const std::string& router_trace) {
+  std::istringstream in(router_trace);
+  RouterTraceReader reader(in, "t.jsonl", 4, 2);
+  RouterTraceLine line;
+  std::ostringstream out;
+  while (reader.next(line)) {
+    if (!line.decoder) continue;
+    for (int64_t t = 0; t < line.num_tokens; ++t) {
+      out << "{\"step\": " << line.step << ", \"layer\": " << line.layer << ", \"token\": " << t << ", \"experts\": ["
+          << line.experts[2 * t] << ", " << line.experts[2 * t + 1] << "], \"weights\": [0.5, 0.5]}\n";
+    }
+  }
+  return out.str();
+}
+
+TEST(MegatronRouterTrace, ReplaysAsATraceStepByStep) {
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/router_trace_rank0.jsonl", router_trace_text());
+  testing::write_text(dir + "/same.jsonl", as_moesim_trace(router_trace_text()));
+  for (const char* capacity : {"0", "1"}) {
+    SCOPED_TRACE(std::string("capacity_factor ") + capacity);
+    const std::vector<std::string> sets = {"workload.source=trace", "model.experts=4", "model.top_k=2",
+                                           "placement.kind=single", std::string("router.capacity_factor=") + capacity};
+    auto with_path = [&](const std::string& file) {
+      std::vector<std::string> o = sets;
+      o.push_back("workload.path=" + dir + "/" + file);
+      return default_experiment(o);
+    };
+    RunOptions keep;
+    keep.records = true;
+    keep.execute = false;
+    const Experiment megatron = with_path("router_trace_rank0.jsonl");
+    const RunResult r = run_experiment(megatron, own_variant(megatron), keep);
+    const Experiment same = with_path("same.jsonl");
+    const RunResult w = run_experiment(same, own_variant(same), keep);
+    EXPECT_TRUE(r.trace_replayed);
+    const VariantResult& v = r.variants.at(0);
+    const VariantResult& x = w.variants.at(0);
+    // Four decoder lines, four (step, layer) batches of three tokens, in file order; the mtp line left out.
+    ASSERT_EQ(v.records.size(), 4u);
+    ASSERT_EQ(x.records.size(), 4u);
+    const std::vector<std::pair<int, int>> step_layer = {{0, 1}, {0, 4}, {1, 1}, {1, 4}};
+    // Loads by hand, dropless: [0,1] [1,2] [1,3] -> [1,3,1,1]; [3,2] [3,0] [1,3] -> [1,1,1,3];
+    // [2,3] [0,2] [3,0] -> [2,0,2,2]; [0,1] [0,3] [2,1] -> [2,2,1,1].
+    const std::vector<std::vector<int64_t>> demand = {{1, 3, 1, 1}, {1, 1, 1, 3}, {2, 0, 2, 2}, {2, 2, 1, 1}};
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(v.records[i].step, step_layer[i].first) << i;
+      EXPECT_EQ(v.records[i].layer, step_layer[i].second) << i;
+      EXPECT_EQ(v.records[i].num_tokens, 3) << i;
+      EXPECT_EQ(v.per_batch[i].demand, demand[i]) << i;
+      // The same decisions as moesim trace lines replay to the same loads, drops and cost.
+      EXPECT_EQ(v.per_batch[i].load, x.per_batch[i].load) << i;
+      EXPECT_EQ(v.per_batch[i].dropped, x.per_batch[i].dropped) << i;
+      EXPECT_EQ(v.records[i].modeled_layer_s, x.records[i].modeled_layer_s) << i;
+    }
+    // Capacity 1: C = ceil(3 x 2 / 4) = 2 per expert, so batch 0 keeps 2 of expert 1's 3 and batch 1 2 of
+    // expert 3's 3 (position order): 2 dropped of 24 assignments.
+    int64_t dropped = 0;
+    for (const BalanceMetrics& m : v.per_batch) dropped += m.dropped;
+    EXPECT_EQ(dropped, std::string(capacity) == "1" ? 2 : 0);
+  }
+  const std::string cfg = "run --no-execute --format json --set workload.source=trace --set model.experts=4 "
+                          "--set model.top_k=2 --set placement.kind=single --set workload.path=" + dir +
+                          "/router_trace_rank0.jsonl";
+  const auto score = testing::run_cli(cfg + " --set router.capacity_factor=1 --set router.drop_policy=score");
+  EXPECT_EQ(score.exit_code, 2) << score.err;
+  EXPECT_NE(score.err.find("router.drop_policy"), std::string::npos) << score.err;
+  EXPECT_NE(score.err.find("no routing weights"), std::string::npos) << score.err;
+  EXPECT_EQ(std::count(score.err.begin(), score.err.end(), '\n'), 1) << score.err;
+  const auto k3 = testing::run_cli(cfg + " --set model.top_k=3");
+  EXPECT_EQ(k3.exit_code, 2) << k3.err;
+  EXPECT_NE(k3.err.find("model.top_k = 3"), std::string::npos) << k3.err;
+  // Out through --dump-routing (weights 1/topk), back in as moesim's trace: the same report.
+  const auto dumped = testing::run_cli(cfg + " --dump-routing " + dir + "/out.jsonl --out " + dir + "/a.json");
+  ASSERT_EQ(dumped.exit_code, 0) << dumped.err;
+  const auto again = testing::run_cli("run --no-execute --format json --set workload.source=trace --set model.experts=4 "
+                                      "--set model.top_k=2 --set placement.kind=single --set workload.path=" + dir +
+                                      "/out.jsonl --out " + dir + "/b.json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  nlohmann::json a = nlohmann::json::parse(testing::read_text(dir + "/a.json"));
+  nlohmann::json b = nlohmann::json::parse(testing::read_text(dir + "/b.json"));
+  EXPECT_EQ(a["strategies"], b["strategies"]);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // RecordSpool and write_run_json (see record_spool.hpp). Host only.
 #include "src/report/record_spool.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "src/common/error.hpp"
@@ -33,8 +36,18 @@ std::string placeholder(size_t variant) { return "@moesim-spooled-records-" + st
 
 }  // namespace
 
-RecordSpool::RecordSpool() : file_(std::tmpfile()) {
-  if (!file_) throw ResourceError(std::string("--records: cannot make a temporary file for the records (") +
+RecordSpool::RecordSpool() {
+  // In TMPDIR (std::tmpfile would ignore it), unlinked at once: the file lives as long as the stream.
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  std::string path = dir + "/moesim-records-XXXXXX";
+  const int fd = ::mkstemp(&path[0]);
+  if (fd >= 0) {
+    ::unlink(path.c_str());
+    file_ = ::fdopen(fd, "w+b");
+    if (!file_) ::close(fd);
+  }
+  if (!file_) throw ResourceError("--records: cannot make a temporary file for the records in " + dir + " (" +
                                   std::strerror(errno) + "); set TMPDIR to a writable folder");
 }
 

@@ -16,8 +16,8 @@
 
 namespace moesim {
 
-// The record lists of a run's variants, in an unnamed temporary file (removed when the spool is destroyed
-// or the process ends). Records come variant by variant, each variant's in record order.
+// The record lists of a run's variants, in a temporary file in TMPDIR (else /tmp), unlinked as soon as it is
+// made, so that it is gone when the spool is destroyed or the process ends. Records come variant by variant, each variant's in record order.
 class RecordSpool {
  public:
   RecordSpool();  // ResourceError when no temporary file can be made

@@ -7,6 +7,8 @@
 // itself is measured by scripts/bench-trace-memory.sh, never here. Seeds: the trace generator's, 11.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -236,6 +238,18 @@ TEST(TraceRecords, RecordsFlagAddsTheRecordList) {
   p.erase("provenance");
   l.erase("provenance");
   EXPECT_EQ(p.dump(), l.dump());
+
+  // The records are spooled in TMPDIR: one that cannot be written is a one-line resource error (exit 3), and
+  // the report file is left as it was.
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  ::setenv("TMPDIR", (dir + "/no-such-folder").c_str(), 1);
+  const auto no_tmp = run_cli("run " + yaml + " --format json --records --out " + dir + "/plain.json");
+  if (old_tmpdir) ::setenv("TMPDIR", saved.c_str(), 1); else ::unsetenv("TMPDIR");
+  EXPECT_EQ(no_tmp.exit_code, 3) << no_tmp.err;
+  EXPECT_EQ(std::count(no_tmp.err.begin(), no_tmp.err.end(), '\n'), 1) << no_tmp.err;
+  EXPECT_NE(no_tmp.err.find(dir + "/no-such-folder"), std::string::npos) << no_tmp.err;
+  EXPECT_EQ(nlohmann::json::parse(testing::read_text(dir + "/plain.json"))["strategies"][0]["num_records"], 16);
 
   // compare takes it too, per strategy row.
   const auto cmp = run_cli("compare " + yaml + " --vary router.capacity_factor=1,2 --format json --records");

@@ -106,7 +106,7 @@ int cmd_compare(int argc, char** argv) {
     // Naming strategies asks for re-routing, which needs the router's input; without it the trace is only
     // replayed as recorded (the experiment's own row).
     const std::string path = resolve_workload_path(e);
-    if (!read_flat_trace_file(path, e.model.experts).has_logits) {
+    if (!trace_can_reroute(path, e.model.experts)) {
       throw InputError(path + ": \"logits\": expected on every line for --gating " + gating +
                        " (re-routing), got none: a trace without logits is only replayed as recorded (leave out "
                        "--gating)");

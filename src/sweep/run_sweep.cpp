@@ -106,7 +106,7 @@ SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes
       if (e.workload.source != WorkloadSource::trace) continue;
       const std::string path = resolve_workload_path(e);
       if (!checked.insert(path).second) continue;
-      if (!read_flat_trace_file(path, e.model.experts).has_logits) {
+      if (!trace_can_reroute(path, e.model.experts)) {
         throw InputError(path + ": \"logits\": expected on every line for --vary router.gating (re-routing), got "
                          "none: a trace without logits is only replayed as recorded");
       }

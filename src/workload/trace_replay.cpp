@@ -16,6 +16,7 @@
 #include <thrust/system/cpp/execution_policy.h>
 
 #include "src/common/error.hpp"
+#include "src/workload/megatron_loads.hpp"
 #include "router/capacity.hpp"
 #include "router/route.hpp"
 
@@ -307,6 +308,10 @@ bool trace_file_has_logits(const std::string& path) {
     return j.is_object() && j.contains("logits");
   }
   return false;
+}
+
+bool trace_can_reroute(const std::string& path, int num_experts) {
+  return !is_megatron_router_trace_file(path) && read_flat_trace_file(path, num_experts).has_logits;
 }
 
 FlatTrace read_flat_trace_file(const std::string& path, int num_experts) {

@@ -81,6 +81,11 @@ FlatTrace read_flat_trace_file(const std::string& path, int num_experts);
 // checks). False where the file cannot be read or its first line is not JSON: its reader says why.
 bool trace_file_has_logits(const std::string& path);
 
+// Whether the trace at `path` can be re-routed by another strategy: moesim's trace lines carrying logits (the
+// whole file is read, so a malformed trace is its reader's InputError naming the line); a Megatron-LM router
+// trace (megatron_loads.hpp) records none. For `compare --gating` and `sweep --vary router.gating`.
+bool trace_can_reroute(const std::string& path, int num_experts);
+
 // The recorded decisions of a batch as a Routing (top_k as given, capacity 0): replayed exactly.
 Routing recorded_routing(const TraceBatch& b, int num_experts, int top_k);
 

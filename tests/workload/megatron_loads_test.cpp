@@ -400,6 +400,14 @@ TEST(MegatronRouterTrace, ReplaysAsATraceStepByStep) {
   const auto k3 = testing::run_cli(cfg + " --set model.top_k=3");
   EXPECT_EQ(k3.exit_code, 2) << k3.err;
   EXPECT_NE(k3.err.find("model.top_k = 3"), std::string::npos) << k3.err;
+  // It records no logits: naming strategies asks for re-routing, refused naming "logits" and the file.
+  const std::string sets = cfg.substr(cfg.find(" --set "));
+  const auto gating = testing::run_cli("compare --no-execute --gating all" + sets);
+  EXPECT_EQ(gating.exit_code, 2) << gating.err;
+  EXPECT_NE(gating.err.find("router_trace_rank0.jsonl: \"logits\""), std::string::npos) << gating.err;
+  const auto vary = testing::run_cli("sweep --vary router.gating=token_choice,sinkhorn" + sets);
+  EXPECT_EQ(vary.exit_code, 2) << vary.err;
+  EXPECT_NE(vary.err.find("router_trace_rank0.jsonl: \"logits\""), std::string::npos) << vary.err;
   // Out through --dump-routing (weights 1/topk), back in as moesim's trace: the same report.
   const auto dumped = testing::run_cli(cfg + " --dump-routing " + dir + "/out.jsonl --out " + dir + "/a.json");
   ASSERT_EQ(dumped.exit_code, 0) << dumped.err;

@@ -93,6 +93,18 @@ LineStats file_lines(const std::string& path) {
 // The binary, its libraries and their buffers (OpenBLAS, OpenMP): a bare `moesim config` peaks near 10 MB.
 constexpr double kProcessBytes = 48.0 * (1 << 20);
 
+// Bytes one step record holds per variant (StepCollector): its scalars, the phase's text and its share of the
+// report's series and aggregates; with `detail` its metrics' per-expert vectors (load, demand, utilization)
+// and its modeled placements; with `json` its listing in the report (tree and text, `records` kept).
+double record_bytes(const Experiment& e, bool detail, bool json) {
+  const double E = std::max(1, e.model.experts);
+  const double placements = e.placement.kind == PlacementKind::expert_parallel ? 2.0 : 1.0;
+  double bytes = sizeof(BalanceMetrics) + sizeof(StepRecord) + 32.0 + 256.0;
+  if (detail) bytes += 3 * (8.0 * E + 32.0) + placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
+  if (json) bytes += 5.0 * (placements * 4000.0 + 40.0 * E);
+  return bytes;
+}
+
 // Bytes a trace or load-profile run holds: the parsed file, and per batch (at most one per line) and
 // variant its record and metrics, the report's per-batch series, and with `records` each record's full
 // modeled cost and its JSON (tree and text). The constants are upper bounds measured on the trace
@@ -105,7 +117,7 @@ double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_var
   const LineStats stats = file_lines(path);
   const double lines = stats.lines;
   const double E = std::max(1, e.model.experts);
-  const double placements = e.placement.kind == PlacementKind::expert_parallel ? 2.0 : 1.0;
+  const double variants = static_cast<double>(std::max<size_t>(1, num_variants));
   // A Megatron-LM router trace is read a line at a time: one line's JSON tree and batch (at most about 32 bytes
   // a byte of its text) and, for a load profile, a record per distinct layer (no more than its lines; counted
   // up to 4096, past any model's MoE layers), for a trace replay a compact record per decoder line.
@@ -123,27 +135,16 @@ double estimate_file_run_bytes(const Experiment& e, bool records, size_t num_var
   }
   if (router_trace) {
     const bool profile = e.workload.source == WorkloadSource::load_profile;
-    double per_record = sizeof(BalanceMetrics) + sizeof(StepRecord) + 32.0 + 256.0;
-    if (profile || records) per_record += 3 * (8.0 * E + 32.0) + placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
-    if (records) per_record += 5.0 * (placements * 4000.0 + 40.0 * E);
     return kProcessBytes + 32.0 * stats.longest +
-           per_record * (profile ? std::min(lines, 4096.0) : lines) * static_cast<double>(std::max<size_t>(1, num_variants));
+           record_bytes(e, profile || records, records) * (profile ? std::min(lines, 4096.0) : lines) * variants;
   }
   // Flat arrays: 64 bytes a line, an assignment (9 bytes) for every 4 bytes of text at most, logits
   // (4 bytes) for every 2 bytes of text at most; doubled for vector growth.
   const double assignments = std::min(lines * E, text / 4.0);
   const double parsed = 2.0 * (64.0 * lines + 9.0 * assignments + (trace_file_has_logits(path) ? 2.0 * text : 0.0));
-  // Every record keeps its scalars; its per-expert vectors (load, demand, utilization) and modeled
-  // placements only with `records` (StepCollector), else the last record's only.
-  double per_batch = sizeof(BalanceMetrics) + sizeof(StepRecord) + 32.0 + 256.0 /*report series and aggregates*/;
-  if (records) {
-    const double vectors = 3 * (8.0 * E + 32.0);
-    const double modeled = placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
-    const double json_text = placements * 4000.0 + 40.0 * E;
-    per_batch += vectors + modeled + 5.0 * json_text;
-  }
+  // Every record keeps its scalars; its detail only with `records` (StepCollector), else the last record's only.
   return kProcessBytes + text / 8.0 /*one line and its JSON at a time, generously*/ + parsed +
-         per_batch * lines * static_cast<double>(std::max<size_t>(1, num_variants));
+         record_bytes(e, records, records) * lines * variants;
 }
 
 }  // namespace
@@ -163,16 +164,11 @@ std::string resolve_workload_path(const Experiment& e) {
 double estimate_run_bytes(const Experiment& e, bool records, size_t num_variants) {
   switch (e.workload.source) {
     case WorkloadSource::decoder: {
-      // Plus its records (a prefill and decode_steps steps of execute.layers layers, per variant) and,
-      // with `records`, their JSON as for a trace.
-      const double E = std::max(1, e.model.experts);
-      const double placements = e.placement.kind == PlacementKind::expert_parallel ? 2.0 : 1.0;
+      // Plus its records (a prefill and decode_steps steps of execute.layers layers, per variant), each
+      // counted with its detail, and with `records` their JSON as for a trace.
       const double n = (1.0 + std::max(0, e.workload.decode_steps)) * std::max(1, e.execute.layers) *
                        static_cast<double>(std::max<size_t>(1, num_variants));
-      double per_record = sizeof(BalanceMetrics) + 3 * (8.0 * E + 32.0) + sizeof(StepRecord) + 256.0 +
-                          placements * (sizeof(ModeledPlacement) + 8 * (8.0 * E + 32.0));
-      if (records) per_record += 5.0 * (placements * 4000.0 + 40.0 * E);
-      return kProcessBytes + estimate_decoder_bytes(e) + n * per_record;
+      return kProcessBytes + estimate_decoder_bytes(e) + n * record_bytes(e, true, records);
     }
     case WorkloadSource::trace:
     case WorkloadSource::load_profile:

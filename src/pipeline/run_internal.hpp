@@ -58,9 +58,9 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
 int primary_devices(const Experiment& e);
 
 
-// Fills a record's modeled MoE cost from its routing metrics, and the derived totals.
-void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,
-                  StepRecord& rec);
+// Sets a record's modeled MoE layer per placement and what the record keeps of it: the primary placement's
+// batching efficiency, quantized MoE time and erosion, and the layer's time with rec.attention_s.
+void set_record_cost(std::vector<ModeledPlacement> modeled, StepRecord& rec);
 
 // The mean modeled MoE layer of a step run's records (decode records when there are any), one record at a
 // time in record order, `count` of them in all: every time, erosion and per-device figure averaged;

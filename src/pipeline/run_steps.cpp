@@ -41,10 +41,8 @@ int primary_devices(const Experiment& e) {
   return e.placement.kind == PlacementKind::expert_parallel ? std::max(1, e.placement.devices) : 1;
 }
 
-// Fills a record's modeled MoE cost from its routing metrics, and the derived totals.
-void model_record(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, const BalanceMetrics& m,
-                  StepRecord& rec) {
-  rec.modeled = model_placements(e, hw, router, m, rec.num_tokens);
+void set_record_cost(std::vector<ModeledPlacement> modeled, StepRecord& rec) {
+  rec.modeled = std::move(modeled);
   const ModeledPlacement& p = primary_placement(rec.modeled);
   rec.batching_efficiency = p.cost.batching_efficiency;
   rec.modeled_layer_s = p.cost.actual.quantized_s + rec.attention_s;
@@ -239,7 +237,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
             attention_prefill_time(result.hardware, attn, ceil_div(d.num_tokens, D), ceil_div(d.attended_positions, D));
       }
       rec.attention_s = fig.modeled_attention.quantized_s;
-      model_record(e, result.hardware, v.router, d.metrics, rec);
+      set_record_cost(model_placements(e, result.hardware, v.router, d.metrics, rec.num_tokens), rec);
       if (!d.expert_bias.empty())
         vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), d.step, d.layer, d.expert_bias});
       vr.decoder.push_back(fig);
@@ -306,7 +304,7 @@ void trace_batch(const Experiment& e, const RouterVariant& v, bool first_variant
   rec.layer = b.layer;
   rec.num_tokens = b.num_tokens;
   BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
-  model_record(e, result.hardware, v.router, m, rec);
+  set_record_cost(model_placements(e, result.hardware, v.router, m, rec.num_tokens), rec);
   collect.add(std::move(rec), std::move(m));
 }
 
@@ -424,13 +422,9 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
       rec.step = 0;
       rec.layer = profile.layers[i];
       rec.num_tokens = e.workload.batch;
-      rec.modeled = model_placements(e, result.hardware, v.router, scale_loads(counts, e.workload.batch * k), 0,
-                                     e.workload.batch, 0);
-      const ModeledPlacement& p = primary_placement(rec.modeled);
-      rec.batching_efficiency = p.cost.batching_efficiency;
-      rec.modeled_layer_s = p.cost.actual.quantized_s;
-      rec.moe_quantized_s = p.cost.actual.quantized_s;
-      rec.moe_erosion = p.cost.erosion;
+      set_record_cost(model_placements(e, result.hardware, v.router, scale_loads(counts, e.workload.batch * k), 0,
+                                       e.workload.batch, 0),
+                      rec);
       collect.add(std::move(rec), metrics_from_loads(counts, total / k, k));
     }
     collect.finish(e, {});

@@ -11,11 +11,11 @@ Sweep CSV -> three figures (one line per combination of the varied keys other th
   PREFIX-measured.png    measured layer time per batch, when the sweep ran with --measure
 Validate CSV -> PREFIX-validate.png: predicted and measured expert time per batch, with the error.
 `moesim validate --published --format csv` -> PREFIX-published.png: one panel per published table, the
-                         measured kernel time and every modeled column (ideal, quantized, calibrated,
-                         held_out) against the batch, log-log, with each column's median |error|.
+                         measured kernel time and every modeled column (ideal, model, held_out) against the
+                         batch, log-log, with each column's median |error|.
 
 Needs python3 and matplotlib (Debian: python3-matplotlib, installed by scripts/setup.sh).
-Usage: python3 scripts/plot.py SWEEP.csv [--out DIR] [--prefix NAME] [--time quantized|ideal|calibrated]
+Usage: python3 scripts/plot.py SWEEP.csv [--out DIR] [--prefix NAME] [--time quantized|ideal]
 """
 import argparse
 import csv
@@ -125,7 +125,7 @@ def plot_time(header, rows, groups, args, path):
                 label=(label + " " if label else "") + args.time)
         # The other columns, where they differ from the plotted one: grey for one group, else the group's
         # colour (the ideal column only, to keep the plot readable).
-        others = (("ideal", "--"), ("quantized", "-."), ("calibrated", ":")) if len(groups) == 1 else (("ideal", "--"),)
+        others = (("ideal", "--"), ("quantized", "-.")) if len(groups) == 1 else (("ideal", "--"),)
         for other, style in others:
             if other == args.time:
                 continue
@@ -238,7 +238,7 @@ def plot_validate(rows, args, path):
     err = [num(r, "error") for r in rows]
     fig, (ax, ax_err) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     ax.plot(x, [num(r, "measured_s") * 1e3 for r in rows], marker="o", label="measured (median)")
-    ax.plot(x, [num(r, "predicted_s") * 1e3 for r in rows], marker="s", linestyle="--", label="predicted (calibrated)")
+    ax.plot(x, [num(r, "predicted_s") * 1e3 for r in rows], marker="s", linestyle="--", label="predicted (kernel model)")
     setup_axes(ax, "expert GEMM time (ms)")
     ax.set_xlabel("")
     ax.legend(fontsize=8)
@@ -263,7 +263,7 @@ def plot_published(rows, args, path):
     tables = {}
     for r in rows:
         tables.setdefault(r["table"], []).append(r)
-    cols = ("ideal", "quantized", "calibrated", "held_out")
+    cols = ("ideal", "model", "held_out")
     n = len(tables)
     ncols = 3 if n > 4 else max(1, n)
     nrows = (n + ncols - 1) // ncols
@@ -307,7 +307,7 @@ def main():
     p.add_argument("csv", help="output of moesim sweep --format csv (or validate [--published] --format csv)")
     p.add_argument("--out", default=".", help="folder for the PNGs (default: .)")
     p.add_argument("--prefix", help="file name prefix (default: the CSV's name)")
-    p.add_argument("--time", default="quantized", choices=("ideal", "quantized", "calibrated"),
+    p.add_argument("--time", default="quantized", choices=("ideal", "quantized"),
                    help="modeled time column to plot (default: quantized)")
     p.add_argument("--title", help="plot title (default: the CSV's name)")
     args = p.parse_args()

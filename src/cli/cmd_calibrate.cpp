@@ -87,8 +87,9 @@ int cmd_calibrate(int argc, char** argv) {
       "note", po::value(&note), "text appended to the profile's source note (how and where it was measured)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP/BLAS threads (0: all cores)")(
       "from-published", po::value(&from_published)->multitoken(),
-      "fit efficiency_bw, efficiency_flops and launch_overhead_us of a GPU's built-in profile to published kernel "
-      "tables (validation CSVs, folders of them, or 'all' for the built-in set), all of one GPU; measures nothing");
+      "fit efficiency_bw, efficiency_flops, launch_overhead_us and k_step_us of a GPU's profile to published kernel "
+      "tables (validation CSVs, folders of them, or 'all' for the built-in set), all of one GPU, near the pooled "
+      "fit; measures nothing");
   if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
   if (!from_published.empty()) {
     if (backend != "cpu" || !base.empty() || quick)
@@ -98,12 +99,12 @@ int cmd_calibrate(int argc, char** argv) {
       std::vector<PublishedTable> got = load_published(spec);
       tables.insert(tables.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
     }
-    const std::string gpu = tables.front().points.front().gpu;
+    const std::string gpu = tables.front().hardware.name;
     if (name.empty()) name = gpu + "-published";
     if (name.find_first_of(" \t\n:/") != std::string::npos)
       throw InputError("--name: expected a profile name without spaces, ':' or '/', got '" + name + "'");
     if (note.find_first_of("\n\r") != std::string::npos) throw InputError("--note: expected one line of text");
-    std::string yaml = published_profile_yaml(tables, base_profile_text(gpu), name);
+    std::string yaml = published_profile_yaml(tables, base_profile_text(tables.front().profile_ref), name);
     if (!note.empty()) yaml.insert(0, "# " + note + "\n");
     if (out.empty()) {
       std::cout << yaml << std::flush;

@@ -97,9 +97,9 @@ struct DeviceMeasurements {
 };
 
 // The datasheet profile's efficiencies fitted to the per-expert timings: efficiency_bw and
-// efficiency_flops in [0.001, 1] that minimise the squared log error of the model's calibrated column
-// (combine(memory / efficiency_bw, quantized compute / efficiency_flops, overlap) + 2 launches at the
-// measured overhead, ExpertRoofline at the datasheet's peak and bandwidth) against the measured times.
+// efficiency_flops in [0.001, 1] that minimise the squared log error of the kernel model (roofline.hpp
+// kernel_time_s: the launches at the measured overhead, the datasheet's overlap and K step, ExpertRoofline at
+// the datasheet's peak and bandwidth) against the measured times.
 // A grid search, so it is deterministic. bw_samples / flops_samples: the samples bound by each term at the
 // fit; a term that binds no sample keeps the datasheet's value when that does not change which binds.
 struct DeviceFit {
@@ -107,7 +107,7 @@ struct DeviceFit {
   int flops_samples = 0, bw_samples = 0;
   struct Row {
     int64_t rows = 0;
-    double measured_s = 0, memory_s = 0, compute_s = 0, fitted_s = 0;  // fitted_s: the calibrated column
+    double measured_s = 0, memory_s = 0, compute_s = 0, fitted_s = 0;  // fitted_s: the kernel model
     bool compute_bound = false;
   };
   std::vector<Row> rows;

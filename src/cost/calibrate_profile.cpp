@@ -73,6 +73,7 @@ std::string calibration_profile_yaml(const CalibrationResult& r, const std::stri
   if (r.llc_bytes > 0) os << "l2_mib: " << num(r.llc_bytes / (1024.0 * 1024), 4) << "\n";
   os << "launch_overhead_us: " << num(r.launch_overhead_s * 1e6, 4) << "\n"
      << "tile_m: 1\n"
+     << "k_step_us: 0\n"
      << "tile_n: " << r.simd_fp32_lanes << "\n"
      << "efficiency_flops: " << num(r.efficiency_flops, 4) << "\n"
      << "efficiency_bw: " << num(r.efficiency_bw, 4) << "\n"
@@ -95,6 +96,7 @@ std::string calibration_profile_yaml(const CalibrationResult& r, const std::stri
   if (r.llc_bytes > 0) os << "  l2_mib: " << quoted("sysfs (cpu0 cache sizes): the last-level cache, the CPU's L2 analogue") << "\n";
   os << "  launch_overhead_us: " << quoted(how + ": OpenMP fork-join around a 1x16x16 sgemm, median") << "\n"
      << "  tile_m: " << quoted("a CPU GEMM pads no rows: one row is the quantum") << "\n"
+     << "  k_step_us: " << quoted("a CPU GEMM has no K-step floor: the kernel model counts none below 16-row tiles") << "\n"
      << "  tile_n: " << quoted("fp32 lanes of the widest SIMD register (" + std::to_string(r.simd_fp32_lanes) + ")") << "\n"
      << "  efficiency_flops: " << quoted(how + ": median sgemm rate of the m >= 256 shapes / peak") << "\n"
      << "  efficiency_bw: "
@@ -144,13 +146,14 @@ DeviceFit fit_device(const DeviceMeasurements& m, const HardwareProfile& datashe
   const ExpertRoofline rm(hw, m.hidden, m.ffn, m.dtype);
   DeviceFit fit;
   struct Sample {
-    double memory_s, compute_s, log_measured;
+    KernelTerms terms;
+    double log_measured;
   };
   std::vector<Sample> samples;
   for (const DeviceExpertSample& s : m.expert) {
     GroupedCost g(rm);
     g.add(s.rows);
-    const GroupedCost::Terms t = g.terms();
+    const KernelTerms t = g.terms();
     DeviceFit::Row row;
     row.rows = s.rows;
     row.measured_s = s.seconds;
@@ -158,12 +161,16 @@ DeviceFit fit_device(const DeviceMeasurements& m, const HardwareProfile& datashe
     row.compute_s = t.compute_s;
     fit.rows.push_back(row);
     if (s.rows >= 1 && s.seconds > 0 && std::isfinite(s.seconds)) {
-      samples.push_back({t.memory_s, t.compute_s, std::log(s.seconds)});
+      samples.push_back({t, std::log(s.seconds)});
     }
   }
-  const double launches_s = 2.0 * m.launch_overhead_s, overlap = datasheet.memory_compute_overlap;
+  // The kernel model with the measured launch, the datasheet's overlap and K step, and the efficiencies
+  // tried.
   const auto model_s = [&](const Sample& s, double eff_bw, double eff_flops) {
-    return combine_terms(s.memory_s / eff_bw, s.compute_s / eff_flops, overlap) + launches_s;
+    KernelFigures f = KernelFigures::of(hw);
+    f.efficiency_bw = eff_bw;
+    f.efficiency_flops = eff_flops;
+    return kernel_time_s(s.terms, f);
   };
   const auto loss = [&](double log_bw, double log_flops) {
     const double eb = std::exp(log_bw), ef = std::exp(log_flops);
@@ -204,7 +211,7 @@ DeviceFit fit_device(const DeviceMeasurements& m, const HardwareProfile& datashe
   // stay bound as they are with it.
   const auto count_bound = [&](double eb, double ef, bool compute) {
     int n = 0;
-    for (const Sample& s : samples) n += ((s.compute_s / ef > s.memory_s / eb) == compute) ? 1 : 0;
+    for (const Sample& s : samples) n += ((s.terms.compute_s / ef > s.terms.memory_s / eb) == compute) ? 1 : 0;
     return n;
   };
   fit.flops_samples = count_bound(fit.efficiency_bw, fit.efficiency_flops, true);
@@ -219,7 +226,7 @@ DeviceFit fit_device(const DeviceMeasurements& m, const HardwareProfile& datashe
   hw.efficiency_bw = fit.efficiency_bw;
   const ExpertRoofline fitted(hw, m.hidden, m.ffn, m.dtype);
   for (DeviceFit::Row& row : fit.rows) {
-    row.fitted_s = expert_time(fitted, row.rows).calibrated_s;
+    row.fitted_s = expert_time(fitted, row.rows).quantized_s;
     row.compute_bound = row.compute_s / fit.efficiency_flops > row.memory_s / fit.efficiency_bw;
   }
   return fit;
@@ -244,7 +251,7 @@ std::string device_profile_yaml(const DeviceMeasurements& m, const std::string& 
   root["calibrated"] = true;
   if (!root["sources"] || !root["sources"].IsMap()) root["sources"] = YAML::Node(YAML::NodeType::Map);
   root["sources"]["launch_overhead_us"] = how + ": an empty kernel, launch to completion, median";
-  const std::string fitted = how + ": least-squares fit (log time) of the calibrated column to " +
+  const std::string fitted = how + ": least-squares fit (log time) of the kernel model to " +
                              std::to_string(fit.rows.size()) + " expert timings, ";
   root["sources"]["efficiency_flops"] =
       fit.flops_samples > 0 ? fitted + std::to_string(fit.flops_samples) + " of them bound by compute"

@@ -71,6 +71,7 @@ const std::vector<NumericKey>& numeric_keys() {
       {"smem_per_sm_kib", 1024.0, Rule::positive, &H::smem_per_sm_bytes, nullptr},
       {"l2_mib", 1048576.0, Rule::positive, &H::l2_bytes, nullptr},
       {"launch_overhead_us", 1e-6, Rule::non_negative, &H::launch_overhead_s, nullptr},
+      {"k_step_us", 1e-6, Rule::non_negative, &H::k_step_s, nullptr},
       {"link_bandwidth_gbs", 1e9, Rule::positive, &H::link_bandwidth_bytes_per_s, nullptr},
       {"link_latency_us", 1e-6, Rule::non_negative, &H::link_latency_s, nullptr},
       {"devices_per_node", 1, Rule::positive_int, nullptr, &H::devices_per_node},
@@ -264,6 +265,10 @@ HardwareProfile parse_impl(const std::string& yaml_text, const std::string& sour
   }
   HardwareProfile hw;
   Parser(source_name, lines).read(root, hw, allow_base);
+  // The fitted figures a profile (and its base) left unset come from the pooled fit, and say so.
+  for (const char* key : {"efficiency_bw", "efficiency_flops", "launch_overhead_us", "k_step_us"}) {
+    if (!hw.sources.count(key) && !(root.IsMap() && root[key])) hw.sources[key] = kPooledFitNote;
+  }
   return hw;
 }
 
@@ -278,6 +283,10 @@ std::string read_file(const std::filesystem::path& p, const std::string& origin)
 }
 
 }  // namespace
+
+const char* const kPooledFitNote =
+    "pooled fit over every published table (scripts/fit-profiles.sh; docs/cost-model.md "
+    "\"Fitted profiles\"): this profile has no table of its own";
 
 std::optional<double> peak_flops_per_s(const HardwareProfile& hw, Dtype dtype) {
   return hw.*peak_member(dtype);
@@ -381,6 +390,7 @@ std::string hardware_digest(const HardwareProfile& hw) {
   add("smem_per_sm", hw.smem_per_sm_bytes);
   add("l2_bytes", hw.l2_bytes);
   add("launch_overhead", hw.launch_overhead_s);
+  add("k_step", hw.k_step_s);
   add("link_bandwidth", hw.link_bandwidth_bytes_per_s);
   add("link_latency", hw.link_latency_s);
   add("devices_per_node", hw.devices_per_node);

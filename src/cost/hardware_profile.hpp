@@ -28,6 +28,20 @@ struct MachineSignature {
 // "CPU, N cores, BLAS core C, T threads".
 std::string describe(const MachineSignature& m);
 
+// The pooled fit: the kernel model's four fitted figures (roofline.hpp kernel_time_s) fitted by
+// scripts/fit-profiles.sh to every published table at once, as fractions of each
+// GPU's own peaks and per-kernel costs. A profile that does not set a figure takes it from here (GPUs with
+// no table of their own: l4, a10, t4, mi300x, a user's file); its `sources` note says so.
+// docs/cost-model.md "Fitted profiles" lists the tables and the held-out error; a test refits and
+// compares.
+struct PooledFit {
+  static constexpr double efficiency_bw = 0.8018;
+  static constexpr double efficiency_flops = 0.5217;
+  static constexpr double launch_overhead_us = 4.758;
+  static constexpr double k_step_us = 0.5484;
+};
+extern const char* const kPooledFitNote;
+
 // One accelerator, in SI units. YAML keys (and their units) in parse_hardware_profile below.
 struct HardwareProfile {
   std::string name;
@@ -43,7 +57,9 @@ struct HardwareProfile {
   int sm_count = 0;                         // SMs (NVIDIA) or CUs (AMD)
   double smem_per_sm_bytes = 0;             // 0 = not given
   double l2_bytes = 0;                      // 0 = not given
-  double launch_overhead_s = 4e-6;          // per kernel launch
+  double launch_overhead_s = PooledFit::launch_overhead_us * 1e-6;  // per kernel launch
+  // One K step of a GEMM tile's main loop (roofline.hpp KernelTerms::k_steps): the latency floor.
+  double k_step_s = PooledFit::k_step_us * 1e-6;
   double link_bandwidth_bytes_per_s = 0;    // device-to-device, one direction, per device; 0 = none
   double link_latency_s = 0;                // per all-to-all phase
   int devices_per_node = 0;                 // 0 = every device shares the link (one node)
@@ -51,10 +67,10 @@ struct HardwareProfile {
   int tile_m = 128;                         // GEMM tile rows (tokens; the largest row tile, roofline.hpp)
                                             // and columns (outputs)
   int tile_n = 128;
-  double efficiency_flops = 1.0;            // achievable fraction of peak FLOP/s, (0, 1]
-  double efficiency_bw = 1.0;               // achievable fraction of memory bandwidth, (0, 1]
-  // Fraction of the shorter of the memory and compute terms that runs under the longer one, in the
-  // calibrated column only: 1 is the roofline's max (GPUs overlap loads and math); 0 adds the two, as a
+  double efficiency_flops = PooledFit::efficiency_flops;  // achievable fraction of peak FLOP/s, (0, 1]
+  double efficiency_bw = PooledFit::efficiency_bw;        // achievable fraction of memory bandwidth, (0, 1]
+  // Fraction of the shorter of the memory and compute terms that runs under the longer one (the kernel
+  // model's combine_terms): 1 is the roofline's max (GPUs overlap loads and math); 0 adds the two, as a
   // CPU BLAS that packs a weight panel and then computes on it does. Measured by moesim calibrate.
   double memory_compute_overlap = 1.0;
   bool calibrated = false;                  // the efficiencies were measured (moesim calibrate)
@@ -71,10 +87,11 @@ double require_peak_flops_per_s(const HardwareProfile& hw, Dtype dtype);
 //   name, description, source: strings; sources: map from a key below (or peak_tflops.DTYPE) to a note;
 //   peak_tflops: {fp32|tf32|bf16|fp16|fp8|int8: dense TFLOP/s}   (required, at least one)
 //   memory_bandwidth_gbs (required, 1e9 B/s), sm_count (required), memory_gib (2^30 B),
-//   smem_per_sm_kib (2^10 B), l2_mib (2^20 B), launch_overhead_us (default 4), link_bandwidth_gbs,
+//   smem_per_sm_kib (2^10 B), l2_mib (2^20 B), launch_overhead_us, k_step_us (>= 0), link_bandwidth_gbs,
 //   link_latency_us (default 0), devices_per_node, inter_node_bandwidth_gbs, tile_m, tile_n (default
-//   128), efficiency_flops, efficiency_bw (default 1, in (0, 1]), memory_compute_overlap (default 1,
-//   in [0, 1]), calibrated (default false);
+//   128), efficiency_flops, efficiency_bw (in (0, 1]), memory_compute_overlap (default 1, in [0, 1]),
+//   calibrated (default false); launch_overhead_us, k_step_us and the efficiencies default to the
+//   pooled fit (PooledFit), and a profile that takes one gets kPooledFitNote as its source note;
 //   base: NAME of a built-in profile whose values the other keys override (inline tables mostly);
 //   machine: {cpu_model: STRING, cores: N, blas_core: STRING, threads: N} (all four; a measured CPU).
 // Errors: ConfigError "SOURCE:LINE: hardware.KEY: expected WHAT, got VALUE".

@@ -114,14 +114,12 @@ CostBreakdown tensor_parallel_reduce(const HardwareProfile& hw, int tp, int64_t 
   const double bytes = 2.0 * (tp - 1) / tp * static_cast<double>(rows) * static_cast<double>(hidden) * dtype_bytes(dtype);
   c.ideal_s = bytes / hw.link_bandwidth_bytes_per_s;
   c.quantized_s = c.ideal_s + hw.link_latency_s;
-  c.calibrated_s = c.quantized_s;
   return c;
 }
 
 void add_to(CostBreakdown& acc, const CostBreakdown& x) {
   acc.ideal_s += x.ideal_s;
   acc.quantized_s += x.quantized_s;
-  acc.calibrated_s += x.calibrated_s;
 }
 
 struct PlacedCost {
@@ -157,14 +155,12 @@ PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, cons
     const CostBreakdown c = groups[d].time();
     out.experts.ideal_s = std::max(out.experts.ideal_s, c.ideal_s);
     out.experts.quantized_s = std::max(out.experts.quantized_s, c.quantized_s);
-    out.experts.calibrated_s = std::max(out.experts.calibrated_s, c.calibrated_s);
     out.device_time_s[d] = c.quantized_s;
   }
   out.a2a = all_to_all(hw, out.device_tokens, static_cast<double>(in.hidden) * dtype_bytes(in.dtype));
   out.cost = out.experts;
   out.cost.ideal_s += out.a2a.bandwidth_s;
   out.cost.quantized_s += out.a2a.bandwidth_s + out.a2a.latency_s;
-  out.cost.calibrated_s += out.a2a.bandwidth_s + out.a2a.latency_s;
   return out;
 }
 

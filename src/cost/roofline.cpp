@@ -20,6 +20,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // One GEMM of `tiles` output tiles (> 0): whole waves when they fill the SMs; otherwise one wave cut into
 // s = min(floor(sm_count / tiles), max_split_k) K slices, each tile's slices on their own SMs.
 double gemm_compute_s(int64_t tiles, double wave_s, int64_t max_split_k, int sm_count) {
+  if (tiles == 0) return 0.0;
   if (tiles >= sm_count) return static_cast<double>(ceil_div(tiles, sm_count)) * wave_s;
   return wave_s / static_cast<double>(std::min<int64_t>(sm_count / tiles, max_split_k));
 }
@@ -34,14 +35,14 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   const double bytes = dtype_bytes(dtype);
   const double params = 3.0 * static_cast<double>(hidden) * static_cast<double>(ffn);  // SwiGLU: gate, up, down
   weight_bytes = params * bytes;
-  act_bytes_per_row = 2.0 * static_cast<double>(hidden + ffn) * bytes;
+  const double act_bytes = std::max(bytes, 2.0);
+  act_bytes_per_row = static_cast<double>(3 * hidden + 6 * ffn) * act_bytes;
+  act_bytes_up_per_row = static_cast<double>(hidden + 2 * ffn) * act_bytes;
+  act_bytes_down_per_row = static_cast<double>(ffn + hidden) * act_bytes;
   flops_per_row = 2.0 * params;
   peak_flops_per_s = require_peak_flops_per_s(hw, dtype);
   bandwidth_bytes_per_s = hw.memory_bandwidth_bytes_per_s;
-  eff_flops = hw.efficiency_flops;
-  eff_bw = hw.efficiency_bw;
-  overlap = hw.memory_compute_overlap;
-  launch_s = hw.launch_overhead_s;
+  figures = KernelFigures::of(hw);
   tile_m = hw.tile_m;
   tile_n = hw.tile_n;
   sm_count = hw.sm_count;
@@ -81,17 +82,21 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
     row_tiles_double = row_tiles_double && row_tile_rows[k] == 2 * row_tile_rows[k - 1];
   }
   const bool splits_k = tile_m >= kSmallestRowTile;
+  k_step_floor = splits_k;
   max_split_k_up = splits_k ? std::max<int64_t>(1, hidden / kMinSplitKChunk) : 1;
   max_split_k_down = splits_k ? std::max<int64_t>(1, ffn / kMinSplitKChunk) : 1;
   // The knee: n (2P / F - A / BW) > W / BW, solved in doubles, then settled on the exact predicate (it is
   // monotone in n) so the comparison in compute_bound() agrees with it at every n.
+  // At the achieved rates, as the ideal column reads them.
+  const double flops_per_s = peak_flops_per_s * figures.efficiency_flops;
+  const double bytes_per_s = bandwidth_bytes_per_s * figures.efficiency_bw;
   const auto bound = [&](int64_t n) {
     const double rows = static_cast<double>(n);
-    return rows * flops_per_row / peak_flops_per_s > (weight_bytes + rows * act_bytes_per_row) / bandwidth_bytes_per_s;
+    return rows * flops_per_row / flops_per_s > (weight_bytes + rows * act_bytes_per_row) / bytes_per_s;
   };
   constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
-  const double slope = flops_per_row / peak_flops_per_s - act_bytes_per_row / bandwidth_bytes_per_s;
-  const double knee = slope > 0 ? weight_bytes / bandwidth_bytes_per_s / slope : HUGE_VAL;
+  const double slope = flops_per_row / flops_per_s - act_bytes_per_row / bytes_per_s;
+  const double knee = slope > 0 ? weight_bytes / bytes_per_s / slope : HUGE_VAL;
   if (!(knee < 4e18)) {
     compute_bound_from = kNever;
   } else {
@@ -102,37 +107,88 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   }
 }
 
-GroupedCost::Terms GroupedCost::terms(GemmPart part) const {
-  Terms t;
-  if (rows_ == 0) return t;
+const char* to_string(KernelScope s) {
+  switch (s) {
+    case KernelScope::layer: return "layer";
+    case KernelScope::experts: return "experts";
+    case KernelScope::up_gemm: return "up_gemm";
+    case KernelScope::down_gemm: return "down_gemm";
+  }
+  return "?";
+}
+
+// vLLM's fused_experts (model_executor/layers/fused_moe/fused_moe.py): moe_align_block_size, the w1
+// fused_moe_kernel, silu_and_mul, the w2 fused_moe_kernel and moe_sum; the layer adds the routing's
+// topk_softmax (fused_topk), as benchmark_moe.py times it. A direct fused_moe_kernel call is 1.
+int scope_kernels(KernelScope s) {
+  switch (s) {
+    case KernelScope::layer: return 6;
+    case KernelScope::experts: return 5;
+    case KernelScope::up_gemm:
+    case KernelScope::down_gemm: return 1;
+  }
+  return 0;
+}
+
+KernelFigures KernelFigures::of(const HardwareProfile& hw) {
+  KernelFigures f;
+  f.efficiency_bw = hw.efficiency_bw;
+  f.efficiency_flops = hw.efficiency_flops;
+  f.overlap = hw.memory_compute_overlap;
+  f.launch_s = hw.launch_overhead_s;
+  f.k_step_s = hw.k_step_s;
+  return f;
+}
+
+double kernel_time_s(const KernelTerms& t, const KernelFigures& f) {
+  if (t.kernels == 0) return 0.0;
+  return t.kernels * f.launch_s +
+         std::max(t.k_steps * f.k_step_s,
+                  combine_terms(t.memory_s / f.efficiency_bw, t.compute_s / f.efficiency_flops, f.overlap));
+}
+
+double kernel_ideal_s(const KernelTerms& t, const KernelFigures& f) {
+  return std::max(t.memory_s / f.efficiency_bw, t.ideal_compute_s / f.efficiency_flops);
+}
+
+KernelTerms GroupedCost::terms(KernelScope scope) const {
+  KernelTerms t;
+  if (rows_ == 0 && idle_rows_ == 0) return t;
   const ExpertRoofline& m = *m_;
-  const double weight_share = part == GemmPart::both ? 1.0 : part == GemmPart::up ? 2.0 / 3.0 : 1.0 / 3.0;
-  const double act_share = part == GemmPart::both ? 1.0 : 0.5;
+  const bool up = scope != KernelScope::down_gemm, down = scope != KernelScope::up_gemm;
+  const bool both = up && down;
+  const double weight_share = both ? 1.0 : up ? 2.0 / 3.0 : 1.0 / 3.0;
+  const double act_per_row = both ? m.act_bytes_per_row : up ? m.act_bytes_up_per_row : m.act_bytes_down_per_row;
+  t.kernels = scope_kernels(scope);
   t.memory_s = (static_cast<double>(experts_) * m.weight_bytes * weight_share +
-                static_cast<double>(rows_) * m.act_bytes_per_row * act_share) /
+                static_cast<double>(rows_ + idle_rows_) * act_per_row) /
                m.bandwidth_bytes_per_s;
+  t.ideal_compute_s = static_cast<double>(rows_) * m.flops_per_row * weight_share / m.peak_flops_per_s;
   // Quantized: tiles of both GEMMs at the launch's row tile, each GEMM in whole waves over the SMs, or
-  // one wave split over K when its tiles leave SMs idle.
+  // one wave split over K when its tiles leave SMs idle. The K steps walk each tile's whole K.
   const int k = tile_index();
   const int64_t tiles = row_tiles(k);
-  if (part != GemmPart::down)
+  const auto k_steps = [&](int64_t gemm_tiles, int64_t k_dim) {
+    return static_cast<double>(ceil_div(gemm_tiles, m.sm_count)) *
+           static_cast<double>(ceil_div(k_dim, ExpertRoofline::kKStep));
+  };
+  if (up) {
     t.compute_s += gemm_compute_s(tiles * m.col_tiles_up, m.wave_s_up_at[k], m.max_split_k_up, m.sm_count);
-  if (part != GemmPart::up)
+    if (m.k_step_floor) t.k_steps += k_steps(tiles * m.col_tiles_up, m.hidden);
+  }
+  if (down) {
     t.compute_s += gemm_compute_s(tiles * m.col_tiles_down, m.wave_s_down_at[k], m.max_split_k_down, m.sm_count);
+    if (m.k_step_floor) t.k_steps += k_steps(tiles * m.col_tiles_down, m.ffn);
+  }
   return t;
 }
 
-CostBreakdown GroupedCost::time() const {
+CostBreakdown GroupedCost::time(KernelScope scope) const {
   CostBreakdown c;
-  if (rows_ == 0) return c;
-  const ExpertRoofline& m = *m_;
-  const Terms t = terms();
-  const double mem_s = t.memory_s, compute_s = t.compute_s;
-  // Ideal: DESIGN.md grouped kernel, max(sum (W + A(n)) / BW, sum 2 n P / F), n unpadded.
-  c.ideal_s = std::max(mem_s, static_cast<double>(rows_) * m.flops_per_row / m.peak_flops_per_s);
-  const double launches_s = 2.0 * m.launch_s;
-  c.quantized_s = std::max(mem_s, compute_s) + launches_s;
-  c.calibrated_s = combine_terms(mem_s / m.eff_bw, compute_s / m.eff_flops, m.overlap) + launches_s;
+  if (rows_ == 0 && idle_rows_ == 0) return c;
+  const KernelTerms t = terms(scope);
+  c.ideal_s = kernel_ideal_s(t, m_->figures);
+  c.quantized_s = kernel_time_s(t, m_->figures);
   return c;
 }
 
@@ -160,18 +216,15 @@ AttentionWidths attention_widths(const AttentionShape& s) {
   return w;
 }
 
-// The three columns of an attention layer from its bytes and FLOPs: the roofline's max, plus 3 launches
-// (QKV projection, attention, output projection) in the quantized column, and the calibrated column's
-// efficiencies and memory/compute overlap (combine_terms), as every calibrated time in moesim.
+// The two columns of an attention layer from its bytes and FLOPs at the profile's achieved rates: the
+// roofline's max (ideal), and the terms combined with the profile's overlap (combine_terms) plus 3 launches
+// (QKV projection, attention, output projection), as the kernel model combines a GEMM's.
 CostBreakdown attention_columns(const HardwareProfile& hw, Dtype dtype, double traffic_bytes, double flops) {
-  const double mem_s = traffic_bytes / hw.memory_bandwidth_bytes_per_s;
-  const double compute_s = flops / require_peak_flops_per_s(hw, dtype);
-  const double launches_s = 3.0 * hw.launch_overhead_s;
+  const double mem_s = traffic_bytes / hw.memory_bandwidth_bytes_per_s / hw.efficiency_bw;
+  const double compute_s = flops / require_peak_flops_per_s(hw, dtype) / hw.efficiency_flops;
   CostBreakdown c;
   c.ideal_s = std::max(mem_s, compute_s);
-  c.quantized_s = c.ideal_s + launches_s;
-  c.calibrated_s = combine_terms(mem_s / hw.efficiency_bw, compute_s / hw.efficiency_flops, hw.memory_compute_overlap) +
-                   launches_s;
+  c.quantized_s = combine_terms(mem_s, compute_s, hw.memory_compute_overlap) + 3.0 * hw.launch_overhead_s;
   return c;
 }
 

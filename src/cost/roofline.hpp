@@ -13,25 +13,67 @@
 
 namespace moesim {
 
-// Modelled seconds, three ways:
-//  ideal      - roofline at peak: no tile padding, efficiency 1, no launch overhead;
-//  quantized  - GEMM tiles spread over sm_count SMs in whole waves, plus launches; the row tile of each
-//               grouped launch fits its rows per expert and a wave the tiles leave mostly idle splits K
-//               (GroupedCost below);
-//  calibrated - quantized with the profile's efficiency_flops and efficiency_bw applied, and its terms
-//               combined as max(mem, compute) + (1 - memory_compute_overlap) x min(mem, compute).
+// Modelled seconds, two ways (docs/cost-model.md "The kernel model"):
+//  ideal      - the roofline at the profile's achieved rates: max(bytes / (BW eff_bw), FLOPs / (F eff_flops));
+//               no tile padding, no K-step floor, no launches;
+//  quantized  - the kernel model every user-facing number comes from (kernel_time_s): GEMM tiles in waves
+//               over sm_count SMs (the row tile fits the rows per expert; a wave the tiles leave mostly
+//               idle splits K), the K-step latency floor, the efficiencies, memory/compute overlap and the
+//               launches of the scope's kernels.
 struct CostBreakdown {
   double ideal_s = 0.0;
   double quantized_s = 0.0;
-  double calibrated_s = 0.0;
 };
 
-// Constants of one SwiGLU expert shape on one profile. An expert is two grouped GEMMs:
-//   up:   [n, hidden] x [hidden, 2 ffn] (gate and up; SwiGLU fused into its epilogue) -> [n, ffn]
-//   down: [n, ffn] x [ffn, hidden] -> [n, hidden]
+// What a modeled MoE launch sequence covers, and so how many kernels it launches:
+//  layer     - routing (top-k), token alignment, the gate+up GEMM, the activation, the down GEMM and the
+//              weighted top-k sum: 6 kernels (vLLM fused_moe as benchmark_moe.py times it; what `run` costs);
+//  experts   - the same without routing: 5 kernels (vLLM fused_experts on given top-k ids);
+//  up_gemm, down_gemm - one fused_moe_kernel launch: 1 kernel.
+enum class KernelScope { layer, experts, up_gemm, down_gemm };
+const char* to_string(KernelScope s);
+int scope_kernels(KernelScope s);
+
+// The profile's figures the kernel model applies to a launch sequence's terms.
+struct KernelFigures {
+  double efficiency_bw = 1, efficiency_flops = 1;  // achieved fractions of peak bandwidth and FLOP/s
+  double overlap = 1;                              // memory_compute_overlap
+  double launch_s = 0;                             // per kernel
+  double k_step_s = 0;                             // one K step of a tile (the latency floor)
+  static KernelFigures of(const HardwareProfile& hw);
+};
+
+// A launch sequence's terms at peak, before the profile's figures.
+struct KernelTerms {
+  double memory_s = 0;         // (active W + rows A) / BW, the scope's GEMMs
+  double compute_s = 0;        // tiles in waves (split-K), the scope's GEMMs
+  double ideal_compute_s = 0;  // rows 2 P / F (the scope's share), no tiles
+  // K steps in series: per GEMM, waves of tiles (ceil(tiles / sm_count)) times the K steps of one tile
+  // (ceil(K / kKStep)), summed over the scope's GEMMs.
+  double k_steps = 0;
+  int kernels = 0;             // scope_kernels
+};
+
+// The kernel model, the one formula behind every modeled MoE time (run, compare, sweep, check, the
+// erosion, the knees, validate --published and calibrate --from-published):
+//   kernels x launch + max(k_steps x k_step, max(mem, comp) + (1 - overlap) min(mem, comp)),
+//   mem = memory_s / efficiency_bw, comp = compute_s / efficiency_flops.
+// The K-step floor is Little's law on a tile's K loop: a step's loads must land before its MMAs, so a
+// GEMM of few waves cannot finish faster than its serial K steps however little it reads.
+double kernel_time_s(const KernelTerms& t, const KernelFigures& f);
+// The ideal column of the same terms: max(memory_s / efficiency_bw, ideal_compute_s / efficiency_flops).
+double kernel_ideal_s(const KernelTerms& t, const KernelFigures& f);
+
+// Constants of one SwiGLU expert shape on one profile. An expert is two grouped GEMMs with the
+// activation between them, as vLLM's fused_experts runs it:
+//   up:   [n, hidden] x [hidden, 2 ffn] (gate and up) -> [n, 2 ffn]
+//   act:  silu(gate) * up -> [n, ffn]                      (silu_and_mul, its own kernel)
+//   down: [n, ffn] x [ffn, hidden] -> [n, hidden], then the weighted top-k sum (moe_sum)
 // P = 3 hidden ffn parameters, W = P bytes_per_weight; FLOPs = 2 n P.
-// A(n) = n (2 hidden + 2 ffn) act_bytes: x read, y written, and the [n, ffn] SwiGLU output written by
-// the up GEMM and read by the down GEMM. Activations use the model dtype's width (W8A8 for fp8/int8).
+// A(n) = n (3 hidden + 6 ffn) act_bytes: up reads x (hidden) and writes 2 ffn; the activation reads 2 ffn
+// and writes ffn; down reads ffn and writes hidden; the sum reads hidden. act_bytes is the model dtype's
+// width, and 2 for 8-bit weights: the engines' W8A8 paths (vLLM, SGLang) quantize each GEMM's input on the
+// fly and keep the intermediates and outputs in bf16/fp16.
 struct ExpertRoofline {
   ExpertRoofline(const HardwareProfile& hw, int64_t hidden, int64_t ffn, Dtype dtype);
 
@@ -41,16 +83,19 @@ struct ExpertRoofline {
   // The shortest K slice split-K gives one thread block: two k-steps of BLOCK_SIZE_K 64 (vLLM fused_moe's
   // default small-M config; a CUTLASS split-K slice is whole k-tiles), so each slice still pipelines.
   static constexpr int64_t kMinSplitKChunk = 128;
+  // The K depth of one step of a tile's main loop (the K-step floor, KernelTerms::k_steps): BLOCK_SIZE_K
+  // 128 is the deepest of vLLM's tuned fused_moe configs for bf16/fp8 on Hopper; Triton's fused_moe_kernel
+  // never splits K (SPLIT_K is 1 in every shipped config), so a tile walks all of K.
+  static constexpr int64_t kKStep = 128;
 
   int64_t hidden, ffn;
   double weight_bytes;         // W
-  double act_bytes_per_row;    // A(n) / n
+  double act_bytes_per_row;    // A(n) / n, the whole layer
+  double act_bytes_up_per_row, act_bytes_down_per_row;  // the up GEMM's share (hidden + 2 ffn) and the down's (ffn + hidden)
   double flops_per_row;        // 2 P
   double peak_flops_per_s;     // F for the dtype
   double bandwidth_bytes_per_s;
-  double eff_flops, eff_bw;
-  double overlap;              // memory_compute_overlap, for the calibrated column
-  double launch_s;
+  KernelFigures figures;       // the profile's efficiencies, overlap, launch and K step
   int tile_m, tile_n, sm_count;
   int64_t col_tiles_up, col_tiles_down;  // ceil(2 ffn / tile_n), ceil(hidden / tile_n)
   double wave_s_up, wave_s_down;         // one full wave of tiles: 2 tile_m tile_n K sm_count / F
@@ -65,9 +110,12 @@ struct ExpertRoofline {
   // The most K slices of each GEMM: K / kMinSplitKChunk, at least 1; 1 when tile_m < 16 (a CPU BLAS
   // splits rows and columns over its threads, never K).
   int64_t max_split_k_up, max_split_k_down;
+  // Whether the K-step floor applies: a GPU's tiled GEMM (tile_m >= 16); a CPU BLAS (tile_m < 16) streams
+  // K through registers with no such latency-bound loop, so its launches count no K steps.
+  bool k_step_floor;
 
   // True when the ideal compute term exceeds the memory term for n rows (past the knee): n rows do
-  // n 2P / F > (W + A(n)) / BW. One comparison against the knee worked out once in the constructor.
+  // n 2P / (F eff_flops) > (W + A(n)) / (BW eff_bw). One comparison against the knee worked out once in the constructor.
   bool compute_bound(int64_t n) const { return n > 0 && n >= compute_bound_from; }
   // ceil(n / tile_m) for n >= 0.
   int64_t row_tiles(int64_t n) const {
@@ -75,18 +123,14 @@ struct ExpertRoofline {
   }
 };
 
-// The calibrated column's combination of a memory and a compute term: the roofline's max when the machine
+// The kernel model's combination of a memory and a compute term: the roofline's max when the machine
 // overlaps them fully (overlap 1), their sum when it does not overlap them at all (overlap 0).
 inline double combine_terms(double mem_s, double compute_s, double overlap) {
   return std::max(mem_s, compute_s) + (1.0 - overlap) * std::min(mem_s, compute_s);
 }
 
-// Which GEMMs of the SwiGLU pair a cost covers: both (the layer), the gate+up GEMM alone, or the down
-// GEMM alone (a benchmark that times one fused_moe_kernel launch, src/sweep/published.hpp).
-enum class GemmPart { both, up, down };
-
-// Accumulates the experts of one grouped kernel pair (up, then down) on one device:
-//   t = max(sum_active (W + A(n)) / BW, compute) + launches, where compute is
+// Accumulates the experts of one grouped kernel pair (up, then down) on one device, as the terms of the
+// kernel model (kernel_time_s): memory sum_active (W + A(n)) / BW, and compute
 //   ideal:     sum 2 n P / F
 //   quantized: per GEMM, the tiles T = sum_e ceil(n_e / m) col_tiles of m-row tiles, costing
 //                ceil(T / sm_count) waves                        when T >= sm_count,
@@ -106,7 +150,7 @@ enum class GemmPart { both, up, down };
 // tiles in whole waves; split-K still lowers a partial wave at any batch (a 1024-wide layer's 16 up
 // tiles at 128 rows on a 40-SM T4). The weight and activation stream (W + A(n)) / BW stays the floor.
 // An expert with n = 0 costs nothing (the caller passes capacity rows for capacity layouts).
-// Two launches (up and down) when any row is present; none otherwise.
+// The scope's launches (KernelScope) when any row is present; none otherwise.
 class GroupedCost {
  public:
   explicit GroupedCost(const ExpertRoofline& model) : m_(&model) {}
@@ -122,21 +166,23 @@ class GroupedCost {
     experts_ += experts;
     add_row_tiles(rows - 1, experts);
   }
+  // Rows the launch carries for no expert of this device: vLLM's expert-parallel fused_experts on the
+  // global token list (an expert_map sentinel) writes their zero outputs, runs the activation and the
+  // top-k sum over them, and computes nothing: activation traffic A(n) / n each, no weights, no tiles.
+  // moesim's own expert-parallel placement dispatches only local rows and adds none.
+  void add_idle_rows(int64_t rows) { idle_rows_ += std::max<int64_t>(0, rows); }
   int64_t rows() const { return rows_; }
   int64_t experts() const { return experts_; }
   // The row tile of this launch (rows per tile), 0 when no row is present.
   int tile_rows() const { return rows_ == 0 ? 0 : m_->row_tile_rows[tile_index()]; }
   // sum_e ceil(n_e / m) at this launch's row tile m: the row tiles of either GEMM (0 when no row).
   int64_t launch_row_tiles() const { return rows_ == 0 ? 0 : row_tiles(tile_index()); }
-  CostBreakdown time() const;
-  // The two terms time() combines: memory sum (W + A(n)) / BW and the quantized compute (waves of tiles),
-  // before efficiencies and launches.
-  struct Terms {
-    double memory_s = 0, compute_s = 0;
-  };
-  // `part` up or down: that GEMM's share alone. Up reads 2/3 of W (gate and up) and down 1/3; each
-  // moves half of A(n): up reads x and writes the SwiGLU output, down reads it and writes y.
-  Terms terms(GemmPart part = GemmPart::both) const;
+  // The kernel model (kernel_time_s) on this launch with the profile's figures, and its ideal column.
+  CostBreakdown time(KernelScope scope = KernelScope::layer) const;
+  // The launch's terms. A GEMM scope (up_gemm, down_gemm) is that GEMM's share alone: up reads 2/3 of W
+  // (gate and up) and down 1/3; up moves (hidden + 2 ffn) act_bytes a row (x read, gate and up written),
+  // down (ffn + hidden) (the activation's output read, y written).
+  KernelTerms terms(KernelScope scope = KernelScope::layer) const;
 
  private:
   // Row tiles at every candidate tile, for the tile is chosen from the totals once all experts are in:
@@ -167,17 +213,18 @@ class GroupedCost {
   }
 
   const ExpertRoofline* m_;
-  int64_t rows_ = 0, experts_ = 0;
+  int64_t rows_ = 0, experts_ = 0, idle_rows_ = 0;
   int64_t tiles_less_one_[ExpertRoofline::kMaxRowTiles] = {};  // sum_e (n_e - 1) / row_tile_rows[k], per k
 };
 
-// t(n) of one expert run as its own kernel pair (DESIGN.md: max((W + A(n)) / BW, 2 n_pad P / F)), n_pad = n
-// padded to the launch's row tile (GroupedCost).
+// t(n) of one expert run as its own MoE layer (DESIGN.md: max((W + A(n)) / BW, 2 n_pad P / F) in the kernel
+// model), n_pad = n padded to the launch's row tile (GroupedCost).
 CostBreakdown expert_time(const ExpertRoofline& model, int64_t n);
 
 // One attention layer for one decode step (DESIGN.md: KV-cache bytes read + attention weights over BW),
-// as a roofline: max(bytes / BW, FLOPs / F), plus 3 launches (QKV projection, attention, output
-// projection) in the quantized and calibrated columns. context_tokens = cached tokens summed over the
+// as a roofline at the profile's achieved rates: the ideal column max(bytes / (BW eff_bw), FLOPs /
+// (F eff_flops)); the quantized column combines the two terms with the profile's overlap (combine_terms)
+// and adds 3 launches (QKV projection, attention, output projection). context_tokens = cached tokens summed over the
 // batch; batch = sequences decoding one token each.
 struct AttentionShape {
   int64_t hidden = 0;

@@ -54,7 +54,9 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
   LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, load, capacity);
   in.undelivered = undelivered;
   std::vector<ModeledPlacement> out;
+  // One device: a group of placement.tensor_parallel GPUs sharing every expert's ffn (model_moe_layer).
   in.placement = PlacementConfig{};
+  in.placement.tensor_parallel = e.placement.tensor_parallel;
   out.push_back({"single", 1, model_moe_layer(hw, in)});
   if (e.placement.kind == PlacementKind::expert_parallel) {
     in.placement = resolve_placement(e.placement, router);

@@ -68,10 +68,8 @@ void PlacementMean::add(const std::vector<ModeledPlacement>& modeled) {
     LayerCost& c = a.mp.cost;
     a.actual.ideal_s += x.actual.ideal_s;
     a.actual.quantized_s += x.actual.quantized_s;
-    a.actual.calibrated_s += x.actual.calibrated_s;
     a.balanced.ideal_s += x.balanced.ideal_s;
     a.balanced.quantized_s += x.balanced.quantized_s;
-    a.balanced.calibrated_s += x.balanced.calibrated_s;
     c.compute_bound_experts += x.compute_bound_experts / n;
     add_scaled(c.erosion, x.erosion, 1.0 / n);
     c.rank_imbalance += x.rank_imbalance / n;
@@ -94,8 +92,8 @@ std::vector<ModeledPlacement> PlacementMean::finish() const {
     ModeledPlacement mp = a.mp;
     LayerCost& c = mp.cost;
     for (double t : a.device_tokens) c.device_tokens.push_back(static_cast<int64_t>(std::llround(t)));
-    c.actual = {a.actual.ideal_s / n, a.actual.quantized_s / n, a.actual.calibrated_s / n};
-    c.balanced = {a.balanced.ideal_s / n, a.balanced.quantized_s / n, a.balanced.calibrated_s / n};
+    c.actual = {a.actual.ideal_s / n, a.actual.quantized_s / n};
+    c.balanced = {a.balanced.ideal_s / n, a.balanced.quantized_s / n};
     c.batching_efficiency = efficiency_of(c.erosion);
     out.push_back(std::move(mp));
   }

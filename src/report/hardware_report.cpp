@@ -15,6 +15,17 @@ using text::fixed;
 
 const Dtype kDtypes[] = {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::int8};
 
+// Where the kernel model's fitted figures come from: the pooled fit (no table of its own), a fit to this
+// GPU's published tables, a measurement, or the profile's own values.
+std::string kernel_figures_basis(const HardwareProfile& hw) {
+  const auto note = hw.sources.find("efficiency_bw");
+  if (note != hw.sources.end() && note->second == kPooledFitNote)
+    return "the pooled fit over every published table: no table of its own";
+  if (note != hw.sources.end() && note->second.rfind("scripts/fit-profiles.sh", 0) == 0)
+    return "fitted to its published tables, docs/cost-model.md";
+  return hw.calibrated ? "measured" : "as the profile sets them";
+}
+
 }  // namespace
 
 nlohmann::json hardware_json(const HardwareProfile& hw) {
@@ -37,6 +48,7 @@ nlohmann::json hardware_json(const HardwareProfile& hw) {
           {"smem_per_sm_bytes", hw.smem_per_sm_bytes},
           {"l2_bytes", hw.l2_bytes},
           {"launch_overhead_s", hw.launch_overhead_s},
+          {"k_step_s", hw.k_step_s},
           {"link_bandwidth_bytes_per_s", hw.link_bandwidth_bytes_per_s},
           {"link_latency_s", hw.link_latency_s},
           {"inter_node_bandwidth_bytes_per_s", hw.inter_node_bandwidth_bytes_per_s},
@@ -44,6 +56,8 @@ nlohmann::json hardware_json(const HardwareProfile& hw) {
           {"tile_n", hw.tile_n},
           {"efficiency_flops", hw.efficiency_flops},
           {"efficiency_bw", hw.efficiency_bw},
+          {"memory_compute_overlap", hw.memory_compute_overlap},
+          {"kernel_figures", kernel_figures_basis(hw)},
           {"calibrated", hw.calibrated}};
 }
 
@@ -55,8 +69,8 @@ std::string format_hardware(const HardwareProfile& hw) {
   os << ", " << hw.sm_count << " SMs, tile " << hw.tile_m << "x" << hw.tile_n << ", launch "
      << fixed(hw.launch_overhead_s * 1e6, 1) << " us";
   if (hw.link_bandwidth_bytes_per_s > 0) os << ", link " << fixed(hw.link_bandwidth_bytes_per_s / 1e9, 0) << " GB/s";
-  os << "\n  efficiency: flops " << hw.efficiency_flops << ", bandwidth " << hw.efficiency_bw
-     << (hw.calibrated ? " (calibrated)" : " (peak)") << "\n\n";
+  os << "\n  kernel model: efficiency flops " << hw.efficiency_flops << ", bandwidth " << hw.efficiency_bw
+     << ", K step " << fixed(hw.k_step_s * 1e6, 3) << " us (" << kernel_figures_basis(hw) << ")\n\n";
   os << "  dtype  dense_TFLOP/s  bytes/weight  critical_batch\n";
   for (Dtype d : kDtypes) {
     const auto f = peak_flops_per_s(hw, d);

@@ -144,7 +144,7 @@ nlohmann::json headline_json(const VariantResult& v) {
 }  // namespace
 
 nlohmann::json cost_json(const CostBreakdown& c) {
-  return {{"ideal_s", c.ideal_s}, {"quantized_s", c.quantized_s}, {"calibrated_s", c.calibrated_s}};
+  return {{"ideal_s", c.ideal_s}, {"quantized_s", c.quantized_s}};
 }
 
 namespace {

@@ -37,7 +37,7 @@ const std::vector<std::string>& scalar_metric_names();
 std::optional<double> metric_value(const RunResult& run, const VariantResult& v, const std::string& metric,
                                    const std::string& aggregate);
 
-// The three columns of a modeled time as JSON: ideal_s, quantized_s, calibrated_s.
+// The two columns of a modeled time as JSON: ideal_s, quantized_s (the kernel model).
 nlohmann::json cost_json(const CostBreakdown& c);
 
 // A modeled layer's erosion block (DESIGN.md "erosion"): reference_s, actual_s, parts {imbalance_s,

@@ -84,14 +84,16 @@ std::string erosion_legend(const RunResult& run) {
   const bool comm = ep || tp > 1;
   const std::string total = ep ? "ep" + std::to_string(run.experiment.placement.devices) + "_us" : "model_us";
   std::ostringstream os;
-  os << "model_us: modeled MoE layer on one device (roofline with the kernel's row tiles, waves and launches)"
+  os << "model_us: modeled MoE layer on one device (the kernel model: row tiles in waves, the K-step floor, the "
+        "profile's efficiencies and the layer's launches)"
      << (ep ? "; " + total + ": on the expert-parallel placement, all-to-all included; rank_imb: max/mean tokens per device" : "")
      << (tp > 1 ? "; each expert's ffn split over " + std::to_string(tp) + " GPUs (placement.tensor_parallel)" : "")
      << "\n"
      << total << " = ref_us + imb_us + tile_us + pad_us" << (comm ? " + comm_us" : "")
      << ": ref_us = the assignments delivered, balanced over the experts" << (ep ? " and devices" : "")
-     << ", on the ideal roofline; imb_us = the uneven loads on the ideal roofline (below 0: skew left experts idle whose "
-        "weights balanced routing reads); tile_us = tiles, waves and launches; pad_us = capacity or block rows"
+     << ", on the ideal roofline (the profile's achieved rates); imb_us = the uneven loads on the ideal roofline (below "
+        "0: skew left experts idle whose weights balanced routing reads); tile_us = tiles, waves, the K-step floor and "
+        "launches; pad_us = capacity or block rows"
      << (ep ? "; comm_us = all-to-all with its skew" : "")
      << (tp > 1 ? std::string(ep ? " and" : "; comm_us =") + " the tensor-parallel all-reduce" : "")
      << "; drop_us = the ideal time of the dropped and unrouted assignments: work not done, not in " << total << "\n"

@@ -70,10 +70,8 @@ std::vector<Column> table_columns(const SweepResult& s) {
   cols.push_back({"crit_batch", [](const SweepRow& r) { return fixed(r.critical_batch, 1); }});
   cols.push_back({"ideal_us", us(&CostBreakdown::ideal_s, false)});
   cols.push_back({"quant_us", us(&CostBreakdown::quantized_s, false)});
-  cols.push_back({"calib_us", us(&CostBreakdown::calibrated_s, false)});
   cols.push_back({"bal_ideal_us", us(&CostBreakdown::ideal_s, true)});
   cols.push_back({"bal_quant_us", us(&CostBreakdown::quantized_s, true)});
-  cols.push_back({"bal_calib_us", us(&CostBreakdown::calibrated_s, true)});
   cols.push_back({"ref_us", [](const SweepRow& r) { return fixed(r.erosion.reference_s * 1e6, 1); }});
   cols.push_back({"imb_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_s * 1e6, 1); }});
   cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }});
@@ -148,8 +146,8 @@ std::string format_table(const SweepResult& s) {
   if (first)
     os << "modeled times (*_us) cover the " << first->moe_layers << " MoE layers of model.layers = " << first->layers
        << ", each costed as the simulated MoE layer (same loads): the expert FFNs of one forward pass\n";
-  os << "ideal: roofline at peak; quant: the kernel's row tiles in waves plus launches; calib: quant at the "
-        "profile's efficiencies;\n"
+  os << "ideal: roofline at the profile's achieved rates; quant: the kernel model (row tiles in waves, the K-step "
+        "floor, the profile's efficiencies and the layer's launches), the number run prints;\n"
         "bal_*: the same tokens under perfectly balanced routing; ref_us: the delivered assignments balanced, ideal; "
         "imb_us: the uneven loads, ideal, minus ref_us; batch_eff = ref / (ref + imb), imbalance alone;\n"
         "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
@@ -172,8 +170,8 @@ std::string format_csv(const SweepResult& s) {
   std::ostringstream os;
   for (const SweepAxis& a : s.axes) os << csv_cell(a.key) << ",";
   os << "gating,profile,placement,devices,num_tokens,experts,top_k,layers,moe_layers,critical_batch,"
-        "time_ideal_s,time_quantized_s,time_calibrated_s,"
-        "balanced_ideal_s,balanced_quantized_s,balanced_calibrated_s,"
+        "time_ideal_s,time_quantized_s,"
+        "balanced_ideal_s,balanced_quantized_s,"
         "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate,"
         "erosion_reference_s,erosion_imbalance_s,erosion_quantization_s,erosion_padding_s,erosion_communication_s,"
         "dropped_work_s,knee_tokens,balanced_knee_tokens";
@@ -186,8 +184,8 @@ std::string format_csv(const SweepResult& s) {
     for (const std::string& v : r.values) os << csv_cell(v) << ",";
     os << r.gating << "," << csv_cell(r.hardware) << "," << r.placement << "," << r.devices << "," << r.num_tokens
        << "," << r.experts << "," << r.top_k << "," << r.layers << "," << r.moe_layers << "," << real(r.critical_batch) << "," << real(r.actual.ideal_s) << ","
-       << real(r.actual.quantized_s) << "," << real(r.actual.calibrated_s) << "," << real(r.balanced.ideal_s) << ","
-       << real(r.balanced.quantized_s) << "," << real(r.balanced.calibrated_s) << "," << real(r.batching_efficiency)
+       << real(r.actual.quantized_s) << "," << real(r.balanced.ideal_s) << ","
+       << real(r.balanced.quantized_s) << "," << real(r.batching_efficiency)
        << "," << real(r.time_per_token_s) << "," << real(r.compute_bound_experts) << "," << real(r.imbalance) << ","
        << real(r.drop_rate) << "," << real(r.erosion.reference_s) << "," << real(r.erosion.imbalance_s) << ","
        << real(r.erosion.quantization_s) << "," << real(r.erosion.padding_s) << "," << real(r.erosion.communication_s)

@@ -24,7 +24,7 @@ std::string format_table(const ValidateResult& r) {
   os << "validate: " << r.experiment << " (" << r.source_file << "): " << r.experts << " experts, top-" << r.top_k
      << (r.shared_experts ? ", " + std::to_string(r.shared_experts) + " shared" : std::string()) << ", " << r.gating
      << "; executed and modeled at hidden " << r.hidden << ", ffn " << r.ffn << ", fp32, median of " << r.repeats
-     << " repeats; hardware " << r.hardware << " (calibrated column)\n\n";
+     << " repeats; hardware " << r.hardware << " (the kernel model)\n\n";
   os << "  tokens  active     rows  regime   predicted_ms  measured_ms  error_%\n";
   for (const ValidatePoint& p : r.points) {
     char line[160];
@@ -48,10 +48,10 @@ std::string format_table(const ValidateResult& r) {
 
 std::string format_csv(const ValidateResult& r) {
   std::ostringstream os;
-  os << "num_tokens,active_experts,rows,compute_bound,predicted_s,predicted_quantized_s,measured_s,error\n";
+  os << "num_tokens,active_experts,rows,compute_bound,predicted_s,measured_s,error\n";
   for (const ValidatePoint& p : r.points)
     os << p.num_tokens << "," << p.active_experts << "," << p.rows << "," << (p.compute_bound ? 1 : 0) << ","
-       << real(p.predicted_s) << "," << real(p.predicted_quantized_s) << "," << real(p.measured_s) << ","
+       << real(p.predicted_s) << "," << real(p.measured_s) << ","
        << real(p.error) << "\n";
   return os.str();
 }
@@ -71,7 +71,7 @@ std::string format_json(const ValidateResult& r) {
   for (const ValidatePoint& p : r.points)
     pts.push_back({{"num_tokens", p.num_tokens}, {"active_experts", p.active_experts}, {"rows", p.rows},
                    {"compute_bound", p.compute_bound}, {"predicted_s", p.predicted_s},
-                   {"predicted_quantized_s", p.predicted_quantized_s}, {"measured_s", p.measured_s},
+                   {"measured_s", p.measured_s},
                    {"error", p.error}});
   j["points"] = pts;
   j["load_average_before"] = r.load_before;
@@ -88,14 +88,26 @@ std::string pct(double e) {
   return buf;
 }
 
+// The mean of a term over a row's routing draws.
+double mean_term(const PublishedTerms& t, double KernelTerms::*term) {
+  double sum = 0;
+  for (const KernelTerms& d : t.draws) sum += d.*term;
+  return t.draws.empty() ? 0.0 : sum / static_cast<double>(t.draws.size());
+}
+
+std::string figures_text(const KernelFigures& f) {
+  return "efficiency_bw " + fixed(f.efficiency_bw, 3) + ", efficiency_flops " + fixed(f.efficiency_flops, 3) +
+         ", launch " + fixed(f.launch_s * 1e6, 2) + " us, K step " + fixed(f.k_step_s * 1e6, 3) + " us";
+}
+
 std::string published_table(const PublishedValidation& v) {
   std::ostringstream os;
   os << "published fused-MoE kernel times against the cost model: " << v.tables.size()
      << (v.tables.size() == 1 ? " table, " : " tables, ") << v.rows.size()
-     << " points (data/validation/README.md). Routing as the benchmarks route: uniform random top-k, the mean of "
-     << kPublishedDraws << " draws.\n"
-        "columns: ideal (roofline at peak), quantized (tiles, waves, launches), calibrated (the shipped profile's "
-        "efficiencies), held_out (efficiencies, launch and K-step latency fitted on the other tables: never on this "
+     << " points (data/validation/README.md). Routing as each benchmark routes: uniform random top-k (the mean of "
+     << kPublishedDraws << " draws) or balanced.\n"
+        "columns: ideal (roofline at peak, no launches), model (the kernel model with the profile's figures: the number run and "
+        "sweep print), held_out (the same model, its figures fitted as shipped on the other tables: never on this "
         "one)\n";
   for (std::size_t t = 0; t < v.tables.size(); ++t) {
     const PublishedTableResult& res = v.tables[t];
@@ -105,29 +117,25 @@ std::string published_table(const PublishedValidation& v) {
     os << "\n" << res.table.name << " (" << res.table.origin << ")\n  " << res.gpu;
     if (first) {
       os << " " << to_string(first->dtype) << ", E " << first->experts << ", N " << first->n << ", K " << first->k
-         << ", top-" << first->top_k << ", tp " << first->tp << ", " << to_string(first->scope) << " ("
-         << scope_kernels(first->scope) << (scope_kernels(first->scope) == 1 ? " kernel" : " kernels") << "), "
-         << first->source;
+         << ", top-" << first->top_k << ", tp " << first->tp << ", ep " << first->ep << ", " << to_string(first->scope)
+         << " (" << scope_kernels(first->scope) << (scope_kernels(first->scope) == 1 ? " kernel" : " kernels")
+         << "), " << to_string(first->routing) << " routing, " << first->source;
     }
-    os << "\n  held_out: ";
+    os << "\n  model: " << figures_text(KernelFigures::of(res.table.hardware)) << "\n  held_out: ";
     if (res.fitted_on.empty()) {
       os << "no other table to fit on\n";
     } else {
-      os << "fit on the " << res.fitted_on.size() << " other table" << (res.fitted_on.size() == 1 ? "" : "s")
-         << ": efficiency_bw " << fixed(res.fit.efficiency_bw, 3) << ", efficiency_flops "
-         << fixed(res.fit.efficiency_flops, 3) << ", launch " << fixed(res.fit.launch_overhead_s * 1e6, 2)
-         << " us, K step " << fixed(res.fit.k_step_s * 1e6, 3) << " us\n";
+      os << "fit on the " << res.fitted_on.size() << " other table" << (res.fitted_on.size() == 1 ? "" : "s") << ": "
+         << figures_text(res.fit.figures) << "\n";
     }
-    os << "     batch   active  measured_us    ideal_us   err%  quantized_us   err%  calibrated_us   err%  "
-          "held_out_us   err%\n";
+    os << "     batch   active  measured_us    ideal_us   err%    model_us   err%  held_out_us   err%\n";
     for (const PublishedRow& r : v.rows) {
       if (r.table != static_cast<int>(t)) continue;
       char line[256];
-      std::snprintf(line, sizeof line, "  %8lld  %7.1f  %11.2f  %10.2f  %5s  %12.2f  %5s  %13.2f  %5s  %11s  %5s\n",
+      std::snprintf(line, sizeof line, "  %8lld  %7.1f  %11.2f  %10.2f  %5s  %10.2f  %5s  %11s  %5s\n",
                     static_cast<long long>(r.point.batch), r.terms.active_experts, r.point.measured_s * 1e6,
-                    r.ideal_s * 1e6, pct(column_error(r, PublishedColumn::ideal)).c_str(), r.quantized_s * 1e6,
-                    pct(column_error(r, PublishedColumn::quantized)).c_str(), r.calibrated_s * 1e6,
-                    pct(column_error(r, PublishedColumn::calibrated)).c_str(),
+                    r.ideal_s * 1e6, pct(column_error(r, PublishedColumn::ideal)).c_str(), r.model_s * 1e6,
+                    pct(column_error(r, PublishedColumn::model)).c_str(),
                     res.fitted_on.empty() ? "-" : fixed(r.held_out_s * 1e6, 2).c_str(),
                     res.fitted_on.empty() ? "-" : pct(column_error(r, PublishedColumn::held_out)).c_str());
       os << line;
@@ -135,8 +143,8 @@ std::string published_table(const PublishedValidation& v) {
   }
   os << "\nerror per table: median |error| / worst, %\n";
   char head[256];
-  std::snprintf(head, sizeof head, "  %-52s %-15s %6s  %13s  %13s  %13s  %13s\n", "table", "gpu", "points", "ideal",
-                "quantized", "calibrated", "held_out");
+  std::snprintf(head, sizeof head, "  %-58s %-15s %6s  %13s  %13s  %13s\n", "table", "gpu", "points", "ideal", "model",
+                "held_out");
   os << head;
   const auto cell = [](const ErrorSummary& e) {
     if (e.points == 0) return std::string("-");
@@ -146,27 +154,29 @@ std::string published_table(const PublishedValidation& v) {
   };
   const auto summary_line = [&](const std::string& name, const std::string& gpu, int points, const ErrorSummary* e) {
     char line[256];
-    std::snprintf(line, sizeof line, "  %-52s %-15s %6d  %13s  %13s  %13s  %13s\n", name.c_str(), gpu.c_str(), points,
-                  cell(e[0]).c_str(), cell(e[1]).c_str(), cell(e[2]).c_str(), cell(e[3]).c_str());
+    std::snprintf(line, sizeof line, "  %-58s %-15s %6d  %13s  %13s  %13s\n", name.c_str(), gpu.c_str(), points,
+                  cell(e[0]).c_str(), cell(e[1]).c_str(), cell(e[2]).c_str());
     os << line;
   };
   for (const PublishedTableResult& res : v.tables)
     summary_line(res.table.name, res.gpu, res.errors[0].points, res.errors);
+  os << "\nerror per GPU\n";
+  for (const PublishedGpuSummary& g : v.gpus) summary_line("gpu", g.gpu, g.errors[0].points, g.errors);
   summary_line("overall", "", v.overall[0].points, v.overall);
   return os.str();
 }
 
 std::string published_csv(const PublishedValidation& v) {
   std::ostringstream os;
-  os << "table,gpu,dtype,experts,n,k,top_k,tp,batch,scope,active_experts,measured_s";
+  os << "table,gpu,dtype,experts,n,k,top_k,tp,ep,batch,scope,routing,active_experts,measured_s";
   for (PublishedColumn c : kPublishedColumns) os << "," << to_string(c) << "_s," << to_string(c) << "_error";
   os << "\n";
   for (const PublishedRow& r : v.rows) {
     const PublishedTableResult& res = v.tables[static_cast<std::size_t>(r.table)];
     const PublishedPoint& p = r.point;
     os << text::csv_cell(res.table.name) << "," << p.gpu << "," << to_string(p.dtype) << "," << p.experts << "," << p.n
-       << "," << p.k << "," << p.top_k << "," << p.tp << "," << p.batch << "," << to_string(p.scope) << ","
-       << real(r.terms.active_experts) << "," << real(p.measured_s);
+       << "," << p.k << "," << p.top_k << "," << p.tp << "," << p.ep << "," << p.batch << "," << to_string(p.scope)
+       << "," << to_string(p.routing) << "," << real(r.terms.active_experts) << "," << real(p.measured_s);
     for (PublishedColumn c : kPublishedColumns) {
       if (c == PublishedColumn::held_out && res.fitted_on.empty()) {
         os << ",,";
@@ -181,7 +191,7 @@ std::string published_csv(const PublishedValidation& v) {
 
 nlohmann::json summary_json(const ErrorSummary* e) {
   nlohmann::json j = nlohmann::json::object();
-  for (int c = 0; c < 4; ++c) {
+  for (int c = 0; c < kPublishedColumnCount; ++c) {
     if (e[c].points == 0) continue;
     j[to_string(kPublishedColumns[c])] = {{"median_abs_error", e[c].median_abs}, {"worst_error", e[c].worst},
                                           {"points", e[c].points}};
@@ -194,7 +204,8 @@ std::string published_json(const PublishedValidation& v) {
   j["schema_version"] = kReportSchemaVersion;
   j["moesim_version"] = MOESIM_VERSION;
   j["provenance"] = provenance_json();
-  j["routing"] = "uniform random top-k (torch.randn gating logits), mean of " + std::to_string(kPublishedDraws) + " draws";
+  j["routing"] = "each table's own: uniform random top-k (torch.randn gating logits), mean of " +
+                 std::to_string(kPublishedDraws) + " draws, or balanced (one round-robin routing)";
   nlohmann::json tables = nlohmann::json::array();
   for (std::size_t t = 0; t < v.tables.size(); ++t) {
     const PublishedTableResult& res = v.tables[t];
@@ -202,18 +213,21 @@ std::string published_json(const PublishedValidation& v) {
                          {"hardware_digest", res.profile_digest}, {"held_out_basis", res.held_out_basis},
                          {"fitted_on", res.fitted_on}, {"errors", summary_json(res.errors)}};
     if (!res.fitted_on.empty())
-      tj["fit"] = {{"efficiency_bw", res.fit.efficiency_bw}, {"efficiency_flops", res.fit.efficiency_flops},
-                   {"launch_overhead_s", res.fit.launch_overhead_s}, {"k_step_s", res.fit.k_step_s},
+      tj["fit"] = {{"efficiency_bw", res.fit.figures.efficiency_bw},
+                   {"efficiency_flops", res.fit.figures.efficiency_flops},
+                   {"launch_overhead_s", res.fit.figures.launch_s}, {"k_step_s", res.fit.figures.k_step_s},
                    {"points", res.fit.points}};
     nlohmann::json pts = nlohmann::json::array();
     for (const PublishedRow& r : v.rows) {
       if (r.table != static_cast<int>(t)) continue;
       const PublishedPoint& p = r.point;
       nlohmann::json pj = {{"dtype", to_string(p.dtype)}, {"experts", p.experts}, {"n", p.n}, {"k", p.k},
-                           {"top_k", p.top_k}, {"tp", p.tp}, {"batch", p.batch}, {"scope", to_string(p.scope)},
+                           {"top_k", p.top_k}, {"tp", p.tp}, {"ep", p.ep}, {"batch", p.batch},
+                           {"scope", to_string(p.scope)}, {"routing", to_string(p.routing)},
                            {"kernels", r.terms.kernels}, {"active_experts", r.terms.active_experts},
-                           {"memory_s", r.terms.memory_s}, {"compute_s", r.terms.compute_s},
-                           {"k_steps", r.terms.k_steps},
+                           {"memory_s", mean_term(r.terms, &KernelTerms::memory_s)},
+                           {"compute_s", mean_term(r.terms, &KernelTerms::compute_s)},
+                           {"k_steps", mean_term(r.terms, &KernelTerms::k_steps)},
                            {"measured_s", p.measured_s}, {"source", p.source}, {"line", p.line}};
       for (PublishedColumn c : kPublishedColumns) {
         if (c == PublishedColumn::held_out && res.fitted_on.empty()) continue;
@@ -226,6 +240,17 @@ std::string published_json(const PublishedValidation& v) {
     tables.push_back(tj);
   }
   j["tables"] = tables;
+  nlohmann::json gpus = nlohmann::json::object();
+  const auto fit_json = [](const PublishedFit& f) {
+    return nlohmann::json{{"efficiency_bw", f.figures.efficiency_bw}, {"efficiency_flops", f.figures.efficiency_flops},
+                          {"launch_overhead_s", f.figures.launch_s}, {"k_step_s", f.figures.k_step_s},
+                          {"points", f.points}};
+  };
+  for (const PublishedGpuSummary& g : v.gpus) {
+    gpus[g.gpu] = {{"errors", summary_json(g.errors)}, {"fit", fit_json(g.fit)}, {"fitted_tables", g.fitted_tables}};
+  }
+  j["gpus"] = gpus;
+  j["pooled_fit"] = fit_json(v.pooled);
   j["overall"] = summary_json(v.overall);
   return j.dump(2) + "\n";
 }

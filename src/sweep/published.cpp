@@ -1,7 +1,8 @@
 // Published kernel tables against the cost model (published.hpp). The routing is the benchmarks' own:
 // vLLM's benchmarks/kernels/benchmark_moe.py and SGLang's tuning_fused_moe_triton.py draw gating logits
 // with torch.randn, so each token's top-k is a uniformly random set of k distinct experts; drawn here by a
-// partial Fisher-Yates shuffle on counter_rng, kPublishedDraws times, and the terms averaged.
+// partial Fisher-Yates shuffle on counter_rng, kPublishedDraws times, and the model's times averaged.
+// aiconfigurator's collector routes `balanced`: one deterministic round-robin.
 // Host only. Covered by tests/sweep/published_test.cpp.
 #include "src/sweep/published.hpp"
 
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
 
@@ -23,6 +25,8 @@ namespace moesim {
 
 const char* const kPublishedHeader =
     "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope";
+const char* const kPublishedHeaderEp =
+    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep";
 
 namespace {
 
@@ -66,10 +70,10 @@ double parse_time_us(const Where& w, const std::string& s) {
   return v;
 }
 
-PublishedScope parse_scope(const Where& w, const std::string& s) {
-  for (PublishedScope v : {PublishedScope::layer, PublishedScope::up_gemm, PublishedScope::down_gemm})
+KernelScope parse_scope(const Where& w, const std::string& s) {
+  for (KernelScope v : {KernelScope::layer, KernelScope::experts, KernelScope::up_gemm, KernelScope::down_gemm})
     if (s == to_string(v)) return v;
-  w.fail("scope", "layer, up_gemm or down_gemm", s);
+  w.fail("scope", "layer, experts, up_gemm or down_gemm", s);
 }
 
 Dtype parse_dtype_cell(const Where& w, const std::string& s) {
@@ -88,13 +92,30 @@ std::string read_file(const fs::path& path) {
 
 std::string stem_of(const std::string& origin) { return fs::path(origin).stem().string(); }
 
-GemmPart gemm_part(PublishedScope s) {
-  switch (s) {
-    case PublishedScope::layer: return GemmPart::both;
-    case PublishedScope::up_gemm: return GemmPart::up;
-    case PublishedScope::down_gemm: return GemmPart::down;
+bool is_builtin_origin(const std::string& origin) { return origin.rfind(kValidationDir, 0) == 0; }
+
+// The profile a gpu cell names: a built-in profile, or (for a table read from disk) a profile YAML
+// relative to the table's folder.
+HardwareProfile table_profile(const Where& w, const std::string& cell, std::string& profile_ref) {
+  const auto names = builtin_hardware_names();
+  HardwareRef ref;
+  if (std::binary_search(names.begin(), names.end(), cell)) {
+    ref.name = profile_ref = cell;
+    return load_hardware_profile(ref, "");
   }
-  return GemmPart::both;
+  const fs::path path(cell);
+  const bool yaml = path.extension() == ".yaml" || path.extension() == ".yml";
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  if (!yaml || is_builtin_origin(w.origin))
+    w.fail("gpu", "a built-in hardware profile (" + list + ") or a profile .yaml file relative to the table", cell);
+  ref.name = profile_ref = path.is_absolute() ? cell : (fs::path(w.origin).parent_path() / path).string();
+  ref.origin = w.origin + ":" + std::to_string(w.line) + ": gpu";
+  try {
+    return load_hardware_profile(ref, "");
+  } catch (const ConfigError& e) {
+    throw InputError(e.what());
+  }
 }
 
 }  // namespace
@@ -124,25 +145,12 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return fields;
 }
 
-const char* to_string(PublishedScope s) {
-  switch (s) {
-    case PublishedScope::layer: return "layer";
-    case PublishedScope::up_gemm: return "up_gemm";
-    case PublishedScope::down_gemm: return "down_gemm";
-  }
-  return "?";
-}
-
-// vLLM's fused_experts (model_executor/layers/fused_moe/fused_moe.py) as benchmark_moe.py times it:
-// fused_topk (topk_softmax), moe_align_block_size, the w1 fused_moe_kernel, silu_and_mul, the w2
-// fused_moe_kernel and moe_sum: 6 kernels. A direct fused_moe_kernel call is 1.
-int scope_kernels(PublishedScope s) { return s == PublishedScope::layer ? 6 : 1; }
+const char* to_string(PublishedRouting r) { return r == PublishedRouting::balanced ? "balanced" : "uniform"; }
 
 const char* to_string(PublishedColumn c) {
   switch (c) {
     case PublishedColumn::ideal: return "ideal";
-    case PublishedColumn::quantized: return "quantized";
-    case PublishedColumn::calibrated: return "calibrated";
+    case PublishedColumn::model: return "model";
     case PublishedColumn::held_out: return "held_out";
   }
   return "?";
@@ -152,30 +160,33 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
   PublishedTable table;
   table.origin = origin;
   table.name = stem_of(origin);
-  const std::vector<std::string> header = split_csv_line(kPublishedHeader);
   std::istringstream in(text);
   std::string line;
   int number = 0;
-  const auto names = builtin_hardware_names();
+  std::size_t columns = 0;
+  std::string gpu;
   while (std::getline(in, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const Where w{origin, number};
     if (number == 1) {
-      if (line != kPublishedHeader) w.fail("header", std::string("the columns ") + kPublishedHeader, line.substr(0, 80));
+      if (line != kPublishedHeader && line != kPublishedHeaderEp)
+        w.fail("header", std::string("the columns ") + kPublishedHeader + " (and optionally ,ep)", line.substr(0, 80));
+      columns = split_csv_line(line).size();
       continue;
     }
     if (line.empty()) continue;
     const std::vector<std::string> f = split_csv_line(line);
-    if (f.size() != header.size())
-      w.fail("row", std::to_string(header.size()) + " fields", std::to_string(f.size()) + " fields");
+    if (f.size() != columns)
+      w.fail("row", std::to_string(columns) + " fields", std::to_string(f.size()) + " fields");
     PublishedPoint p;
     p.line = number;
     p.gpu = f[0];
-    if (!std::binary_search(names.begin(), names.end(), p.gpu)) {
-      std::string list;
-      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-      w.fail("gpu", "a built-in hardware profile (" + list + ")", p.gpu);
+    if (gpu.empty()) {
+      table.hardware = table_profile(w, p.gpu, table.profile_ref);
+      gpu = p.gpu;
+    } else if (p.gpu != gpu) {
+      w.fail("gpu", "'" + gpu + "' as on the table's first row (one GPU per table)", p.gpu);
     }
     p.dtype = parse_dtype_cell(w, f[1]);
     p.experts = static_cast<int>(parse_positive(w, "experts", f[2], 65536));
@@ -188,7 +199,14 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     p.source = f[9];
     if (p.source.empty()) w.fail("source", "the measurement's source (owner/repo#PR)", "");
     p.tool = f[11];
+    p.routing = f[13] == "balanced" ? PublishedRouting::balanced : PublishedRouting::uniform;
     p.scope = parse_scope(w, f[15]);
+    if (columns > 16) {
+      p.ep = static_cast<int>(parse_positive(w, "ep", f[16], p.experts));
+      if (p.experts % p.ep != 0) w.fail("ep", "a divisor of experts (" + std::to_string(p.experts) + ")", f[16]);
+    }
+    if (!peak_flops_per_s(table.hardware, p.dtype))
+      w.fail("dtype", std::string("a dtype with a dense peak on ") + table.hardware.name, f[1]);
     table.points.push_back(std::move(p));
   }
   if (number == 0) throw InputError(origin + ": expected the header line " + std::string(kPublishedHeader) + ", got an empty file");
@@ -230,106 +248,135 @@ std::vector<PublishedTable> load_published(const std::string& spec) {
   return tables;
 }
 
-PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& hw) {
-  MOESIM_REQUIRE(p.experts >= 1 && p.top_k >= 1 && p.top_k <= p.experts && p.batch >= 1,
-                 "a published point needs 1 <= top_k <= experts and batch >= 1");
-  const ExpertRoofline model(hw, p.k, p.n, p.dtype);
-  const GemmPart part = gemm_part(p.scope);
-  const double flop_share = part == GemmPart::both ? 1.0 : part == GemmPart::up ? 2.0 / 3.0 : 1.0 / 3.0;
-  PublishedTerms t;
-  t.kernels = scope_kernels(p.scope);
+int published_draws(const PublishedPoint& p) {
+  return p.routing == PublishedRouting::balanced ? 1 : kPublishedDraws;
+}
+
+std::vector<int64_t> published_loads(const PublishedPoint& p, int draw) {
+  MOESIM_REQUIRE(p.experts >= 1 && p.top_k >= 1 && p.top_k <= p.experts && p.batch >= 1 && p.ep >= 1 &&
+                     p.experts % p.ep == 0,
+                 "a published point needs 1 <= top_k <= experts, batch >= 1 and ep dividing experts");
+  const int local = p.experts / p.ep;
+  std::vector<int64_t> load(static_cast<std::size_t>(local), 0);
+  const auto count = [&](int expert) {
+    if (expert < local) ++load[static_cast<std::size_t>(expert)];
+  };
+  if (p.routing == PublishedRouting::balanced) {
+    const int64_t stride = (p.experts + p.top_k - 1) / p.top_k;  // ceil(E / k)
+    for (int64_t token = 0; token < p.batch; ++token)
+      for (int j = 0; j < p.top_k; ++j) count(static_cast<int>((token + j * stride) % p.experts));
+    return load;
+  }
   std::vector<int> order(static_cast<std::size_t>(p.experts)), picks(static_cast<std::size_t>(p.top_k));
   std::iota(order.begin(), order.end(), 0);
-  std::vector<int64_t> load(static_cast<std::size_t>(p.experts));
   const uint64_t seed = static_cast<uint64_t>(p.experts) * 1000003u + static_cast<uint64_t>(p.top_k) * 7919u +
                         static_cast<uint64_t>(p.batch);
-  for (int draw = 0; draw < kPublishedDraws; ++draw) {
-    std::fill(load.begin(), load.end(), 0);
-    uint64_t index = 0;
-    for (int64_t token = 0; token < p.batch; ++token) {
-      for (int j = 0; j < p.top_k; ++j) {  // partial Fisher-Yates: order[0..k) is a uniform k-subset
-        const double u = counter_uniform(seed, kStreamPublished + static_cast<uint64_t>(draw), index++);
-        const int pick = j + std::min(p.experts - j - 1, static_cast<int>(u * (p.experts - j)));
-        picks[static_cast<std::size_t>(j)] = pick;
-        std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(pick)]);
-        ++load[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])];
-      }
-      // Undo the swaps, last first: order is the identity again in O(k), not O(E), per token.
-      for (int j = p.top_k - 1; j >= 0; --j)
-        std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(picks[static_cast<std::size_t>(j)])]);
+  uint64_t index = 0;
+  for (int64_t token = 0; token < p.batch; ++token) {
+    for (int j = 0; j < p.top_k; ++j) {  // partial Fisher-Yates: order[0..k) is a uniform k-subset
+      const double u = counter_uniform(seed, kStreamPublished + static_cast<uint64_t>(draw), index++);
+      const int pick = j + std::min(p.experts - j - 1, static_cast<int>(u * (p.experts - j)));
+      picks[static_cast<std::size_t>(j)] = pick;
+      std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(pick)]);
+      count(order[static_cast<std::size_t>(j)]);
     }
+    // Undo the swaps, last first: order is the identity again in O(k), not O(E), per token.
+    for (int j = p.top_k - 1; j >= 0; --j)
+      std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(picks[static_cast<std::size_t>(j)])]);
+  }
+  return load;
+}
+
+PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& hw) {
+  const ExpertRoofline model(hw, p.k, p.n, p.dtype);
+  PublishedTerms t;
+  t.kernels = scope_kernels(p.scope);
+  const int draws = published_draws(p);
+  for (int draw = 0; draw < draws; ++draw) {
     GroupedCost g(model);
-    for (int64_t rows : load) g.add(rows);
-    const GroupedCost::Terms terms = g.terms(part);
-    const int64_t row_tiles = g.launch_row_tiles();
-    const auto steps = [&](int64_t col_tiles, int64_t k_dim) {
-      const int64_t tiles = row_tiles * col_tiles;
-      return static_cast<double>((tiles + hw.sm_count - 1) / hw.sm_count) *
-             static_cast<double>((k_dim + kPublishedKStep - 1) / kPublishedKStep);
-    };
-    if (part != GemmPart::down) t.k_steps += steps(model.col_tiles_up, p.k);
-    if (part != GemmPart::up) t.k_steps += steps(model.col_tiles_down, p.n);
-    t.memory_s += terms.memory_s;
-    t.compute_s += terms.compute_s;
-    t.ideal_compute_s += static_cast<double>(g.rows()) * model.flops_per_row * flop_share / model.peak_flops_per_s;
+    int64_t local_rows = 0;
+    for (int64_t rows : published_loads(p, draw)) {
+      g.add(rows);
+      local_rows += rows;
+    }
+    // Expert parallel on one GPU: the other ranks' assignments ride along (GroupedCost::add_idle_rows).
+    g.add_idle_rows(p.batch * p.top_k - local_rows);
+    t.draws.push_back(g.terms(p.scope));
     t.active_experts += static_cast<double>(g.experts());
   }
-  const double draws = kPublishedDraws;
-  t.memory_s /= draws;
-  t.compute_s /= draws;
-  t.ideal_compute_s /= draws;
   t.active_experts /= draws;
-  t.k_steps /= draws;
   return t;
 }
 
-double published_time_s(const PublishedTerms& t, const PublishedFit& fit, double overlap) {
-  return t.kernels * fit.launch_overhead_s +
-         std::max(t.k_steps * fit.k_step_s,
-                  combine_terms(t.memory_s / fit.efficiency_bw, t.compute_s / fit.efficiency_flops, overlap));
+double published_time_s(const PublishedTerms& t, const KernelFigures& f) {
+  double sum = 0;
+  for (const KernelTerms& d : t.draws) sum += kernel_time_s(d, f);
+  return sum / static_cast<double>(t.draws.size());
 }
 
-PublishedFit fit_published(const std::vector<PublishedSample>& samples, bool fit_k_step) {
+double published_ideal_s(const PublishedTerms& t) {
+  double sum = 0;
+  for (const KernelTerms& d : t.draws) sum += kernel_ideal_s(d, KernelFigures{});
+  return sum / static_cast<double>(t.draws.size());
+}
+
+PublishedFit fit_published(const std::vector<PublishedSample>& samples, const KernelFigures* prior) {
   MOESIM_REQUIRE(!samples.empty(), "a fit needs at least one published point");
   std::vector<double> log_measured;
   for (const PublishedSample& s : samples) log_measured.push_back(std::log(s.measured_s));
   const auto loss = [&](double log_bw, double log_flops, double launch_s, double step_s) {
-    PublishedFit f;
+    KernelFigures f;
     f.efficiency_bw = std::exp(log_bw);
     f.efficiency_flops = std::exp(log_flops);
-    f.launch_overhead_s = launch_s;
+    f.launch_s = launch_s;
     f.k_step_s = step_s;
     double sum = 0;
     for (std::size_t i = 0; i < samples.size(); ++i) {
-      const double d = std::log(published_time_s(samples[i].terms, f, samples[i].overlap)) - log_measured[i];
+      f.overlap = samples[i].overlap;
+      const double d = std::log(published_time_s(samples[i].terms, f)) - log_measured[i];
       sum += d * d;
+    }
+    if (prior) {
+      const double a = log_bw - std::log(prior->efficiency_bw), b = log_flops - std::log(prior->efficiency_flops);
+      const double c = (launch_s - prior->launch_s) / kPriorLaunchScale_s;
+      const double d = (step_s - prior->k_step_s) / kPriorKStepScale_s;
+      sum += kPriorWeight * (a * a + b * b + c * c + d * d);
     }
     return sum;
   };
-  // Grid: log efficiencies over [log 0.02, 0] in 24 steps, launch 0..48 us in 4 us steps, the K step
-  // 0..2 us in 0.2 us steps; then 5 rounds of a 7^4 grid at a third of the step around the best. Scanned
-  // from the highest efficiencies, the lowest launch and K step, so a flat direction keeps those (a term
-  // no point binds stays at its ideal).
-  const double lo = std::log(0.02), kMaxLaunch = 50e-6, kMaxStep = fit_k_step ? 4e-6 : 0.0;
-  double step = -lo / 24.0, launch_step = 4e-6, k_step = 0.2e-6;
+  // Without a prior, a coarse grid first: log efficiencies over [log 0.02, 0] in 6 steps, launch 0..48 us
+  // in 8 us steps, the K step 0..2 us in 0.4 us steps, scanned from the highest efficiencies, the lowest
+  // launch and K step, so a flat direction keeps those (a term no point binds stays at its ideal). With a
+  // prior, its figures are the start. Then 10 rounds of a 5^4 grid around the best, the step halved each
+  // round.
+  const double lo = std::log(0.02), kMaxLaunch = 50e-6, kMaxStep = 4e-6;
+  double step = -lo / 6.0, launch_step = 8e-6, k_step = 0.4e-6;
   double best = HUGE_VAL, best_bw = 0, best_flops = 0, best_launch = 0, best_k = 0;
-  for (int i = 24; i >= 0; --i)
-    for (int j = 24; j >= 0; --j)
-      for (int l = 0; l <= 12; ++l)
-        for (int q = 0; q <= (fit_k_step ? 10 : 0); ++q) {
-          const double v = loss(lo + i * step, lo + j * step, l * launch_step, q * k_step);
-          if (v < best) best = v, best_bw = lo + i * step, best_flops = lo + j * step, best_launch = l * launch_step,
-                        best_k = q * k_step;
-        }
-  for (int round = 0; round < 5; ++round) {
-    step /= 3.0;
-    launch_step /= 3.0;
-    k_step /= 3.0;
+  if (prior) {
+    best_bw = std::clamp(std::log(prior->efficiency_bw), lo, 0.0);
+    best_flops = std::clamp(std::log(prior->efficiency_flops), lo, 0.0);
+    best_launch = std::clamp(prior->launch_s, 0.0, kMaxLaunch);
+    best_k = std::clamp(prior->k_step_s, 0.0, kMaxStep);
+    best = loss(best_bw, best_flops, best_launch, best_k);
+  } else {
+    for (int i = 6; i >= 0; --i)
+      for (int j = 6; j >= 0; --j)
+        for (int l = 0; l <= 6; ++l)
+          for (int q = 0; q <= 5; ++q) {
+            const double v = loss(lo + i * step, lo + j * step, l * launch_step, q * k_step);
+            if (v < best) best = v, best_bw = lo + i * step, best_flops = lo + j * step, best_launch = l * launch_step,
+                          best_k = q * k_step;
+          }
+  }
+  for (int round = 0; round < 10; ++round) {
+    step /= 2.0;
+    launch_step /= 2.0;
+    k_step /= 2.0;
     const double c_bw = best_bw, c_flops = best_flops, c_launch = best_launch, c_k = best_k;
-    for (int i = 3; i >= -3; --i)
-      for (int j = 3; j >= -3; --j)
-        for (int l = -3; l <= 3; ++l)
-          for (int q = -3; q <= 3; ++q) {
+    for (int i = 2; i >= -2; --i)
+      for (int j = 2; j >= -2; --j)
+        for (int l = -2; l <= 2; ++l)
+          for (int q = -2; q <= 2; ++q) {
             const double a = std::clamp(c_bw + i * step, lo, 0.0), b = std::clamp(c_flops + j * step, lo, 0.0);
             const double c = std::clamp(c_launch + l * launch_step, 0.0, kMaxLaunch);
             const double d = std::clamp(c_k + q * k_step, 0.0, kMaxStep);
@@ -338,19 +385,58 @@ PublishedFit fit_published(const std::vector<PublishedSample>& samples, bool fit
           }
   }
   PublishedFit fit;
-  fit.efficiency_bw = std::exp(best_bw);
-  fit.efficiency_flops = std::exp(best_flops);
-  fit.launch_overhead_s = best_launch;
-  fit.k_step_s = best_k;
+  fit.figures.efficiency_bw = std::exp(best_bw);
+  fit.figures.efficiency_flops = std::exp(best_flops);
+  fit.figures.launch_s = best_launch;
+  fit.figures.k_step_s = best_k;
   fit.points = static_cast<int>(samples.size());
   return fit;
+}
+
+namespace {
+
+std::vector<PublishedSample> table_samples(const PublishedTable& t) {
+  std::vector<PublishedSample> out;
+  for (const PublishedPoint& p : t.points) {
+    try {
+      out.push_back({published_terms(p, t.hardware), p.measured_s, t.hardware.memory_compute_overlap});
+    } catch (const Error& e) {  // e.g. a shape the profile cannot cost: name the row
+      throw InputError(t.origin + ":" + std::to_string(p.line) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+ShippedFit shipped_fit_of(const std::vector<PublishedTable>& tables,
+                          const std::vector<std::vector<PublishedSample>>& samples, const std::string& gpu, int skip) {
+  ShippedFit out;
+  std::vector<PublishedSample> all, own;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    if (static_cast<int>(t) == skip) continue;
+    all.insert(all.end(), samples[t].begin(), samples[t].end());
+    if (tables[t].hardware.name == gpu) {
+      own.insert(own.end(), samples[t].begin(), samples[t].end());
+      out.gpu_tables.push_back(tables[t].name);
+    }
+  }
+  if (all.empty()) return out;
+  out.pooled = fit_published(all);
+  out.gpu = own.empty() ? out.pooled : fit_published(own, &out.pooled.figures);
+  return out;
+}
+
+}  // namespace
+
+ShippedFit shipped_fit(const std::vector<PublishedTable>& tables, const std::string& gpu, int skip) {
+  std::vector<std::vector<PublishedSample>> samples;
+  for (const PublishedTable& t : tables) samples.push_back(table_samples(t));
+  return shipped_fit_of(tables, samples, gpu, skip);
 }
 
 double column_s(const PublishedRow& r, PublishedColumn c) {
   switch (c) {
     case PublishedColumn::ideal: return r.ideal_s;
-    case PublishedColumn::quantized: return r.quantized_s;
-    case PublishedColumn::calibrated: return r.calibrated_s;
+    case PublishedColumn::model: return r.model_s;
     case PublishedColumn::held_out: return r.held_out_s;
   }
   return 0;
@@ -375,93 +461,95 @@ ErrorSummary summarize_errors(const std::vector<double>& errors) {
 
 PublishedValidation validate_published(const std::vector<PublishedTable>& tables) {
   PublishedValidation v;
-  std::vector<std::vector<PublishedSample>> samples(tables.size());
+  std::vector<std::vector<PublishedSample>> samples;
   for (std::size_t t = 0; t < tables.size(); ++t) {
+    MOESIM_REQUIRE(!tables[t].points.empty(), "a published table has no points");
+    samples.push_back(table_samples(tables[t]));
     PublishedTableResult res;
     res.table = tables[t];
     res.table.points.clear();
-    MOESIM_REQUIRE(!tables[t].points.empty(), "a published table has no points");
-    res.gpu = tables[t].points.front().gpu;
-    HardwareRef ref;
-    ref.name = res.gpu;
-    const HardwareProfile hw = load_hardware_profile(ref, "");
-    res.profile_digest = hardware_digest(hw);
-    for (const PublishedPoint& p : tables[t].points) {
-      if (p.gpu != res.gpu)
-        throw InputError(tables[t].origin + ":" + std::to_string(p.line) + ": gpu: expected '" + res.gpu +
-                         "' as on the table's first row (one GPU per table), got '" + p.gpu + "'");
+    res.gpu = tables[t].hardware.name;
+    res.profile_digest = hardware_digest(tables[t].hardware);
+    const KernelFigures shipped = KernelFigures::of(tables[t].hardware);
+    for (std::size_t i = 0; i < tables[t].points.size(); ++i) {
       PublishedRow row;
       row.table = static_cast<int>(t);
-      row.point = p;
-      try {
-        row.terms = published_terms(p, hw);
-      } catch (const Error& e) {  // e.g. a dtype the GPU has no peak for: name the row
-        throw InputError(tables[t].origin + ":" + std::to_string(p.line) + ": " + e.what());
-      }
-      const double launches_s = row.terms.kernels * hw.launch_overhead_s;
-      row.ideal_s = std::max(row.terms.memory_s, row.terms.ideal_compute_s);
-      row.quantized_s = launches_s + std::max(row.terms.memory_s, row.terms.compute_s);
-      row.calibrated_s = launches_s + combine_terms(row.terms.memory_s / hw.efficiency_bw,
-                                                    row.terms.compute_s / hw.efficiency_flops,
-                                                    hw.memory_compute_overlap);
-      samples[t].push_back({row.terms, p.measured_s, hw.memory_compute_overlap});
+      row.point = tables[t].points[i];
+      row.terms = samples[t][i].terms;
+      row.ideal_s = published_ideal_s(row.terms);
+      row.model_s = published_time_s(row.terms, shipped);
       v.rows.push_back(std::move(row));
     }
     v.tables.push_back(std::move(res));
   }
-  // Leave one table out: fit on every other table. The fitted figures are fractions of each GPU's own
-  // peaks and per-kernel costs, so tables of other GPUs inform them; one table of a GPU alone (a single
-  // harness, kernel config and batch range) pins four figures poorly.
+  // Leave one table out: the shipped fit (pooled over every table, then the GPU's own tables near it)
+  // without the table it predicts.
   for (std::size_t t = 0; t < v.tables.size(); ++t) {
     PublishedTableResult& res = v.tables[t];
-    std::vector<PublishedSample> train;
-    for (std::size_t o = 0; o < v.tables.size(); ++o) {
-      if (o == t) continue;
-      train.insert(train.end(), samples[o].begin(), samples[o].end());
-      res.fitted_on.push_back(v.tables[o].table.name);
-    }
-    res.held_out_basis = train.empty() ? "none" : "every other table";
-    if (!train.empty()) res.fit = fit_published(train);
+    const ShippedFit fit = shipped_fit_of(tables, samples, res.gpu, static_cast<int>(t));
+    for (std::size_t o = 0; o < v.tables.size(); ++o)
+      if (o != t) res.fitted_on.push_back(v.tables[o].table.name);
+    res.held_out_basis = res.fitted_on.empty() ? "none" : "every other table";
+    res.fit = fit.gpu;
   }
-  std::vector<std::vector<double>> overall(4);
+  std::vector<std::vector<double>> overall(kPublishedColumnCount);
+  std::map<std::string, std::vector<std::vector<double>>> per_gpu;
   for (std::size_t t = 0; t < v.tables.size(); ++t) {
-    std::vector<std::vector<double>> errors(4);
+    std::vector<std::vector<double>> errors(kPublishedColumnCount);
+    auto& gpu = per_gpu[v.tables[t].gpu];
+    gpu.resize(kPublishedColumnCount);
     for (PublishedRow& row : v.rows) {
       if (row.table != static_cast<int>(t)) continue;
       const PublishedTableResult& res = v.tables[t];
-      row.held_out_s = res.fitted_on.empty() ? 0.0 : published_time_s(row.terms, res.fit, samples[t].front().overlap);
-      for (int c = 0; c < 4; ++c) {
+      if (!res.fitted_on.empty()) {
+        KernelFigures f = res.fit.figures;
+        f.overlap = samples[t].front().overlap;
+        row.held_out_s = published_time_s(row.terms, f);
+      }
+      for (int c = 0; c < kPublishedColumnCount; ++c) {
         if (kPublishedColumns[c] == PublishedColumn::held_out && res.fitted_on.empty()) continue;
         errors[c].push_back(column_error(row, kPublishedColumns[c]));
         overall[c].push_back(errors[c].back());
+        gpu[c].push_back(errors[c].back());
       }
     }
-    for (int c = 0; c < 4; ++c) v.tables[t].errors[c] = summarize_errors(errors[c]);
+    for (int c = 0; c < kPublishedColumnCount; ++c) v.tables[t].errors[c] = summarize_errors(errors[c]);
   }
-  for (int c = 0; c < 4; ++c) v.overall[c] = summarize_errors(overall[c]);
+  for (const auto& [name, errors] : per_gpu) {
+    PublishedGpuSummary g;
+    g.gpu = name;
+    for (int c = 0; c < kPublishedColumnCount; ++c) g.errors[c] = summarize_errors(errors[c]);
+    const ShippedFit fit = shipped_fit_of(tables, samples, name, -1);
+    g.fit = fit.gpu;
+    g.fitted_tables = fit.gpu_tables;
+    v.pooled = fit.pooled;
+    v.gpus.push_back(g);
+  }
+  for (int c = 0; c < kPublishedColumnCount; ++c) v.overall[c] = summarize_errors(overall[c]);
   return v;
 }
 
 std::string published_profile_yaml(const std::vector<PublishedTable>& tables, const std::string& base_yaml,
                                    const std::string& name) {
   MOESIM_REQUIRE(!tables.empty(), "a published fit needs tables");
-  const std::string gpu = tables.front().points.front().gpu;
+  const HardwareProfile& hw = tables.front().hardware;
   std::vector<PublishedSample> samples;
   std::string names;
-  HardwareRef ref;
-  ref.name = gpu;
-  const HardwareProfile hw = load_hardware_profile(ref, "");
   for (const PublishedTable& t : tables) {
-    for (const PublishedPoint& p : t.points) {
-      if (p.gpu != gpu)
-        throw InputError(t.origin + ":" + std::to_string(p.line) + ": gpu: expected '" + gpu +
-                         "' (one GPU per fit, as the first table's), got '" + p.gpu + "'");
-      samples.push_back({published_terms(p, hw), p.measured_s, hw.memory_compute_overlap});
-    }
+    if (t.hardware.name != hw.name)
+      throw InputError(t.origin + ":" + std::to_string(t.points.front().line) + ": gpu: expected '" + hw.name +
+                       "' (one GPU per fit, as the first table's), got '" + t.hardware.name + "'");
+    const std::vector<PublishedSample> own = table_samples(t);
+    samples.insert(samples.end(), own.begin(), own.end());
     names += (names.empty() ? "" : ", ") + t.name;
   }
-  // The profile carries three figures; the cost model has no K-step floor, so the fit holds it at 0.
-  const PublishedFit fit = fit_published(samples, false);
+  // As moesim ships a GPU's figures (shipped_fit): its own tables, near the pooled fit of every table.
+  KernelFigures pooled;
+  pooled.efficiency_bw = PooledFit::efficiency_bw;
+  pooled.efficiency_flops = PooledFit::efficiency_flops;
+  pooled.launch_s = PooledFit::launch_overhead_us * 1e-6;
+  pooled.k_step_s = PooledFit::k_step_us * 1e-6;
+  const PublishedFit fit = fit_published(samples, &pooled);
   const auto num = [](double v, int digits) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.*g", digits, v);
@@ -471,19 +559,21 @@ std::string published_profile_yaml(const std::vector<PublishedTable>& tables, co
   const std::string how = "moesim calibrate --from-published: least-squares fit (log time) to " +
                           std::to_string(fit.points) + " published points of " + names;
   root["name"] = name;
-  root["source"] = "built-in profile " + gpu + " with efficiency_bw, efficiency_flops and launch_overhead_us fitted by " + how;
-  root["efficiency_bw"] = YAML::Load(num(fit.efficiency_bw, 4));
-  root["efficiency_flops"] = YAML::Load(num(fit.efficiency_flops, 4));
-  root["launch_overhead_us"] = YAML::Load(num(fit.launch_overhead_s * 1e6, 4));
+  root["source"] = "profile " + hw.name + " with efficiency_bw, efficiency_flops, launch_overhead_us and k_step_us fitted by " + how;
+  root["efficiency_bw"] = YAML::Load(num(fit.figures.efficiency_bw, 4));
+  root["efficiency_flops"] = YAML::Load(num(fit.figures.efficiency_flops, 4));
+  root["launch_overhead_us"] = YAML::Load(num(fit.figures.launch_s * 1e6, 4));
+  root["k_step_us"] = YAML::Load(num(fit.figures.k_step_s * 1e6, 4));
   root["calibrated"] = true;
   if (!root["sources"] || !root["sources"].IsMap()) root["sources"] = YAML::Node(YAML::NodeType::Map);
   root["sources"]["efficiency_bw"] = how;
   root["sources"]["efficiency_flops"] = how;
   root["sources"]["launch_overhead_us"] = how + " (the fixed cost of each kernel of the timed scope)";
+  root["sources"]["k_step_us"] = how + " (one K step of a GEMM tile: the latency floor)";
   YAML::Emitter out;
   out << root;
   std::ostringstream os;
-  os << "# " << name << ": " << gpu << " with three figures fitted to published fused-MoE kernel times ("
+  os << "# " << name << ": " << hw.name << " with four figures fitted to published fused-MoE kernel times ("
      << names << ").\n# Regenerate: moesim calibrate --from-published FILES --name " << name << "\n"
      << out.c_str() << "\n";
   const std::string text = os.str();

@@ -1,8 +1,8 @@
 // Published fused-MoE kernel measurements against the cost model (`moesim validate --published`,
 // `moesim calibrate --from-published`): reads data/validation/*.csv (its README.md has the columns), models
-// every row on its GPU's built-in profile under the benchmark's own routing (uniform random top-k, as
-// torch.randn gating logits give), fits the three physical efficiencies of a profile to a set of tables,
-// and predicts each table from a fit that never saw it (leave one table out).
+// every row with the kernel model (roofline.hpp kernel_time_s, the one `run` uses) on its GPU's profile
+// under the benchmark's own routing (uniform random or balanced top-k), fits the model's four figures to
+// a set of tables, and predicts each table from a fit that never saw it (leave one table out).
 // Deterministic: the routing draws come from counter_rng with fixed seeds. Host only.
 // Covered by tests/sweep/published_test.cpp.
 #pragma once
@@ -25,95 +25,114 @@ constexpr int64_t kPublishedMaxBatch = 65536;
 constexpr int kPublishedMaxTopK = 64;
 constexpr std::size_t kPublishedMaxTables = 32, kPublishedMaxPoints = 512;
 
-// The columns of a validation CSV, in order.
+// The columns of a validation CSV, in order; a table may add `ep` as a 17th column (kPublishedHeaderEp).
 extern const char* const kPublishedHeader;
+extern const char* const kPublishedHeaderEp;
 
-// What a benchmark times: the whole fused-MoE layer (`layer`: routing, alignment, both GEMMs, the
-// activation and the top-k sum: 6 kernels), or one GEMM launch (`up_gemm`, `down_gemm`: 1 kernel).
-enum class PublishedScope { layer, up_gemm, down_gemm };
-const char* to_string(PublishedScope s);
-int scope_kernels(PublishedScope s);
+// How the benchmark routed its tokens (the CSV's routing column):
+//  uniform  - each token's top-k a uniformly random set of k distinct experts (torch.randn gating logits,
+//             as benchmark_moe.py and SGLang's tuning script draw them): the mean over kPublishedDraws draws;
+//  balanced - token t takes experts (t + j ceil(E / k)) mod E, j < k (aiconfigurator's balanced_logits):
+//             every expert gets batch x top_k / E rows, +-1; one deterministic routing.
+// A cell that reads `balanced` is balanced; any other text (the sources' own words, "random logits ...")
+// is the uniform draw.
+enum class PublishedRouting { uniform, balanced };
+const char* to_string(PublishedRouting r);
 
 struct PublishedPoint {
-  std::string gpu;             // a built-in hardware profile name
+  std::string gpu;             // the gpu cell: a built-in profile name or a profile YAML (relative to the CSV)
   Dtype dtype = Dtype::bf16;
   int experts = 0, top_k = 0, tp = 1;
+  int ep = 1;                  // expert parallelism: the timed GPU holds experts [0, experts / ep)
   int64_t n = 0, k = 0;        // per-GPU intermediate size (the kernel's N) and hidden size (K)
   int64_t batch = 0;           // tokens (M)
   double measured_s = 0;
   std::string source, tool;
-  PublishedScope scope = PublishedScope::layer;
+  KernelScope scope = KernelScope::layer;
+  PublishedRouting routing = PublishedRouting::uniform;
   int line = 0;                // line in its file, for messages
 };
 
 struct PublishedTable {
   std::string name;            // the file name without .csv
   std::string origin;          // where it was read: data/validation/NAME.csv (built in) or the path given
+  HardwareProfile hardware;    // the profile the gpu cell names (one per table)
+  std::string profile_ref;     // that profile as load_hardware_profile found it: a built-in name or a path
   std::vector<PublishedPoint> points;
 };
 
 // One CSV line split into fields: commas inside double quotes do not split, "" is a literal quote.
 std::vector<std::string> split_csv_line(const std::string& line);
 
-// Parses one CSV (the exact header, one point per line). Errors: InputError "ORIGIN:LINE: COLUMN: expected
-// WHAT, got 'VALUE'". A GPU without a built-in profile is an error.
+// Parses one CSV (the exact header, one point per line). The gpu cell names a built-in profile or, for a
+// file read from disk, a profile YAML relative to the CSV's folder; every row names the same one. Errors:
+// InputError "ORIGIN:LINE: COLUMN: expected WHAT, got 'VALUE'".
 PublishedTable parse_published_csv(const std::string& text, const std::string& origin);
 
 // "all": the tables compiled into the binary (data/validation/*.csv); a directory: its *.csv files; else
 // one CSV file. Sorted by name. Errors: InputError naming the path.
 std::vector<PublishedTable> load_published(const std::string& spec);
 
-// The model's terms for one point on a profile, the mean over kPublishedDraws routings of `batch` tokens,
-// each picking top_k distinct experts uniformly (the ramp over activated experts at tiny batches).
+// Rows per local expert [experts / ep] of one routing of a point (draw 0 .. draws - 1; balanced has one).
+std::vector<int64_t> published_loads(const PublishedPoint& p, int draw);
+constexpr int kPublishedDraws = 16;
+int published_draws(const PublishedPoint& p);
+
+// The kernel model's terms for one point on a profile: one KernelTerms per routing draw (GroupedCost on
+// the local experts' rows, the point's scope).
 struct PublishedTerms {
-  double memory_s = 0;         // (active W + rows A) / BW, the scope's GEMMs
-  double compute_s = 0;        // quantized compute (tiles in waves), the scope's GEMMs
-  double ideal_compute_s = 0;  // rows 2 P / F (the scope's share), no tiles
-  double active_experts = 0;   // mean experts with at least one token
-  // K steps in series: per GEMM, waves of tiles (ceil(tiles / sm_count), one tile per SM at a time) times
-  // the K steps of one tile (ceil(K / kPublishedKStep)), summed over the scope's GEMMs. Triton's
-  // fused_moe_kernel never splits K (SPLIT_K is 1 in every config of the tables), so a tile walks all of K.
-  double k_steps = 0;
+  std::vector<KernelTerms> draws;
+  double active_experts = 0;   // mean local experts with at least one token
   int kernels = 0;             // scope_kernels
 };
-constexpr int64_t kPublishedKStep = 128;
-constexpr int kPublishedDraws = 16;
 PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& hw);
 
-// The physical figures a fit sets: achieved fraction of peak bandwidth and of peak tensor FLOP/s, and the
-// fixed cost of each kernel launch (launch to completion of a tiny kernel, CUDA-graph replay included).
-struct PublishedFit {
-  double efficiency_bw = 1, efficiency_flops = 1, launch_overhead_s = 0;
-  // The latency of one K step of a tile: the loads of a step must arrive before its MMAs, so a GEMM of
-  // few waves cannot take less than k_steps x k_step_s however little it reads (Little's law).
-  double k_step_s = 0;
-  int points = 0;              // points fitted
-};
-// kernels x launch + max(k_steps x k_step, max(memory / eff_bw, compute / eff_flops) + (1 - overlap)
-// min(...)): the calibrated column of the cost model (roofline.hpp combine_terms) with the K-step floor.
-double published_time_s(const PublishedTerms& t, const PublishedFit& fit, double overlap);
+// The kernel model (roofline.hpp kernel_time_s) on every draw with the given figures, the mean.
+double published_time_s(const PublishedTerms& t, const KernelFigures& f);
+// The ideal column at peak: max(memory, ideal compute), no launches, the mean over draws.
+double published_ideal_s(const PublishedTerms& t);
 
 struct PublishedSample {
   PublishedTerms terms;
   double measured_s = 0;
-  double overlap = 1;          // the profile's memory_compute_overlap
+  double overlap = 1;          // the profile's memory_compute_overlap (held, never fitted)
 };
-// Least squares in log time over efficiencies in [0.02, 1], launch overhead in [0, 50] us and the K step
-// in [0, 4] us (held at 0 unless fit_k_step: a hardware profile has no such figure): a coarse grid, then
-// rounds of a finer grid around the best point. Deterministic. Throws PreconditionError when `samples`
-// is empty.
-PublishedFit fit_published(const std::vector<PublishedSample>& samples, bool fit_k_step = true);
+// The kernel model's four fitted figures (efficiency_bw, efficiency_flops, launch, K step).
+struct PublishedFit {
+  KernelFigures figures;
+  int points = 0;              // points fitted
+};
+// Least squares in log time over efficiencies in [0.02, 1], launch in [0, 50] us and the K step in
+// [0, 4] us: a coarse grid, then rounds of a finer grid around the best point. With a prior, each
+// figure's distance from it is added to the loss (kPriorWeight (log ratio)^2 for the efficiencies,
+// kPriorWeight (difference / scale)^2 for launch and K step), so a GPU with few tables stays near the
+// pooled fit where its own points do not pin a figure. Deterministic. Throws PreconditionError when
+// `samples` is empty.
+constexpr double kPriorWeight = 1.0, kPriorLaunchScale_s = 2e-6, kPriorKStepScale_s = 0.1e-6;
+PublishedFit fit_published(const std::vector<PublishedSample>& samples, const KernelFigures* prior = nullptr);
+
+// How moesim ships fitted figures (docs/cost-model.md "Fitted profiles"): the pooled fit over every table
+// but `skip`, then, for `gpu`, a fit to that GPU's tables but `skip` with the pooled fit as its prior (the
+// pooled fit itself when the GPU has no other table). skip < 0 holds nothing out.
+struct ShippedFit {
+  PublishedFit pooled, gpu;
+  std::vector<std::string> gpu_tables;  // the GPU's tables fitted (names)
+};
+ShippedFit shipped_fit(const std::vector<PublishedTable>& tables, const std::string& gpu, int skip);
 
 // One point with every column and its relative error (modeled - measured) / measured.
 struct PublishedRow {
   int table = 0;               // index into PublishedValidation::tables
   PublishedPoint point;
   PublishedTerms terms;
-  double ideal_s = 0, quantized_s = 0, calibrated_s = 0, held_out_s = 0;
+  // ideal: the roofline at peak; model: the kernel model with the table's profile, the number `run` and
+  // `sweep` print; held_out: the same model with figures fitted as shipped, never on this table.
+  double ideal_s = 0, model_s = 0, held_out_s = 0;
 };
-enum class PublishedColumn { ideal, quantized, calibrated, held_out };
-constexpr PublishedColumn kPublishedColumns[] = {PublishedColumn::ideal, PublishedColumn::quantized,
-                                                 PublishedColumn::calibrated, PublishedColumn::held_out};
+enum class PublishedColumn { ideal, model, held_out };
+constexpr int kPublishedColumnCount = 3;
+constexpr PublishedColumn kPublishedColumns[] = {PublishedColumn::ideal, PublishedColumn::model,
+                                                 PublishedColumn::held_out};
 const char* to_string(PublishedColumn c);
 double column_s(const PublishedRow& r, PublishedColumn c);
 double column_error(const PublishedRow& r, PublishedColumn c);
@@ -127,22 +146,35 @@ ErrorSummary summarize_errors(const std::vector<double>& errors);
 struct PublishedTableResult {
   PublishedTable table;        // points moved to rows
   std::string gpu, profile_digest;
-  // The held-out column: fitted on every other table ("every other table"; "none" when there is none).
+  // The held-out column: the shipped fit without this table ("every other table"; "none" when there is
+  // no other table).
   std::string held_out_basis;
   std::vector<std::string> fitted_on;
+  PublishedFit fit;            // the held-out figures
+  ErrorSummary errors[kPublishedColumnCount];  // per PublishedColumn
+};
+
+struct PublishedGpuSummary {
+  std::string gpu;
+  ErrorSummary errors[kPublishedColumnCount];
+  // The figures shipped_fit gives this GPU from every table (what its profile should carry) and the
+  // GPU's own tables it fitted.
   PublishedFit fit;
-  ErrorSummary errors[4];      // per PublishedColumn
+  std::vector<std::string> fitted_tables;
 };
 
 struct PublishedValidation {
   std::vector<PublishedTableResult> tables;
   std::vector<PublishedRow> rows;
-  ErrorSummary overall[4];
+  std::vector<PublishedGpuSummary> gpus;         // per GPU, sorted by name
+  PublishedFit pooled;                           // the pooled fit over every table (PooledFit's figures)
+  ErrorSummary overall[kPublishedColumnCount];
 };
 PublishedValidation validate_published(const std::vector<PublishedTable>& tables);
 
-// `base_yaml` (the tables' GPU profile text) with a fit's three figures written in (calibrated: true,
-// sources naming the tables), as YAML text. Every table must be of one GPU (else InputError).
+// `base_yaml` (the tables' GPU profile text) with the shipped fit's four figures written in (calibrated:
+// true, sources naming the tables), as YAML text: shipped_fit over `tables` for their GPU (every table
+// must be of one GPU, else InputError).
 std::string published_profile_yaml(const std::vector<PublishedTable>& tables, const std::string& base_yaml,
                                    const std::string& name);
 

@@ -25,7 +25,7 @@ namespace moesim {
 namespace {
 
 CostBreakdown scaled(const CostBreakdown& c, double f) {
-  return {c.ideal_s * f, c.quantized_s * f, c.calibrated_s * f};
+  return {c.ideal_s * f, c.quantized_s * f};
 }
 
 SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) {

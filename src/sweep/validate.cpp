@@ -95,15 +95,14 @@ ValidateResult run_validation(const Experiment& base, const HardwareRef& hardwar
     p.num_tokens = run.num_tokens;
     p.active_experts = static_cast<int>(std::count_if(m.load.begin(), m.load.end(), [](int64_t n) { return n > 0; }));
     p.rows = layout_rows(m.load, in.layout, in.block_size, m.capacity);
-    p.predicted_s = cost.actual.calibrated_s;
-    p.predicted_quantized_s = cost.actual.quantized_s;
-    // Regime of the calibrated column: the grouped kernel's compute term against its memory term.
+    p.predicted_s = cost.actual.quantized_s;
+    // Regime of the kernel model: the grouped kernel's compute term against its memory term.
     const ExpertRoofline er(hw, in.hidden, in.ffn, in.dtype);
     const double rows_all = static_cast<double>(p.rows) + static_cast<double>(in.shared_experts) * run.num_tokens;
     const double experts_all = p.active_experts + (run.num_tokens > 0 ? in.shared_experts : 0);
     const double mem_s = (experts_all * er.weight_bytes + rows_all * er.act_bytes_per_row) /
-                         (er.bandwidth_bytes_per_s * er.eff_bw);
-    p.compute_bound = rows_all * er.flops_per_row / (er.peak_flops_per_s * er.eff_flops) > mem_s;
+                         (er.bandwidth_bytes_per_s * er.figures.efficiency_bw);
+    p.compute_bound = rows_all * er.flops_per_row / (er.peak_flops_per_s * er.figures.efficiency_flops) > mem_s;
     p.measured_s = v.measured.experts_s;
     p.error = p.measured_s > 0 ? (p.predicted_s - p.measured_s) / p.measured_s : 0.0;
     ape.push_back(std::fabs(p.error));

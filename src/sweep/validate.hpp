@@ -1,6 +1,6 @@
 // Model validation (`moesim validate`): runs the executed pipeline over a batch sweep on the CPU
 // backend and models the same routed loads at the executed size (execute.hidden/ffn, fp32) on a host
-// profile (cpu-local), comparing the predicted expert-GEMM time (the calibrated column) with the
+// profile (cpu-local), comparing the predicted expert-GEMM time (the kernel model, as run prints it) with the
 // measured expert phase per point, with the median and mean absolute percentage errors.
 // Measured times are wall-clock medians; everything else is deterministic. Host only.
 // Covered by tests/sweep/validate_test.cpp.
@@ -21,8 +21,7 @@ struct ValidatePoint {
   int64_t num_tokens = 0;
   int active_experts = 0;          // routed experts with rows (shared experts not counted)
   int64_t rows = 0;                // rows through the routed experts' GEMMs (padding included)
-  double predicted_s = 0;          // modeled expert time, calibrated column
-  double predicted_quantized_s = 0;// the same without the efficiency factors
+  double predicted_s = 0;          // modeled expert time: the kernel model (LayerCost actual.quantized_s)
   bool compute_bound = false;      // the modeled compute term exceeds the memory term
   double measured_s = 0;           // measured expert phase (grouped SwiGLU + shared experts), median
   double error = 0;                // (predicted - measured) / measured

@@ -215,7 +215,8 @@ const std::vector<Row>& rows() {
       {"placement.kind", "single", run, route},
       {"placement.policy", "round_robin", run + " --set placement.devices=4", run + " --set placement.kind=single"},
       {"placement.devices", "4", run, run + " --set placement.kind=single"},
-      {"placement.tensor_parallel", "2", run, route},
+      // The single placement: every placement honours it (the expert-parallel one in tensor_parallel_test).
+      {"placement.tensor_parallel", "2", run + " --set placement.kind=single", route},
       {"placement.replicas", "8", run, run + " --set placement.kind=single"},
       {"placement.nodes", "2", run, run + " --set placement.kind=single"},
       {"placement.groups", "4", run + " --set placement.policy=hierarchical", run},

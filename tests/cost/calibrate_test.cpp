@@ -1,6 +1,6 @@
 // Tests src/cost/calibrate and `moesim calibrate`: the profile text of a given result loads back with
 // every figure (exact up to the printed digits) and a source note per key; memory_compute_overlap
-// combines the calibrated column's terms (hand-worked); a quick calibration of this
+// combines the kernel model's terms (hand-worked); a quick calibration of this
 // machine writes, atomically, a profile that loads, is marked calibrated, and whose efficiencies are
 // in (0, 1]; the shipped cpu-local profile loads. Measured values are machine-dependent and only
 // range-checked. Host only; the quick mode keeps the run to about a second.
@@ -81,15 +81,16 @@ TEST(Calibrate, ProfileTextLoadsWithEveryFigure) {
   EXPECT_NE(yaml.find("#        1    1024    1024       20.97"), std::string::npos) << yaml;
 }
 
-// memory_compute_overlap combines the calibrated column's terms: 1 (the default) is the roofline's max,
-// 0 their sum, values between hide that fraction of the shorter term. Hand-worked on a toy profile:
-// 64 x 128 fp32 expert, one row: memory (98304 + 1536) B / 1e10 B/s = 9.984 us, compute
-// 2 x 3 x 64 x 128 FLOPs in whole waves of 1 x 16 tiles over 2 cores at 1e10 FLOP/s = 4.9152 us.
+// memory_compute_overlap combines the kernel model's terms: 1 (the default) is the roofline's max, 0 their
+// sum, values between hide that fraction of the shorter term. Hand-worked on a toy profile (efficiencies 1,
+// no launch): 64 x 128 fp32 expert, one row: memory (98304 + (3 x 64 + 6 x 128) x 4) B / 1e10 B/s =
+// 10.2144 us, compute 2 x 3 x 64 x 128 FLOPs in whole waves of 1 x 16 tiles over 2 cores at 1e10 FLOP/s
+// = 4.9152 us.
 TEST(Calibrate, OverlapCombinesMemoryAndCompute) {
   const std::string base =
       "name: toy\npeak_tflops: {fp32: 0.01}\nmemory_bandwidth_gbs: 10\nsm_count: 2\ntile_m: 1\ntile_n: 16\n"
-      "launch_overhead_us: 0\n";
-  const double mem = 9.984e-6, compute = 4.9152e-6;
+      "launch_overhead_us: 0\nefficiency_bw: 1\nefficiency_flops: 1\n";
+  const double mem = 10.2144e-6, compute = 4.9152e-6;
   // Exact sums of a few doubles: 1e-12 relative.
   for (const auto& [overlap, expected] : std::vector<std::pair<std::string, double>>{
            {"", mem}, {"1", mem}, {"0", mem + compute}, {"0.25", mem + 0.75 * compute}}) {
@@ -97,8 +98,8 @@ TEST(Calibrate, OverlapCombinesMemoryAndCompute) {
         parse_hardware_profile(base + (overlap.empty() ? "" : "memory_compute_overlap: " + overlap + "\n"), "toy.yaml");
     const ExpertRoofline m(hw, 64, 128, Dtype::fp32);
     const CostBreakdown c = expert_time(m, 1);
-    EXPECT_NEAR(c.calibrated_s, expected, 1e-12 * expected) << "overlap '" << overlap << "'";
-    EXPECT_NEAR(c.quantized_s, mem, 1e-12 * mem) << "the quantized column stays a roofline";
+    EXPECT_NEAR(c.quantized_s, expected, 1e-12 * expected) << "overlap '" << overlap << "'";
+    EXPECT_NEAR(c.ideal_s, mem, 1e-12 * mem) << "the ideal column stays a roofline";
   }
   EXPECT_THROW(parse_hardware_profile(base + "memory_compute_overlap: 1.5\n", "toy.yaml"), ConfigError);
   EXPECT_THROW(parse_hardware_profile(base + "memory_compute_overlap: -0.1\n", "toy.yaml"), ConfigError);
@@ -212,12 +213,12 @@ TEST(Calibrate, ShippedCpuLocalLoads) {
 
 // ---- a GPU: the fit on timings made from known efficiencies (no device needed) ----------------------
 
-// 1000 SMs of 16 x 16 tiles at 1 PFLOP/s: one wave of tiles takes a few us against 25 us of weights, so
-// small batches are memory bound in the quantized model too, and each sample's time is the roofline
-// term of its regime over the efficiency that made it.
+// 1000 SMs of 16 x 16 tiles at 1 PFLOP/s and 5 TB/s: one wave of tiles takes a few us against 5 us of
+// weights, so small batches are memory bound in the kernel model too, and each sample's time is the
+// roofline term of its regime over the efficiency that made it.
 const char* kToyGpu =
-    "name: toy-gpu\ndescription: a test GPU\npeak_tflops: {bf16: 1000}\nmemory_bandwidth_gbs: 1000\n"
-    "sm_count: 1000\ntile_m: 16\ntile_n: 16\nlaunch_overhead_us: 4\n";
+    "name: toy-gpu\ndescription: a test GPU\npeak_tflops: {bf16: 1000}\nmemory_bandwidth_gbs: 5000\n"
+    "sm_count: 1000\ntile_m: 16\ntile_n: 16\nlaunch_overhead_us: 4\nefficiency_bw: 1\nefficiency_flops: 1\nk_step_us: 0\n";
 
 DeviceMeasurements toy_measurements(double eff_flops, double eff_bw, double launch_s, double overlap) {
   HardwareProfile truth = parse_hardware_profile(kToyGpu, "toy.yaml");
@@ -236,7 +237,7 @@ DeviceMeasurements toy_measurements(double eff_flops, double eff_bw, double laun
   // Far below and far above the knee (compute_bound_from), where one term dwarfs the other.
   const int64_t knee = rm.compute_bound_from;
   for (int64_t n : {int64_t{1}, int64_t{2}, knee / 64, knee / 16, knee * 32, knee * 64, knee * 128}) {
-    m.expert.push_back({n, expert_time(rm, n).calibrated_s});
+    m.expert.push_back({n, expert_time(rm, n).quantized_s});
   }
   return m;
 }
@@ -245,8 +246,8 @@ TEST(Calibrate, DeviceFitRecoversTheEfficienciesThatMadeTheTimings) {
   const HardwareProfile datasheet = parse_hardware_profile(kToyGpu, "toy.yaml");
   // The knee of this shape at the datasheet figures: 2P / F per row against W / BW (A(n) small).
   const ExpertRoofline rm(datasheet, 1024, 4096, Dtype::bf16);
-  const double w = 3.0 * 1024 * 4096 * 2, flops_row = 2.0 * 3 * 1024 * 4096, act_row = 2.0 * (1024 + 4096) * 2;
-  EXPECT_NEAR(static_cast<double>(rm.compute_bound_from), w / 1e12 / (flops_row / 1000e12 - act_row / 1e12), 1.0);
+  const double w = 3.0 * 1024 * 4096 * 2, flops_row = 2.0 * 3 * 1024 * 4096, act_row = (3.0 * 1024 + 6.0 * 4096) * 2;
+  EXPECT_NEAR(static_cast<double>(rm.compute_bound_from), w / 5e12 / (flops_row / 1000e12 - act_row / 5e12), 1.0);
   const DeviceFit fit = fit_device(toy_measurements(0.55, 0.8, 6e-6, 1.0), datasheet);
   EXPECT_EQ(fit.bw_samples, 4);
   EXPECT_EQ(fit.flops_samples, 3);
@@ -264,7 +265,7 @@ TEST(Calibrate, DeviceProfileKeepsTheDatasheetAndLoads) {
   EXPECT_NEAR(hw.efficiency_bw, 0.9, 0.01);
   EXPECT_NEAR(hw.launch_overhead_s, 5e-6, 1e-9);
   EXPECT_DOUBLE_EQ(*hw.peak_bf16_flops_per_s, 1000e12);  // the datasheet's figures stay
-  EXPECT_DOUBLE_EQ(hw.memory_bandwidth_bytes_per_s, 1e12);
+  EXPECT_DOUBLE_EQ(hw.memory_bandwidth_bytes_per_s, 5e12);
   EXPECT_EQ(hw.sm_count, 1000);
   EXPECT_NE(hw.sources.at("efficiency_flops").find("rack 3"), std::string::npos);
   EXPECT_NE(yaml.find("# Device-to-device copy: 1800 GB/s"), std::string::npos) << yaml;

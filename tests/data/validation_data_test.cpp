@@ -1,7 +1,7 @@
 // Format checks of the published fused-MoE measurements in data/validation/*.csv (see its README.md):
-// the exact header, 16 fields a row, positive numeric fields, a GPU with a configs/hardware profile, a known
-// scope, a source on every row, no duplicate shape
-// rows within a file, and the coverage the set promises (at least 8 files over at least 3 GPU kinds).
+// the exact header (16 columns, or 17 with ep), that many fields a row, positive numeric fields, a GPU with a
+// configs/hardware profile, a known scope and routing, a source on every row, no duplicate shape rows
+// within a file, and the coverage the set promises (at least 18 files over at least 5 GPU kinds).
 // Host only; reads files, no randomness.
 #include <gtest/gtest.h>
 
@@ -23,9 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr const char* kHeader =
     "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope";
-constexpr std::size_t kFields = 16;
-constexpr std::size_t kMinFiles = 8;
-constexpr std::size_t kMinGpuKinds = 3;
+constexpr std::size_t kMinFiles = 18;
+constexpr std::size_t kMinGpuKinds = 5;
 
 fs::path validation_dir() { return fs::path(MOESIM_SOURCE_DIR) / "data" / "validation"; }
 
@@ -60,7 +59,8 @@ TEST(ValidationData, EveryFileIsWellFormed) {
     std::ifstream in(file);
     std::string line;
     ASSERT_TRUE(std::getline(in, line));
-    EXPECT_EQ(line, kHeader);
+    EXPECT_TRUE(line == kHeader || line == std::string(kHeader) + ",ep") << line;
+    const std::size_t fields = split_csv_line(line).size();
     std::set<std::tuple<std::string, std::string, std::string, std::string, std::string, std::string,
                         std::string, std::string>>
         keys;
@@ -71,11 +71,12 @@ TEST(ValidationData, EveryFileIsWellFormed) {
       if (line.empty()) continue;
       ++rows;
       const auto f = split_csv_line(line);
-      ASSERT_EQ(f.size(), kFields) << "line " << line_no;
+      ASSERT_EQ(f.size(), fields) << "line " << line_no;
+      if (fields > 16) EXPECT_TRUE(parses_positive(f[16])) << "line " << line_no << ": ep '" << f[16] << "'";
       for (const auto col : numeric)
         EXPECT_TRUE(parses_positive(f[col])) << "line " << line_no << " column " << col << " = '" << f[col] << "'";
       EXPECT_TRUE(is_profile(f[0])) << "line " << line_no << ": gpu '" << f[0] << "' has no configs/hardware profile";
-      EXPECT_TRUE(f[15] == "layer" || f[15] == "up_gemm" || f[15] == "down_gemm")
+      EXPECT_TRUE(f[15] == "layer" || f[15] == "experts" || f[15] == "up_gemm" || f[15] == "down_gemm")
           << "line " << line_no << ": scope '" << f[15] << "'";
       EXPECT_FALSE(f[9].empty()) << "line " << line_no << ": empty source";
       EXPECT_TRUE(keys.emplace(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]).second)

@@ -1,16 +1,19 @@
 // The published kernel tables against the cost model (src/sweep/published.hpp): CSV errors name the
-// file, line and column; the routing draws follow the uniform top-k formula; the memory term of a point
-// worked out by hand; the fit recovers known figures from times the model generated; the held-out column
-// never sees its own table; and the CLI gate (validate --published --max-median-error, calibrate
-// --from-published). Host only, deterministic.
+// file, line and column; the routing draws follow the uniform top-k formula and the balanced round-robin;
+// the memory term of a point worked out by hand; the fit recovers known figures from times the model
+// generated; the held-out column never sees its own table; the model column is the number `run` prints;
+// the shipped profiles carry the fit; and the CLI gate (validate --published --max-median-error,
+// calibrate --from-published). Host only, deterministic.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/cost/placement.hpp"
 #include "src/sweep/published.hpp"
 #include "tests/support/run_cli.hpp"
 
@@ -38,14 +41,14 @@ std::string error_of(const std::string& text) {
 
 TEST(Published, ShippedTablesParse) {
   const std::vector<PublishedTable> tables = load_published("all");
-  ASSERT_GE(tables.size(), 9u);
+  ASSERT_GE(tables.size(), 18u);
   std::size_t points = 0;
   for (const PublishedTable& t : tables) {
     EXPECT_FALSE(t.points.empty()) << t.name;
     EXPECT_EQ(t.origin.rfind("data/validation/", 0), 0u) << t.origin;
     points += t.points.size();
   }
-  EXPECT_GE(points, 74u);
+  EXPECT_GE(points, 300u);
 }
 
 TEST(Published, BadRowsNameFileLineAndColumn) {
@@ -55,9 +58,17 @@ TEST(Published, BadRowsNameFileLineAndColumn) {
             std::string::npos);
   EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", shape, "4", "-1")).find("t.csv:2: measured_us: expected a positive"),
             std::string::npos);
-  EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", shape, "4", "9") + row("nope", shape, "4", "10"))
-                .find("t.csv:3: gpu: expected a built-in hardware profile"),
+  EXPECT_NE(error_of(kHeader + "\n" + row("nope", shape, "4", "10")).find("t.csv:2: gpu: expected a built-in hardware profile"),
             std::string::npos);
+  EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", shape, "4", "9") + row("h200", shape, "4", "10"))
+                .find("t.csv:3: gpu: expected 'h100-sxm' as on the table's first row"),
+            std::string::npos);
+  // The optional ep column: a divisor of the experts.
+  const std::string with_ep = std::string(kPublishedHeaderEp) + "\n";
+  EXPECT_NE(error_of(with_ep + row("h100-sxm", shape, "4", "9", "experts,3")).find("t.csv:2: ep: expected a divisor of experts (8)"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_ep + row("h100-sxm", shape, "4", "9")).find("t.csv:2: row: expected 17 fields"), std::string::npos);
+  EXPECT_EQ(error_of(with_ep + row("h100-sxm", shape, "4", "9", "experts,4")), "");
   EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", shape, "4", "9", "gemm")).find("t.csv:2: scope: expected layer"),
             std::string::npos);
   EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", "8,7168,4096,9,2", "4", "9")).find("t.csv:2: top_k: expected"),
@@ -74,7 +85,7 @@ TEST(Published, BadRowsNameFileLineAndColumn) {
   EXPECT_THROW(load_published("/no/such/file.csv"), InputError);
 }
 
-PublishedPoint point(int experts, int top_k, int64_t batch, PublishedScope scope = PublishedScope::layer) {
+PublishedPoint point(int experts, int top_k, int64_t batch, KernelScope scope = KernelScope::layer) {
   PublishedPoint p;
   p.gpu = "h100-sxm";
   p.dtype = Dtype::bf16;
@@ -108,43 +119,77 @@ TEST(Published, ActiveExpertsFollowTheUniformTopKFormula) {
   }
 }
 
+double mean_memory_s(const PublishedTerms& t) {
+  double sum = 0;
+  for (const KernelTerms& d : t.draws) sum += d.memory_s;
+  return sum / static_cast<double>(t.draws.size());
+}
+
 // One token, top-2 of 8: two experts of one row each. The down GEMM alone reads its weights, K x N
-// each, and moves half of a row's activations, (K + N) elements, per row.
+// each, and moves (N + K) elements a row (the activation's output read, y written).
 TEST(Published, DownGemmMemoryTermByHand) {
   const HardwareProfile hw = h100();
-  PublishedPoint p = point(8, 2, 1, PublishedScope::down_gemm);
+  PublishedPoint p = point(8, 2, 1, KernelScope::down_gemm);
   const PublishedTerms t = published_terms(p, hw);
   const double bytes = 2.0, K = 2048, N = 1408;
   const double expected = (2 * K * N * bytes + 2 * (K + N) * bytes) / 3350e9;
-  EXPECT_NEAR(t.memory_s, expected, 1e-12 * expected);
+  EXPECT_NEAR(mean_memory_s(t), expected, 1e-12 * expected);
   EXPECT_EQ(t.kernels, 1);
-  p.scope = PublishedScope::layer;
+  // The layer reads all 3 K N weights of each and moves 3 K + 6 N elements a row.
+  p.scope = KernelScope::layer;
   const PublishedTerms layer = published_terms(p, hw);
-  EXPECT_NEAR(layer.memory_s, (2 * 3 * K * N * bytes + 2 * 2 * (K + N) * bytes) / 3350e9, 1e-12 * expected);
+  EXPECT_NEAR(mean_memory_s(layer), (2 * 3 * K * N * bytes + 2 * (3 * K + 6 * N) * bytes) / 3350e9, 1e-12 * expected);
   EXPECT_EQ(layer.kernels, 6);
+}
+
+// Balanced routing: token t takes experts (t + j ceil(E / k)) mod E. E 8, k 2, 3 tokens: stride 4, so
+// token 0 takes 0 and 4, token 1 takes 1 and 5, token 2 takes 2 and 6. With EP 2 the timed GPU holds
+// experts 0..3; the other 3 assignments ride along as idle rows.
+TEST(Published, BalancedLoadsByHand) {
+  PublishedPoint p = point(8, 2, 3);
+  p.routing = PublishedRouting::balanced;
+  EXPECT_EQ(published_draws(p), 1);
+  EXPECT_EQ(published_loads(p, 0), (std::vector<int64_t>{1, 1, 1, 0, 1, 1, 1, 0}));
+  p.ep = 2;
+  EXPECT_EQ(published_loads(p, 0), (std::vector<int64_t>{1, 1, 1, 0}));
+  const HardwareProfile hw = h100();
+  const PublishedTerms t = published_terms(p, hw);
+  ASSERT_EQ(t.draws.size(), 1u);
+  const double bytes = 2.0, K = 2048, N = 1408;
+  // 3 local experts of 1 row, 3 idle rows: 3 W + 6 A.
+  EXPECT_NEAR(t.draws[0].memory_s, (3 * 3 * K * N * bytes + 6 * (3 * K + 6 * N) * bytes) / 3350e9, 1e-18);
+  EXPECT_DOUBLE_EQ(t.active_experts, 3.0);
+  // Every expert within one row of batch x top_k / E.
+  p.ep = 1;
+  p.batch = 1000;
+  p.top_k = 3;
+  for (int64_t l : published_loads(p, 0)) EXPECT_LE(std::abs(l - 375), 1);
+}
+
+KernelFigures figures(double bw, double flops, double launch_s, double k_step_s) {
+  KernelFigures f;
+  f.efficiency_bw = bw;
+  f.efficiency_flops = flops;
+  f.launch_s = launch_s;
+  f.k_step_s = k_step_s;
+  return f;
 }
 
 TEST(Published, FitRecoversFiguresTheModelGenerated) {
   const HardwareProfile hw = h100();
-  PublishedFit truth;
-  truth.efficiency_bw = 0.83;
-  truth.efficiency_flops = 0.55;
-  truth.launch_overhead_s = 3.5e-6;
+  const KernelFigures truth = figures(0.83, 0.55, 3.5e-6, 0.4e-6);
   std::vector<PublishedSample> samples;
   for (int64_t m : {1, 3, 16, 70, 256, 1000, 4096, 9000}) {
     PublishedPoint p = point(64, 6, m);
     PublishedSample s;
     s.terms = published_terms(p, hw);
-    s.measured_s = published_time_s(s.terms, truth, 1.0);
+    s.measured_s = published_time_s(s.terms, truth);
     samples.push_back(s);
   }
-  // The K-step floor held at 0: where it would bind compute-bound points it trades against
-  // efficiency_flops (both scale with the tile waves), so the three profile figures are fitted alone.
-  const PublishedFit fit = fit_published(samples, false);
-  EXPECT_NEAR(fit.efficiency_bw, truth.efficiency_bw, 0.02 * truth.efficiency_bw);
-  EXPECT_NEAR(fit.efficiency_flops, truth.efficiency_flops, 0.02 * truth.efficiency_flops);
-  EXPECT_NEAR(fit.launch_overhead_s, truth.launch_overhead_s, 0.5e-6);
-  EXPECT_EQ(fit.k_step_s, 0.0);
+  const PublishedFit fit = fit_published(samples);
+  EXPECT_NEAR(fit.figures.efficiency_bw, truth.efficiency_bw, 0.02 * truth.efficiency_bw);
+  EXPECT_NEAR(fit.figures.efficiency_flops, truth.efficiency_flops, 0.02 * truth.efficiency_flops);
+  EXPECT_NEAR(fit.figures.launch_s, truth.launch_s, 0.5e-6);
   EXPECT_EQ(fit.points, 8);
 }
 
@@ -154,11 +199,7 @@ TEST(Published, FitRecoversTheKStepLatency) {
   HardwareRef ref;
   ref.name = "h20-3e";
   const HardwareProfile hw = load_hardware_profile(ref, "");
-  PublishedFit truth;
-  truth.efficiency_bw = 0.8;
-  truth.efficiency_flops = 0.7;
-  truth.launch_overhead_s = 4e-6;
-  truth.k_step_s = 0.9e-6;
+  const KernelFigures truth = figures(0.8, 0.7, 4e-6, 0.9e-6);
   std::vector<PublishedSample> samples;
   int bound = 0;
   for (int64_t m : {1, 4, 16, 64, 128, 256, 1024, 4096}) {
@@ -167,16 +208,36 @@ TEST(Published, FitRecoversTheKStepLatency) {
     p.n = 128;
     PublishedSample s;
     s.terms = published_terms(p, hw);
-    s.measured_s = published_time_s(s.terms, truth, 1.0);
-    const double rest = combine_terms(s.terms.memory_s / 0.8, s.terms.compute_s / 0.7, 1.0);
-    bound += s.terms.k_steps * truth.k_step_s > rest;
+    s.measured_s = published_time_s(s.terms, truth);
+    const KernelTerms& d = s.terms.draws[0];
+    bound += d.k_steps * truth.k_step_s > combine_terms(d.memory_s / 0.8, d.compute_s / 0.7, 1.0);
     samples.push_back(s);
   }
   ASSERT_GE(bound, 2) << "the floor must bind some points for the fit to see it";
   const PublishedFit fit = fit_published(samples);
-  EXPECT_NEAR(fit.k_step_s, truth.k_step_s, 0.03 * truth.k_step_s);
-  EXPECT_NEAR(fit.launch_overhead_s, truth.launch_overhead_s, 0.5e-6);
-  EXPECT_EQ(fit_published(samples, false).k_step_s, 0.0);
+  EXPECT_NEAR(fit.figures.k_step_s, truth.k_step_s, 0.03 * truth.k_step_s);
+  EXPECT_NEAR(fit.figures.launch_s, truth.launch_s, 0.5e-6);
+}
+
+// A prior holds a figure no point binds: memory-bound points alone say nothing of efficiency_flops, so
+// the fit keeps the prior's, and the figures the points do bind still move to the truth.
+TEST(Published, PriorHoldsWhatThePointsDoNotBind) {
+  const HardwareProfile hw = h100();
+  const KernelFigures truth = figures(0.7, 0.9, 5e-6, 0.0);
+  std::vector<PublishedSample> samples;
+  for (int64_t m : {1, 2, 4, 8}) {
+    PublishedPoint p = point(8, 2, m);
+    p.n = 14336;
+    p.k = 4096;
+    PublishedSample s;
+    s.terms = published_terms(p, hw);
+    s.measured_s = published_time_s(s.terms, truth);
+    samples.push_back(s);
+  }
+  const KernelFigures prior = figures(0.8, 0.4, 4e-6, 0.5e-6);
+  const PublishedFit fit = fit_published(samples, &prior);
+  EXPECT_NEAR(fit.figures.efficiency_flops, prior.efficiency_flops, 0.05 * prior.efficiency_flops);
+  EXPECT_NEAR(fit.figures.efficiency_bw, truth.efficiency_bw, 0.05 * truth.efficiency_bw);
 }
 
 double held_out_of(const PublishedValidation& v, const std::string& table, int64_t batch) {
@@ -223,20 +284,25 @@ TEST(Published, ErrorSummaryByHand) {
 }
 
 TEST(PublishedCli, GateExitsOneAboveTheLimitAndZeroBelow) {
-  const auto over = run_cli("validate --published --column quantized --max-median-error 1%");
+  const auto over = run_cli("validate --published --column model --max-median-error 1%");
   EXPECT_EQ(over.exit_code, 1) << over.err;
-  EXPECT_NE(over.err.find("the quantized column's median |error|"), std::string::npos) << over.err;
-  const auto under = run_cli("validate --published all --column quantized --max-median-error 10");
+  EXPECT_NE(over.err.find("the model column's median |error|"), std::string::npos) << over.err;
+  const auto under = run_cli("validate --published all --column model --max-median-error 10");
   EXPECT_EQ(under.exit_code, 0) << under.err;
   EXPECT_NE(under.out.find("overall"), std::string::npos);
   const auto json = run_cli("validate --published --format json");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json j = nlohmann::json::parse(json.out);
-  EXPECT_GE(j["tables"].size(), 9u);
+  EXPECT_GE(j["tables"].size(), 18u);
   EXPECT_TRUE(j["overall"].contains("held_out"));
+  EXPECT_TRUE(j["overall"].contains("model"));
+  EXPECT_TRUE(j["gpus"]["h100-sxm"]["fit"].contains("k_step_s"));
   const auto csv = run_cli("validate --published --format csv");
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
-  EXPECT_EQ(csv.out.rfind("table,gpu,dtype,experts,n,k,top_k,tp,batch,scope,active_experts,measured_s,ideal_s,", 0), 0u);
+  EXPECT_EQ(csv.out.rfind("table,gpu,dtype,experts,n,k,top_k,tp,ep,batch,scope,routing,active_experts,measured_s,ideal_s,"
+                          "ideal_error,model_s,model_error,held_out_s,held_out_error\n",
+                          0),
+            0u);
 }
 
 TEST(PublishedCli, BadOptionsExitTwo) {
@@ -262,6 +328,8 @@ TEST(PublishedCli, CalibrateFromPublishedWritesALoadableProfile) {
   EXPECT_GT(hw.efficiency_bw, 0.5);
   EXPECT_LE(hw.efficiency_bw, 1.0);
   EXPECT_EQ(hw.memory_bandwidth_bytes_per_s, 3350e9);  // the datasheet figures stay
+  EXPECT_GT(hw.k_step_s, 0.0);
+  EXPECT_EQ(hw.sources.at("k_step_us").rfind("moesim calibrate --from-published", 0), 0u);
   // Tables of two GPUs cannot make one profile.
   const auto mixed = run_cli("calibrate --from-published " + std::string(MOESIM_SOURCE_DIR) +
                              "/data/validation/vllm-pr24700-mixtral-h100-bf16.csv " + std::string(MOESIM_SOURCE_DIR) +
@@ -291,6 +359,95 @@ TEST(PublishedCli, CostModelDocQuotesTheCurrentSummary) {
   const auto from = r.out.find("error per table");
   ASSERT_NE(from, std::string::npos);
   EXPECT_EQ(quoted, r.out.substr(from)) << "regenerate the block: moesim validate --published all";
+}
+
+}  // namespace
+}  // namespace moesim
+
+namespace moesim {
+namespace {
+
+// The model column is the number `run` prints: for every shipped row, the layer that model_moe_layer
+// costs for the same loads (the benchmark's routing draws, ffn = the table's per-GPU N, one device) on
+// the same profile, averaged over the draws. A row timed without routing (scope experts) is one kernel
+// launch less; an expert-parallel row carries the other ranks' rows as idle rows, which moesim's own
+// expert-parallel placement never has, so it is held to the model on its local loads alone.
+TEST(Published, ModelColumnIsTheNumberRunPrints) {
+  const PublishedValidation v = validate_published(load_published("all"));
+  int compared = 0;
+  for (const PublishedRow& r : v.rows) {
+    const PublishedPoint& p = r.point;
+    if (p.ep != 1 || p.scope == KernelScope::up_gemm || p.scope == KernelScope::down_gemm) continue;
+    const HardwareProfile& hw = v.tables[static_cast<std::size_t>(r.table)].table.hardware;
+    double sum = 0;
+    for (int d = 0; d < published_draws(p); ++d) {
+      LayerCostInput in;
+      in.hidden = p.k;
+      in.ffn = p.n;
+      in.num_experts = p.experts;
+      in.top_k = p.top_k;
+      in.dtype = p.dtype;
+      in.num_tokens = p.batch;
+      in.load = published_loads(p, d);
+      sum += model_moe_layer(hw, in).actual.quantized_s;
+    }
+    const double run_s = sum / published_draws(p);
+    const double launch = p.scope == KernelScope::experts ? hw.launch_overhead_s : 0.0;
+    EXPECT_DOUBLE_EQ(r.model_s, run_s - launch) << v.tables[static_cast<std::size_t>(r.table)].table.name << " batch "
+                                                << p.batch;
+    ++compared;
+  }
+  EXPECT_GE(compared, 120);
+}
+
+// Every GPU with tables ships the figures the shipped fit gives it (4 significant digits, as
+// scripts/fit-profiles.py writes them), and the pooled fit is PooledFit's; the held-out column is that
+// same procedure without the table.
+TEST(Published, ShippedProfilesCarryTheFit) {
+  const PublishedValidation v = validate_published(load_published("all"));
+  const auto near4 = [](double shipped, double fitted) { return std::fabs(shipped - fitted) <= 6e-4 * std::fabs(fitted) + 1e-15; };
+  for (const PublishedGpuSummary& g : v.gpus) {
+    HardwareRef ref;
+    ref.name = g.gpu;
+    const HardwareProfile hw = load_hardware_profile(ref, "");
+    EXPECT_TRUE(near4(hw.efficiency_bw, g.fit.figures.efficiency_bw)) << g.gpu << " " << hw.efficiency_bw;
+    EXPECT_TRUE(near4(hw.efficiency_flops, g.fit.figures.efficiency_flops)) << g.gpu << " " << hw.efficiency_flops;
+    EXPECT_TRUE(near4(hw.launch_overhead_s, g.fit.figures.launch_s)) << g.gpu << " " << hw.launch_overhead_s;
+    EXPECT_TRUE(near4(hw.k_step_s, g.fit.figures.k_step_s)) << g.gpu << " " << hw.k_step_s;
+    EXPECT_TRUE(hw.calibrated) << g.gpu;
+    EXPECT_NE(hw.sources.at("k_step_us").find("scripts/fit-profiles.sh"), std::string::npos) << g.gpu;
+  }
+  EXPECT_TRUE(near4(PooledFit::efficiency_bw, v.pooled.figures.efficiency_bw)) << "run scripts/fit-profiles.sh";
+  EXPECT_TRUE(near4(PooledFit::efficiency_flops, v.pooled.figures.efficiency_flops));
+  EXPECT_TRUE(near4(PooledFit::launch_overhead_us * 1e-6, v.pooled.figures.launch_s));
+  EXPECT_TRUE(near4(PooledFit::k_step_us * 1e-6, v.pooled.figures.k_step_s));
+  // A GPU with no table takes the pooled fit, and its sources say so.
+  HardwareRef l4;
+  l4.name = "l4";
+  const HardwareProfile hw = load_hardware_profile(l4, "");
+  EXPECT_EQ(hw.efficiency_bw, PooledFit::efficiency_bw);
+  EXPECT_EQ(hw.sources.at("efficiency_bw"), kPooledFitNote);
+}
+
+// A table read from disk may name a profile YAML beside it, for a user's own cluster.
+TEST(Published, GpuColumnMayNameAProfileFile) {
+  const std::string dir = testing::make_temp_dir();
+  {
+    std::ofstream(dir + "/mine.yaml") << "name: my-gpu\nbase: h100-sxm\nefficiency_bw: 0.5\n";
+    std::ofstream(dir + "/t.csv") << kHeader << "\n" << row("mine.yaml", "8,7168,4096,2,2", "4", "400");
+  }
+  const std::vector<PublishedTable> tables = load_published(dir + "/t.csv");
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables[0].hardware.name, "my-gpu");
+  EXPECT_EQ(tables[0].hardware.efficiency_bw, 0.5);
+  EXPECT_EQ(tables[0].profile_ref, dir + "/mine.yaml");
+  std::ofstream(dir + "/bad.csv") << kHeader << "\n" << row("missing.yaml", "8,7168,4096,2,2", "4", "400");
+  try {
+    load_published(dir + "/bad.csv");
+    ADD_FAILURE() << "a missing profile file must be an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.csv:2: gpu"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Writes moesim validation tables (data/validation/*.csv) from the balanced-routing rows of the
+aiconfigurator vLLM MoE collector's measurements (data/kernel-imbalance/aiconfigurator_vllm_moe_pairs.csv,
+its README gives the source and licence).
+
+One table per GPU, kernel shape, dtype, TP and EP. Only rows moesim can model are taken: the Triton fused
+MoE (vllm_fused_moe) in bf16 or per-tensor fp8 (W8A8), gated (SwiGLU) shapes, with a balanced latency.
+Marlin int4 (W4A16), mxfp4 and the relu2 non-gated Nemotron shapes are left out and listed on stderr.
+
+  scripts/import_kernel_tables.py [PAIRS_CSV] [OUT_DIR]
+"""
+import csv
+import os
+import sys
+
+HEADER = ["gpu", "dtype", "experts", "n", "k", "top_k", "tp", "batch", "measured_us", "source", "date", "tool",
+          "kernel_config", "routing", "notes", "scope", "ep"]
+GPUS = {"NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200"}
+DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+def slug(text):
+    keep = "".join(c.lower() if c.isalnum() else "-" for c in text.split(" (")[0].split("/")[-1])
+    return "-".join(p for p in keep.split("-") if p)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    pairs = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "data", "kernel-imbalance",
+                                                               "aiconfigurator_vllm_moe_pairs.csv")
+    out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "..", "data", "validation")
+    tables = {}
+    for r in csv.DictReader(open(pairs, newline="")):
+        if not r["lat_ms_balanced"]:
+            continue
+        why = None
+        if r["kernel_source"] != "vllm_fused_moe":
+            why = "kernel " + r["kernel_source"]
+        elif r["moe_dtype"] not in DTYPES:
+            why = "dtype " + r["moe_dtype"]
+        elif "non-gated" in r["model_shape_name"]:
+            why = "non-gated shape"
+        elif r["device"] not in GPUS:
+            why = "device " + r["device"]
+        key = (r["device"], r["moe_dtype"], r["model_shape_name"], r["moe_tp_size"], r["moe_ep_size"])
+        if why:
+            tables.setdefault(("skip",) + key, why)
+            continue
+        tables.setdefault(key, []).append(r)
+    written = 0
+    for key, rows in sorted(tables.items()):
+        if key[0] == "skip":
+            print("skipped %s: %s" % (" ".join(key[1:]), rows), file=sys.stderr)
+            continue
+        device, dtype, shape, tp, ep = key
+        gpu = GPUS[device]
+        name = "aiconfigurator-%s-%s-%s-tp%s-ep%s.csv" % (slug(shape), gpu, DTYPES[dtype], tp, ep)
+        rows.sort(key=lambda r: int(r["num_tokens"]))
+        with open(os.path.join(out_dir, name), "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(HEADER)
+            for r in rows:
+                us = float(r["lat_ms_balanced"]) * 1000.0
+                w.writerow([gpu, DTYPES[dtype], r["num_experts"], r["local_inter_size"], r["hidden_size"], r["topk"],
+                            tp, r["num_tokens"], "%.4g" % us, "ai-dynamo/aiconfigurator#990", "",
+                            "aiconfigurator collector/vllm/collect_moe_v2.py, vLLM %s fused_experts, CUDA graph"
+                            % r["framework_version"],
+                            "vLLM default/tuned Triton config", "balanced",
+                            "%s@%s %s; lat_ms_balanced x 1000; %s; %s local experts of %s (EP %s), routing excluded"
+                            % (r["source_path"], r["source_commit"][:8], r["device"], shape, r["local_experts"],
+                               r["num_experts"], ep),
+                            "experts", ep])
+        written += 1
+    print("wrote %d tables to %s" % (written, out_dir))
+
+
+if __name__ == "__main__":
+    main()

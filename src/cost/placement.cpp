@@ -164,10 +164,10 @@ PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, cons
   return out;
 }
 
-// The ideal time of `assignments` balanced over the experts (the `balanced` gating's loads, uncapped),
-// dropless rows, experts only: on one device, or placed by the placement's rule.
-double balanced_ideal_s(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in,
-                        int64_t assignments) {
+// The time of `assignments` balanced over the experts (the `balanced` gating's loads, uncapped), dropless
+// rows, experts only: on one device, or placed by the placement's rule.
+CostBreakdown balanced_experts(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in,
+                               int64_t assignments) {
   const BalancedLoads even(assignments, in.num_experts, 0);
   const LayoutRule dropless{Layout::dropless, 1, 0};
   if (in.placement.kind == PlacementKind::single) {
@@ -175,29 +175,33 @@ double balanced_ideal_s(const HardwareProfile& hw, const ExpertRoofline& rm, con
     g.add(even(0), even.rem);
     g.add(even(in.num_experts - 1), in.num_experts - even.rem);
     for (int s = 0; s < in.shared_experts; ++s) g.add(in.num_tokens);
-    return g.time().ideal_s;
+    return g.time();
   }
   std::vector<int64_t> loads(in.num_experts);
   for (int e = 0; e < in.num_experts; ++e) loads[e] = even(e);
   const ExpertPlacement p = place_experts(loads, in.placement);
-  return cost_placed(hw, rm, p, dropless, in).experts.ideal_s;
+  return cost_placed(hw, rm, p, dropless, in).experts;
 }
 
-// Fills the erosion stages around the prediction (see Erosion): `loads_ideal_s` is T1, `layout` the
-// experts-only columns at the layout's rows (T2 ideal, T3 quantized), `actual_s` the prediction.
+// Fills the erosion stages around the prediction (see Erosion): `loads` the experts-only columns of the
+// loads as routed, dropless rows (T1 ideal, Q(loads) quantized), `layout` those at the layout's rows (T2
+// ideal, T3 quantized), `actual_s` the prediction.
 Erosion erosion_of(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in, int64_t delivered,
-                   double loads_ideal_s, const CostBreakdown& layout, double actual_s) {
+                   const CostBreakdown& loads, const CostBreakdown& layout, double actual_s) {
   Erosion x;
   x.delivered = static_cast<double>(delivered);
   x.undelivered = static_cast<double>(in.undelivered);
   x.served = static_cast<double>(std::max<int64_t>(0, in.num_tokens * in.top_k - in.undelivered));
-  x.reference_s = balanced_ideal_s(hw, rm, in, delivered);
+  const CostBreakdown balanced = balanced_experts(hw, rm, in, delivered);
+  x.reference_s = balanced.ideal_s;
   x.actual_s = actual_s;
-  x.imbalance_s = loads_ideal_s - x.reference_s;
-  x.padding_s = layout.ideal_s - loads_ideal_s;
-  x.quantization_s = layout.quantized_s - layout.ideal_s;
+  x.imbalance_s = loads.ideal_s - x.reference_s;
+  x.imbalance_tiles_s = (loads.quantized_s - balanced.quantized_s) - x.imbalance_s;
+  x.padding_s = layout.ideal_s - loads.ideal_s;
+  x.quantization_s = layout.quantized_s - layout.ideal_s - x.imbalance_tiles_s;
   x.communication_s = actual_s - layout.quantized_s;
-  if (in.undelivered > 0) x.dropped_work_s = balanced_ideal_s(hw, rm, in, delivered + in.undelivered) - x.reference_s;
+  if (in.undelivered > 0)
+    x.dropped_work_s = balanced_experts(hw, rm, in, delivered + in.undelivered).ideal_s - x.reference_s;
   return x;
 }
 
@@ -227,6 +231,7 @@ void add_scaled(Erosion& acc, const Erosion& x, double f) {
   acc.reference_s += f * x.reference_s;
   acc.actual_s += f * x.actual_s;
   acc.imbalance_s += f * x.imbalance_s;
+  acc.imbalance_tiles_s += f * x.imbalance_tiles_s;
   acc.padding_s += f * x.padding_s;
   acc.quantization_s += f * x.quantization_s;
   acc.communication_s += f * x.communication_s;
@@ -237,6 +242,10 @@ void add_scaled(Erosion& acc, const Erosion& x, double f) {
 }
 
 double efficiency_of(const Erosion& x) {
+  return x.actual_s > 0 ? (x.actual_s - x.imbalance_s - x.imbalance_tiles_s) / x.actual_s : 1.0;
+}
+
+double roofline_efficiency_of(const Erosion& x) {
   const double loads_s = x.reference_s + x.imbalance_s;
   return loads_s > 0 ? x.reference_s / loads_s : 1.0;
 }
@@ -557,15 +566,15 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     add_to(out.balanced, reduce);
     out.tensor_parallel_reduce_s = reduce.quantized_s;
     out.device_tokens.assign(1, tokens);
-    // T1: the loads as they are (the dropless layout's rows are the loads: no second pass).
-    double loads_ideal_s = out.actual.ideal_s;
+    // T1 and Q(loads): the loads as they are (the dropless layout's rows are the loads: no second pass).
+    CostBreakdown loads = experts;
     if (in.layout != Layout::dropless) {
       GroupedCost plain(rm);
       for (int e = 0; e < num_experts; ++e) plain.add(load[e]);
       for (int s = 0; s < in.shared_experts; ++s) plain.add(in.num_tokens);
-      loads_ideal_s = plain.time().ideal_s;
+      loads = plain.time();
     }
-    out.erosion = erosion_of(hw, rm, in, tokens, loads_ideal_s, experts, out.actual.quantized_s);
+    out.erosion = erosion_of(hw, rm, in, tokens, loads, experts, out.actual.quantized_s);
   } else {
     ExpertPlacement p = place_experts_real(
         in.placement_load.empty() ? std::vector<double>(in.load.begin(), in.load.end()) : in.placement_load,
@@ -601,11 +610,11 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     out.all_to_all_s = a.a2a.bandwidth_s + a.a2a.latency_s;
     out.all_to_all_bytes = a.a2a.bytes;
     const LayoutRule dropless{Layout::dropless, 1, 0};
-    const double loads_ideal_s =
-        in.layout == Layout::dropless ? a.experts.ideal_s : cost_placed(hw, rm, p, dropless, in).experts.ideal_s;
+    const CostBreakdown loads =
+        in.layout == Layout::dropless ? a.experts : cost_placed(hw, rm, p, dropless, in).experts;
     int64_t delivered = 0;
     for (int64_t l : in.load) delivered += l;
-    out.erosion = erosion_of(hw, rm, in, delivered, loads_ideal_s, a.experts, out.actual.quantized_s);
+    out.erosion = erosion_of(hw, rm, in, delivered, loads, a.experts, out.actual.quantized_s);
     out.placement = std::move(p);
     int64_t mx = 0, sum = 0;
     for (int64_t t : out.device_tokens) {
@@ -619,6 +628,7 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     }
   }
   out.batching_efficiency = efficiency_of(out.erosion);
+  out.roofline_efficiency = roofline_efficiency_of(out.erosion);
   return out;
 }
 

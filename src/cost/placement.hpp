@@ -102,12 +102,19 @@ inline int64_t undelivered_assignments(int64_t dropped, int64_t tokens_unrouted,
 //   T2         = the layout's rows (capacity, block), ideal, experts only;
 //   T3         = the layout's rows, quantized (tiles, waves, launches), experts only;
 //   actual     = T3 + the all-to-all (quantized, with latency) = LayerCost::actual.quantized_s.
-// parts: imbalance = T1 - reference, padding = T2 - T1, quantization = T3 - T2, communication =
-// actual - T3; they sum to actual - reference up to rounding. dropped_work = the ideal balanced time of
-// delivered + undelivered assignments minus the reference: work not done, never speed.
+// parts: imbalance = T1 - reference, padding = T2 - T1, quantization = T3 - T2 - imbalance_tiles,
+// communication = actual - T3; they sum to actual - reference up to rounding.
+//   imbalance_tiles = (Q(loads) - Q(balanced)) - imbalance: Q the quantized experts-only time of dropless
+//   rows (the kernel model), the loads as routed and the same delivered assignments balanced, placed by the
+//   placement's rule. What the skew adds in tiles, waves, the K-step floor and overlap beyond its roofline
+//   cost: the balanced counterfactual does not pay it, so it is imbalance, not quantization. 0 under
+//   balanced routing (the same loads), and a tile-boundary step that balanced loads pay too stays in
+//   quantization.
+// dropped_work = the ideal balanced time of delivered + undelivered assignments minus the reference: work
+// not done, never speed.
 struct Erosion {
   double reference_s = 0, actual_s = 0;
-  double imbalance_s = 0, padding_s = 0, quantization_s = 0, communication_s = 0;
+  double imbalance_s = 0, imbalance_tiles_s = 0, padding_s = 0, quantization_s = 0, communication_s = 0;
   double dropped_work_s = 0;
   double delivered = 0;    // assignments processed (sum of the loads)
   double undelivered = 0;  // assignments owed and not processed (undelivered_assignments)
@@ -130,10 +137,13 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
 struct LayerCost {
   CostBreakdown actual, balanced;   // the layer's time with the routing's loads / with balanced loads (N k)
   Erosion erosion;                  // where actual.quantized_s goes, against the balanced ideal
-  // What imbalance alone costs: reference / (reference + imbalance) = reference / T1 (1 when both are 0).
-  // Free of drops (the reference has the delivered assignments) and of tiles and padding (ideal rows).
+  // What imbalance costs, on the headline: the balanced counterfactual's time over the routing's own,
+  // (actual - imbalance - imbalance_tiles) / actual (1 when actual is 0). Free of drops (the
+  // counterfactual has the delivered assignments); a tile step balanced loads pay too is not imbalance.
   // Above 1 when skew leaves experts idle whose weights the balanced routing must read.
   double batching_efficiency = 1.0;
+  // The same on the ideal roofline alone: reference / (reference + imbalance) (1 when both are 0).
+  double roofline_efficiency = 1.0;
   double compute_bound_experts = 0; // physical experts whose ideal t(n) is compute-bound (actual loads)
   std::vector<double> device_time_s;    // [devices] quantized expert time per device (no all-to-all)
   std::vector<int64_t> device_tokens;   // [devices] routed assignments processed per device
@@ -153,8 +163,10 @@ struct LayerCost {
 // acc += f x every field of x (means over records, whole-model totals over layers).
 void add_scaled(Erosion& acc, const Erosion& x, double f);
 
-// batching_efficiency from an erosion: reference / (reference + imbalance), 1 when both are 0.
+// batching_efficiency from an erosion: (actual - imbalance - imbalance_tiles) / actual, 1 when actual is 0.
 double efficiency_of(const Erosion& erosion);
+// roofline_efficiency from an erosion: reference / (reference + imbalance), 1 when both are 0.
+double roofline_efficiency_of(const Erosion& erosion);
 
 // The MoE layer's modeled time (DESIGN.md "Cost model"):
 //  - rows per expert by layout: dropless n = load; block n = round_up(load, block_size); capacity

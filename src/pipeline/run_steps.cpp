@@ -95,6 +95,7 @@ std::vector<ModeledPlacement> PlacementMean::finish() const {
     c.actual = {a.actual.ideal_s / n, a.actual.quantized_s / n};
     c.balanced = {a.balanced.ideal_s / n, a.balanced.quantized_s / n};
     c.batching_efficiency = efficiency_of(c.erosion);
+    c.roofline_efficiency = roofline_efficiency_of(c.erosion);
     out.push_back(std::move(mp));
   }
   return out;

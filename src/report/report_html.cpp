@@ -242,14 +242,15 @@ std::string erosion_table(const nlohmann::json& run) {
     const auto& parts = x["parts"];
     auto us = [](const nlohmann::json& v) { return v.is_number() ? num(v.get<double>() * 1e6, 1) : std::string("-"); };
     rows << "<tr><td>" << esc(s["strategy"].get<std::string>()) << "</td><td>" << us(x["reference_s"]) << "</td><td>"
-         << us(parts["imbalance_s"]) << "</td><td>" << us(parts["quantization_s"]) << "</td><td>" << us(parts["padding_s"])
+         << us(parts["imbalance_s"]) << "</td><td>" << us(parts.value("imbalance_tiles_s", nlohmann::json(0.0)))
+         << "</td><td>" << us(parts["quantization_s"]) << "</td><td>" << us(parts["padding_s"])
          << "</td><td>" << us(parts["communication_s"]) << "</td><td>" << us(x["actual_s"]) << "</td><td>"
          << us(x["dropped_work_s"]) << "</td></tr>\n";
   }
   if (placement.empty()) return "";
   return "<h2>Where the modeled time goes (" + placement +
          ", us)</h2>\n<table id=\"erosion\"><thead><tr><th>strategy</th><th>reference</th><th>+ imbalance</th>"
-         "<th>+ tiles, waves, launches</th><th>+ padding</th><th>+ all-to-all</th><th>= modeled</th>"
+         "<th>+ imbalance in tiles</th><th>+ tiles, waves, launches</th><th>+ padding</th><th>+ all-to-all</th><th>= modeled</th>"
          "<th>dropped work (not done)</th></tr></thead><tbody>\n" +
          rows.str() + "</tbody></table>\n";
 }
@@ -300,7 +301,7 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
   }
   os << "</tbody></table>\n<h2>Batching efficiency</h2>\n"
      << value_bars("efficiency",
-                   "reference / (reference + imbalance): what imbalance alone costs, drops and tiles held out "
+                   "the balanced counterfactual's time over the routing's: what imbalance costs, drops held out "
                    "(above 1: skew left experts idle whose weights balanced routing reads)",
                    efficiency)
      << erosion_table(run)

@@ -60,6 +60,7 @@ std::vector<Column> columns(const RunResult& run) {
   // The primary placement's time, split: ref + imb + tile + pad (+ comm) = model_us (ep*_us).
   cols.push_back({"ref_us", [primary, us](size_t i) { return us(primary(i).reference_s); }});
   cols.push_back({"imb_us", [primary, us](size_t i) { return us(primary(i).imbalance_s); }});
+  cols.push_back({"imb_tile_us", [primary, us](size_t i) { return us(primary(i).imbalance_tiles_s); }});
   cols.push_back({"tile_us", [primary, us](size_t i) { return us(primary(i).quantization_s); }});
   cols.push_back({"pad_us", [primary, us](size_t i) { return us(primary(i).padding_s); }});
   const bool comm = ep || run.experiment.placement.tensor_parallel > 1;
@@ -89,15 +90,17 @@ std::string erosion_legend(const RunResult& run) {
      << (ep ? "; " + total + ": on the expert-parallel placement, all-to-all included; rank_imb: max/mean tokens per device" : "")
      << (tp > 1 ? "; each expert's ffn split over " + std::to_string(tp) + " GPUs (placement.tensor_parallel)" : "")
      << "\n"
-     << total << " = ref_us + imb_us + tile_us + pad_us" << (comm ? " + comm_us" : "")
+     << total << " = ref_us + imb_us + imb_tile_us + tile_us + pad_us" << (comm ? " + comm_us" : "")
      << ": ref_us = the assignments delivered, balanced over the experts" << (ep ? " and devices" : "")
      << ", on the ideal roofline (the profile's achieved rates); imb_us = the uneven loads on the ideal roofline (below "
-        "0: skew left experts idle whose weights balanced routing reads); tile_us = tiles, waves, the K-step floor and "
-        "launches; pad_us = capacity or block rows"
+        "0: skew left experts idle whose weights balanced routing reads); imb_tile_us = the tiles, waves and floors the uneven loads pay beyond "
+        "the same assignments balanced, less imb_us (imbalance too); tile_us = the tiles, waves, K-step floor and launches "
+        "balanced loads pay as well; pad_us = capacity or block rows"
      << (ep ? "; comm_us = all-to-all with its skew" : "")
      << (tp > 1 ? std::string(ep ? " and" : "; comm_us =") + " the tensor-parallel all-reduce" : "")
      << "; drop_us = the ideal time of the dropped and unrouted assignments: work not done, not in " << total << "\n"
-     << "batch_eff: ref_us / (ref_us + imb_us), what imbalance alone costs (drops, tiles and padding held out); "
+     << "batch_eff: (" << total << " - imb_us - imb_tile_us) / " << total
+     << ", the balanced counterfactual's time over this routing's: what imbalance costs (drops held out); "
         "rank: by " << total << " per assignment served of the N k owed (dropped and unrouted work counts against it), "
         "then imbalance (equal in both: the same rank)\n";
   return os.str();

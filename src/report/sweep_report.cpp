@@ -74,6 +74,7 @@ std::vector<Column> table_columns(const SweepResult& s) {
   cols.push_back({"bal_quant_us", us(&CostBreakdown::quantized_s, true)});
   cols.push_back({"ref_us", [](const SweepRow& r) { return fixed(r.erosion.reference_s * 1e6, 1); }});
   cols.push_back({"imb_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_s * 1e6, 1); }});
+  cols.push_back({"imb_tile_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_tiles_s * 1e6, 1); }});
   cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }});
   cols.push_back({"us_per_token", [](const SweepRow& r) { return fixed(r.time_per_token_s * 1e6, 3); }});
   cols.push_back({"imbalance", [](const SweepRow& r) { return fixed(r.imbalance, 3); }});
@@ -105,7 +106,8 @@ std::string knee_lines(const SweepResult& s) {
     else
       os << "  " << label << ": this routing moves the knee from " << tokens(k.balanced_tokens, k) << " (balanced) to "
          << tokens(k.tokens, k);
-    if (k.imbalance_cost_past) os << " and costs " << fixed(100.0 * *k.imbalance_cost_past, 1) << "% past it (imb / ref)";
+    if (k.imbalance_cost_past) os << " and costs " << fixed(100.0 * *k.imbalance_cost_past, 1)
+                                     << "% past it (imbalance over the balanced time)";
     os << "\n";
   }
   return os.str();
@@ -149,7 +151,8 @@ std::string format_table(const SweepResult& s) {
   os << "ideal: roofline at the profile's achieved rates; quant: the kernel model (row tiles in waves, the K-step "
         "floor, the profile's efficiencies and the layer's launches), the number run prints;\n"
         "bal_*: the same tokens under perfectly balanced routing; ref_us: the delivered assignments balanced, ideal; "
-        "imb_us: the uneven loads, ideal, minus ref_us; batch_eff = ref / (ref + imb), imbalance alone;\n"
+        "imb_us: the uneven loads, ideal, minus ref_us; imb_tile_us: the tiles and floors the uneven loads pay beyond "
+        "the balanced, less imb_us; batch_eff: the balanced counterfactual's time over the routing's (quant_us);\n"
         "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
   os << knee_lines(s);
   if (any_measured(s))
@@ -173,7 +176,8 @@ std::string format_csv(const SweepResult& s) {
         "time_ideal_s,time_quantized_s,"
         "balanced_ideal_s,balanced_quantized_s,"
         "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate,"
-        "erosion_reference_s,erosion_imbalance_s,erosion_quantization_s,erosion_padding_s,erosion_communication_s,"
+        "erosion_reference_s,erosion_imbalance_s,erosion_imbalance_tiles_s,erosion_quantization_s,erosion_padding_s,"
+        "erosion_communication_s,"
         "dropped_work_s,knee_tokens,balanced_knee_tokens";
   if (measured)
     os << ",measured_layer_s,measured_experts_s,measured_balanced_layer_s,measured_batching_efficiency,"
@@ -188,6 +192,7 @@ std::string format_csv(const SweepResult& s) {
        << real(r.balanced.quantized_s) << "," << real(r.batching_efficiency)
        << "," << real(r.time_per_token_s) << "," << real(r.compute_bound_experts) << "," << real(r.imbalance) << ","
        << real(r.drop_rate) << "," << real(r.erosion.reference_s) << "," << real(r.erosion.imbalance_s) << ","
+       << real(r.erosion.imbalance_tiles_s) << ","
        << real(r.erosion.quantization_s) << "," << real(r.erosion.padding_s) << "," << real(r.erosion.communication_s)
        << "," << real(r.erosion.dropped_work_s);
     const SweepKnee* knee = knee_of(s, static_cast<size_t>(&r - s.rows.data()));
@@ -243,6 +248,7 @@ std::string format_json(const SweepResult& s) {
     row["balanced"] = cost_json(r.balanced);
     row["erosion"] = erosion_json(r.erosion);
     row["batching_efficiency"] = r.batching_efficiency;
+    row["roofline_efficiency"] = r.roofline_efficiency;
     row["time_per_token_s"] = r.time_per_token_s;
     row["compute_bound_experts"] = r.compute_bound_experts;
     row["imbalance"] = r.imbalance;

@@ -100,9 +100,13 @@ TEST(Placement, LayoutsSetTheRows) {
   const LayerCost cap = model_moe_layer(hw, in);
   EXPECT_EQ(cap.actual.quantized_s, grouped(hw, {20, 20, 20, 20}).quantized_s);
   EXPECT_NEAR(cap.actual.ideal_s, std::max((4 * 49152.0 + 80 * 1920) / 1e12, 80 * 49152.0 / 1e13), 1e-20);
-  // batching_efficiency holds the capacity rows out: it compares the loads (3 experts' weights, 28 rows)
+  // roofline_efficiency holds the capacity rows out: it compares the loads (3 experts' weights, 28 rows)
   // with the 28 delivered assignments balanced (7 each, 4 experts' weights), both memory-bound.
-  EXPECT_NEAR(cap.batching_efficiency, (4 * 49152.0 + 28 * 1920) / (3 * 49152.0 + 28 * 1920), 1e-12);
+  EXPECT_NEAR(cap.roofline_efficiency, (4 * 49152.0 + 28 * 1920) / (3 * 49152.0 + 28 * 1920), 1e-12);
+  // On the headline both are compute bound on 4 row tiles (1 + 2 + 1 against 1 + 1 + 1 + 1): the idle
+  // expert saves nothing, so imbalance costs nothing (imbalance + imbalance_tiles = 0 exactly).
+  EXPECT_EQ(cap.erosion.imbalance_s + cap.erosion.imbalance_tiles_s, 0.0);
+  EXPECT_EQ(cap.batching_efficiency, 1.0);
   EXPECT_NEAR(cap.erosion.padding_s, cap.actual.ideal_s - (3 * 49152.0 + 28 * 1920) / 1e12, 1e-20);
   // capacity layout without a capacity: the buffer holds max(load) = 20 rows per expert too.
   in.capacity = 0;
@@ -206,7 +210,8 @@ TEST(Placement, SkewHurtsExpertParallelInTheComputeBoundRegime) {
   LayerCostInput in = layer(8, 1, 16384, {16384, 0, 0, 0, 0, 0, 0, 0});
   in.placement = expert_parallel(8);
   const LayerCost c = model_moe_layer(toy(), in);
-  EXPECT_LT(c.batching_efficiency, 0.2);
+  EXPECT_LT(c.roofline_efficiency, 0.2);
+  EXPECT_LT(c.batching_efficiency, 0.5);  // the launches and the all-to-all both placements pay dilute it
   EXPECT_DOUBLE_EQ(c.rank_imbalance, 8.0);
   EXPECT_DOUBLE_EQ(c.balancedness, 0.125);
 }
@@ -304,19 +309,27 @@ TEST(Erosion, WorkedExampleByHand) {
   EXPECT_NEAR(x.reference_s, 786.432 * ns, 1e-18);
   // T1: device 0 holds 120 + 60 = 180 rows: 884.736 ns; imbalance = 20 rows x 4.9152 ns.
   EXPECT_NEAR(x.imbalance_s, 98.304 * ns, 1e-18);
-  EXPECT_NEAR(c.batching_efficiency, 160.0 / 180.0, 1e-12);
+  EXPECT_NEAR(c.roofline_efficiency, 160.0 / 180.0, 1e-12);
+  // imbalance_tiles: the loads on 16-row tiles, dropless: device 0 has 8 + 4 = 12 row tiles, up 192 tiles =
+  // 48 waves x 13.1072 ns, down 48 = 12 x 26.2144 ns: 943.7184 ns (over 443.904 ns of memory) + 6 us of
+  // launches = 6943.7184 ns; balanced, 80 rows an expert: 10 row tiles, 786.432 + 6000 = 6786.432 ns. The
+  // 157.2864 ns between them less the roofline's 98.304 ns: 58.9824 ns.
+  EXPECT_NEAR(x.imbalance_tiles_s, 58.9824 * ns, 1e-18);
   // T2: capacity rows, 120 per expert, 240 per device: 1179.648 ns.
   EXPECT_NEAR(x.padding_s, 294.912 * ns, 1e-18);
   // T3: 8 row tiles of 16 per expert, 16 per device; up: 16 x 16 column tiles = 256 over 4 SMs = 64 waves of
   // 2 x 16 x 16 x 4 x 64 / F = 13.1072 ns; down: 16 x 4 = 64 tiles, 16 waves of 26.2144 ns; 1258.2912 ns of
-  // compute over 559.104 ns of memory, plus the layer's 6 launches of 1 us: 7258.2912 ns.
-  EXPECT_NEAR(x.quantization_s, (7258.2912 - 1179.648) * ns, 1e-18);
+  // compute over 559.104 ns of memory, plus the layer's 6 launches of 1 us: 7258.2912 ns; less what the skew
+  // adds in tiles (imbalance_tiles).
+  EXPECT_NEAR(x.quantization_s, (7258.2912 - 1179.648 - 58.9824) * ns, 1e-18);
   // all-to-all: device 0 sends (320 - 180) / 2 = 70 rows and receives 180 / 2 = 90; device 1 the mirror.
   // 90 rows x 128 B / 100 GB/s = 115.2 ns per phase, two phases, plus 2 x 1 us latency.
   EXPECT_NEAR(x.communication_s, 2230.4 * ns, 1e-18);
   EXPECT_NEAR(x.actual_s, 9488.6912 * ns, 1e-18);
   EXPECT_EQ(x.actual_s, c.actual.quantized_s);
-  EXPECT_NEAR(x.reference_s + x.imbalance_s + x.padding_s + x.quantization_s + x.communication_s, x.actual_s, 1e-21);
+  EXPECT_NEAR(x.reference_s + x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.communication_s,
+              x.actual_s, 1e-21);
+  EXPECT_NEAR(c.batching_efficiency, (9488.6912 - 98.304 - 58.9824) / 9488.6912, 1e-12);
   // dropped work: 400 balanced (200 rows per device, 983.04 ns) minus the reference.
   EXPECT_NEAR(x.dropped_work_s, 196.608 * ns, 1e-18);
   EXPECT_EQ(x.served, 320);
@@ -383,8 +396,47 @@ TEST(Erosion, TileBoundariesAreNotImbalance) {
   };
   const LayerCost a = run(4096), b = run(4100);
   EXPECT_LT(std::fabs(b.erosion.imbalance_s / a.erosion.imbalance_s - 1), 0.03);
-  EXPECT_LT(std::fabs(b.batching_efficiency / a.batching_efficiency - 1), 0.03);
+  EXPECT_LT(std::fabs(b.roofline_efficiency / a.roofline_efficiency - 1), 0.03);
   EXPECT_GT(a.erosion.imbalance_s, 0);
+  // Balanced loads at 4096 and 4100 tokens: the step from 1024 to 1025 rows per expert (a ninth 128-row
+  // tile) is paid by the balanced counterfactual too, so no part of it is imbalance.
+  auto balanced = [&](int64_t n) {
+    LayerCostInput in;
+    in.hidden = 4096;
+    in.ffn = 14336;
+    in.num_experts = 8;
+    in.top_k = 2;
+    in.dtype = Dtype::bf16;
+    in.num_tokens = n;
+    for (int e = 0; e < 8; ++e) in.load.push_back(2 * n / 8 + (e < (2 * n) % 8 ? 1 : 0));
+    return model_moe_layer(hw, in);
+  };
+  const LayerCost c = balanced(4096), d = balanced(4100);
+  EXPECT_GT(d.actual.quantized_s - c.actual.quantized_s, 0.05 * c.actual.quantized_s) << "the tile step is there";
+  for (const LayerCost* x : {&c, &d}) {
+    EXPECT_EQ(x->erosion.imbalance_s, 0.0);
+    EXPECT_EQ(x->erosion.imbalance_tiles_s, 0.0);
+    EXPECT_EQ(x->batching_efficiency, 1.0);
+  }
+}
+
+TEST(Erosion, ImbalanceTilesByHand) {
+  // Toy device (16 x 16 tiles, 4 SMs), 2 experts, k = 1, 32 tokens: loads {20, 12} against balanced {16, 16}.
+  // Balanced: 2 row tiles of 16; up 32 tiles = 8 waves x 13.1072 ns, down 8 tiles = 2 x 26.2144 ns: 157.2864 ns
+  // of compute under the memory (2 W + 32 x 1920 B) = 159.744 ns; + 6 launches: 6159.744 ns. The loads: 20 rows
+  // take 2 row tiles, 3 in all; up 48 tiles = 12 waves, down 12 = 3: 235.9296 ns, compute bound: 6235.9296 ns.
+  // Both ideal times are the memory's 159.744 ns, so the roofline imbalance is 0 and all 76.1856 ns the skew
+  // adds are imbalance_tiles; quantization keeps what balanced loads pay too, the 6 us of launches.
+  const LayerCost c = model_moe_layer(toy(), layer(2, 1, 32, {20, 12}));
+  const Erosion& x = c.erosion;
+  const double ns = 1e-9;
+  EXPECT_NEAR(x.reference_s, 159.744 * ns, 1e-20);
+  EXPECT_NEAR(x.imbalance_s, 0.0, 1e-21);
+  EXPECT_NEAR(x.imbalance_tiles_s, 76.1856 * ns, 1e-18);
+  EXPECT_NEAR(x.quantization_s, 6000 * ns, 1e-17);
+  EXPECT_NEAR(x.actual_s, 6235.9296 * ns, 1e-17);
+  EXPECT_NEAR(c.batching_efficiency, 6159.744 / 6235.9296, 1e-12);
+  EXPECT_EQ(c.roofline_efficiency, 1.0);
 }
 
 TEST(Placement, RandomLoadsKeepInvariants) {
@@ -413,7 +465,8 @@ TEST(Placement, RandomLoadsKeepInvariants) {
     // The erosion parts add up to actual - reference, and the layout and tiles only add time.
     const Erosion& x = c.erosion;
     EXPECT_EQ(x.actual_s, c.actual.quantized_s);
-    EXPECT_NEAR(x.imbalance_s + x.padding_s + x.quantization_s + x.communication_s, x.actual_s - x.reference_s,
+    EXPECT_NEAR(x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.communication_s,
+                x.actual_s - x.reference_s,
                 1e-12 * x.actual_s);
     EXPECT_GE(x.padding_s, 0);
     EXPECT_GE(x.quantization_s, 0);

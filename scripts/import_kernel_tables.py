@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes moesim validation tables (data/validation/*.csv) from the balanced-routing rows of the
-aiconfigurator vLLM MoE collector's measurements (data/kernel-imbalance/aiconfigurator_vllm_moe_pairs.csv,
-its README gives the source and licence).
+"""Writes moesim validation tables (data/validation/*.csv) from the aiconfigurator vLLM MoE collector's
+measurements (data/kernel-imbalance/aiconfigurator_vllm_moe_pairs.csv, its README gives the source and
+licence): each shape's balanced-routing row and, beside it, its power-law rows (routing power_law:ALPHA),
+so that validate --published reports what skew costs, modeled against measured.
 
 One table per GPU, kernel shape, dtype, TP and EP. Only rows moesim can model are taken: the Triton fused
 MoE (vllm_fused_moe) in bf16 or per-tensor fp8 (W8A8), gated (SwiGLU) shapes, with a balanced latency.
@@ -17,6 +18,8 @@ HEADER = ["gpu", "dtype", "experts", "n", "k", "top_k", "tp", "batch", "measured
           "kernel_config", "routing", "notes", "scope", "ep"]
 GPUS = {"NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200"}
 DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+# The distributions measured per row, and their routing cell: balanced first, then the power laws.
+DISTRIBUTIONS = [("balanced", "balanced"), ("power_law_1.01", "power_law:1.01"), ("power_law_1.2", "power_law:1.2")]
 
 
 def slug(text):
@@ -60,16 +63,19 @@ def main():
             w = csv.writer(f, lineterminator="\n")
             w.writerow(HEADER)
             for r in rows:
-                us = float(r["lat_ms_balanced"]) * 1000.0
-                w.writerow([gpu, DTYPES[dtype], r["num_experts"], r["local_inter_size"], r["hidden_size"], r["topk"],
-                            tp, r["num_tokens"], "%.4g" % us, "ai-dynamo/aiconfigurator#990", "",
-                            "aiconfigurator collector/vllm/collect_moe_v2.py, vLLM %s fused_experts, CUDA graph"
-                            % r["framework_version"],
-                            "vLLM default/tuned Triton config", "balanced",
-                            "%s@%s %s; lat_ms_balanced x 1000; %s; %s local experts of %s (EP %s), routing excluded"
-                            % (r["source_path"], r["source_commit"][:8], r["device"], shape, r["local_experts"],
-                               r["num_experts"], ep),
-                            "experts", ep])
+                for dist, routing in DISTRIBUTIONS:
+                    if not r["lat_ms_" + dist]:
+                        continue
+                    us = float(r["lat_ms_" + dist]) * 1000.0
+                    w.writerow([gpu, DTYPES[dtype], r["num_experts"], r["local_inter_size"], r["hidden_size"],
+                                r["topk"], tp, r["num_tokens"], "%.4g" % us, "ai-dynamo/aiconfigurator#990", "",
+                                "aiconfigurator collector/vllm/collect_moe_v2.py, vLLM %s fused_experts, CUDA graph"
+                                % r["framework_version"],
+                                "vLLM default/tuned Triton config", routing,
+                                "%s@%s %s; lat_ms_%s x 1000; %s; %s local experts of %s (EP %s), routing excluded"
+                                % (r["source_path"], r["source_commit"][:8], r["device"], dist, shape,
+                                   r["local_experts"], r["num_experts"], ep),
+                                "experts", ep])
         written += 1
     print("wrote %d tables to %s" % (written, out_dir))
 

@@ -163,6 +163,28 @@ std::string published_table(const PublishedValidation& v) {
   os << "\nerror per GPU\n";
   for (const PublishedGpuSummary& g : v.gpus) summary_line("gpu", g.gpu, g.errors[0].points, g.errors);
   summary_line("overall", "", v.overall[0].points, v.overall);
+  if (!v.skew_pairs.empty()) {
+    os << "\nwhat skew costs: power-law / balanced time at the same batch, modeled (the model column) against "
+          "measured\n     batch   ep  alpha  predicted  measured  error%\n";
+    int table = -1;
+    for (const SkewPair& p : v.skew_pairs) {
+      if (p.table != table) {
+        table = p.table;
+        os << "  " << v.tables[static_cast<std::size_t>(table)].table.name << "\n";
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "  %8lld  %3d  %5.2f  %9.3f  %8.3f  %6s\n", static_cast<long long>(p.batch),
+                    p.ep, p.alpha, p.predicted_ratio, p.measured_ratio, pct(p.error()).c_str());
+      os << line;
+    }
+    for (bool ep_one : {true, false}) {
+      const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, ep_one);
+      os << "skew pairs" << (ep_one ? " with ep 1" : ", every ep") << " where skew moved the measured time more than "
+         << fixed(kSkewMoved * 100, 0) << " %: " << s.pairs << ", |error| median " << fixed(s.median_abs * 100, 1)
+         << " %, 90th percentile " << fixed(s.p90_abs * 100, 1) << " %, direction right in "
+         << fixed(s.direction_right * 100, 0) << " %\n";
+    }
+  }
   return os.str();
 }
 
@@ -251,6 +273,18 @@ std::string published_json(const PublishedValidation& v) {
   }
   j["gpus"] = gpus;
   j["pooled_fit"] = fit_json(v.pooled);
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const SkewPair& p : v.skew_pairs)
+    pairs.push_back({{"table", v.tables[static_cast<std::size_t>(p.table)].table.name}, {"batch", p.batch}, {"ep", p.ep},
+                     {"alpha", p.alpha}, {"predicted_ratio", p.predicted_ratio}, {"measured_ratio", p.measured_ratio},
+                     {"error", p.error()}});
+  j["skew_pairs"] = pairs;
+  for (bool ep_one : {true, false}) {
+    const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, ep_one);
+    j[ep_one ? "skew_summary_ep1" : "skew_summary"] = {{"pairs", s.pairs}, {"median_abs_error", s.median_abs},
+                                                        {"p90_abs_error", s.p90_abs},
+                                                        {"direction_right", s.direction_right}};
+  }
   j["overall"] = summary_json(v.overall);
   return j.dump(2) + "\n";
 }

@@ -20,6 +20,7 @@
 #include "src/common/embedded.hpp"
 #include "src/common/error.hpp"
 #include "src/common/median.hpp"
+#include "src/workload/load_distribution.hpp"
 
 namespace moesim {
 
@@ -145,7 +146,14 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return fields;
 }
 
-const char* to_string(PublishedRouting r) { return r == PublishedRouting::balanced ? "balanced" : "uniform"; }
+const char* to_string(PublishedRouting r) {
+  switch (r) {
+    case PublishedRouting::uniform: return "uniform";
+    case PublishedRouting::balanced: return "balanced";
+    case PublishedRouting::power_law: return "power_law";
+  }
+  return "?";
+}
 
 const char* to_string(PublishedColumn c) {
   switch (c) {
@@ -200,6 +208,20 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     if (p.source.empty()) w.fail("source", "the measurement's source (owner/repo#PR)", "");
     p.tool = f[11];
     p.routing = f[13] == "balanced" ? PublishedRouting::balanced : PublishedRouting::uniform;
+    if (f[13].rfind("power_law:", 0) == 0) {
+      const std::string a = f[13].substr(10);
+      std::size_t used = 0;
+      double alpha = 0;
+      try {
+        alpha = std::stod(a, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != a.size() || !(alpha > 0 && alpha <= 10) || std::fabs(alpha - 1.0) < 1e-9)
+        w.fail("routing", "power_law:ALPHA with ALPHA in (0, 10], not 1", f[13]);
+      p.routing = PublishedRouting::power_law;
+      p.alpha = alpha;
+    }
     p.scope = parse_scope(w, f[15]);
     if (columns > 16) {
       p.ep = static_cast<int>(parse_positive(w, "ep", f[16], p.experts));
@@ -249,7 +271,12 @@ std::vector<PublishedTable> load_published(const std::string& spec) {
 }
 
 int published_draws(const PublishedPoint& p) {
-  return p.routing == PublishedRouting::balanced ? 1 : kPublishedDraws;
+  switch (p.routing) {
+    case PublishedRouting::balanced: return 1;
+    case PublishedRouting::power_law: return kPowerLawDraws;
+    case PublishedRouting::uniform: break;
+  }
+  return kPublishedDraws;
 }
 
 std::vector<int64_t> published_loads(const PublishedPoint& p, int draw) {
@@ -257,20 +284,22 @@ std::vector<int64_t> published_loads(const PublishedPoint& p, int draw) {
                      p.experts % p.ep == 0,
                  "a published point needs 1 <= top_k <= experts, batch >= 1 and ep dividing experts");
   const int local = p.experts / p.ep;
+  const uint64_t seed = static_cast<uint64_t>(p.experts) * 1000003u + static_cast<uint64_t>(p.top_k) * 7919u +
+                        static_cast<uint64_t>(p.batch);
+  if (p.routing != PublishedRouting::uniform) {
+    std::vector<int64_t> all = p.routing == PublishedRouting::balanced
+                                   ? balanced_round_robin_loads(p.batch, p.experts, p.top_k)
+                                   : power_law_loads(p.batch, p.experts, p.top_k, p.alpha, p.ep, seed,
+                                                     static_cast<uint64_t>(draw));
+    all.resize(static_cast<std::size_t>(local));  // the timed GPU: experts [0, E / ep)
+    return all;
+  }
   std::vector<int64_t> load(static_cast<std::size_t>(local), 0);
   const auto count = [&](int expert) {
     if (expert < local) ++load[static_cast<std::size_t>(expert)];
   };
-  if (p.routing == PublishedRouting::balanced) {
-    const int64_t stride = (p.experts + p.top_k - 1) / p.top_k;  // ceil(E / k)
-    for (int64_t token = 0; token < p.batch; ++token)
-      for (int j = 0; j < p.top_k; ++j) count(static_cast<int>((token + j * stride) % p.experts));
-    return load;
-  }
   std::vector<int> order(static_cast<std::size_t>(p.experts)), picks(static_cast<std::size_t>(p.top_k));
   std::iota(order.begin(), order.end(), 0);
-  const uint64_t seed = static_cast<uint64_t>(p.experts) * 1000003u + static_cast<uint64_t>(p.top_k) * 7919u +
-                        static_cast<uint64_t>(p.batch);
   uint64_t index = 0;
   for (int64_t token = 0; token < p.batch; ++token) {
     for (int j = 0; j < p.top_k; ++j) {  // partial Fisher-Yates: order[0..k) is a uniform k-subset
@@ -399,7 +428,8 @@ std::vector<PublishedSample> table_samples(const PublishedTable& t) {
   std::vector<PublishedSample> out;
   for (const PublishedPoint& p : t.points) {
     try {
-      out.push_back({published_terms(p, t.hardware), p.measured_s, t.hardware.memory_compute_overlap});
+      out.push_back({published_terms(p, t.hardware), p.measured_s, t.hardware.memory_compute_overlap,
+                     p.routing != PublishedRouting::power_law});
     } catch (const Error& e) {  // e.g. a shape the profile cannot cost: name the row
       throw InputError(t.origin + ":" + std::to_string(p.line) + ": " + e.what());
     }
@@ -413,11 +443,13 @@ ShippedFit shipped_fit_of(const std::vector<PublishedTable>& tables,
   std::vector<PublishedSample> all, own;
   for (std::size_t t = 0; t < tables.size(); ++t) {
     if (static_cast<int>(t) == skip) continue;
-    all.insert(all.end(), samples[t].begin(), samples[t].end());
-    if (tables[t].hardware.name == gpu) {
-      own.insert(own.end(), samples[t].begin(), samples[t].end());
-      out.gpu_tables.push_back(tables[t].name);
+    const bool mine = tables[t].hardware.name == gpu;
+    for (const PublishedSample& s : samples[t]) {
+      if (!s.fitted) continue;
+      all.push_back(s);
+      if (mine) own.push_back(s);
     }
+    if (mine) out.gpu_tables.push_back(tables[t].name);
   }
   if (all.empty()) return out;
   out.pooled = fit_published(all);
@@ -526,7 +558,44 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
     v.gpus.push_back(g);
   }
   for (int c = 0; c < kPublishedColumnCount; ++c) v.overall[c] = summarize_errors(overall[c]);
+  // Skew pairs: each power-law row against the balanced row of its table at the same batch.
+  for (const PublishedRow& r : v.rows) {
+    if (r.point.routing != PublishedRouting::power_law) continue;
+    for (const PublishedRow& b : v.rows) {
+      if (b.table != r.table || b.point.routing != PublishedRouting::balanced || b.point.batch != r.point.batch ||
+          b.point.ep != r.point.ep)
+        continue;
+      SkewPair pair;
+      pair.table = r.table;
+      pair.batch = r.point.batch;
+      pair.ep = r.point.ep;
+      pair.alpha = r.point.alpha;
+      pair.predicted_ratio = r.model_s / b.model_s;
+      pair.measured_ratio = r.point.measured_s / b.point.measured_s;
+      v.skew_pairs.push_back(pair);
+      break;
+    }
+  }
   return v;
+}
+
+SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, bool ep_one_only) {
+  SkewSummary s;
+  std::vector<double> errors;
+  int right = 0;
+  for (const SkewPair& p : pairs) {
+    if (ep_one_only && p.ep != 1) continue;
+    if (std::fabs(p.measured_ratio - 1.0) <= moved) continue;
+    errors.push_back(std::fabs(p.error()));
+    right += (p.predicted_ratio > 1.0) == (p.measured_ratio > 1.0) ? 1 : 0;
+  }
+  s.pairs = static_cast<int>(errors.size());
+  if (errors.empty()) return s;
+  std::sort(errors.begin(), errors.end());
+  s.median_abs = median(errors);
+  s.p90_abs = errors[static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(errors.size()))) - 1];
+  s.direction_right = static_cast<double>(right) / static_cast<double>(errors.size());
+  return s;
 }
 
 std::string published_profile_yaml(const std::vector<PublishedTable>& tables, const std::string& base_yaml,

@@ -23,7 +23,7 @@ namespace moesim {
 // 1e5 x the points it fits).
 constexpr int64_t kPublishedMaxBatch = 65536;
 constexpr int kPublishedMaxTopK = 64;
-constexpr std::size_t kPublishedMaxTables = 32, kPublishedMaxPoints = 512;
+constexpr std::size_t kPublishedMaxTables = 32, kPublishedMaxPoints = 2048;
 
 // The columns of a validation CSV, in order; a table may add `ep` as a 17th column (kPublishedHeaderEp).
 extern const char* const kPublishedHeader;
@@ -33,10 +33,12 @@ extern const char* const kPublishedHeaderEp;
 //  uniform  - each token's top-k a uniformly random set of k distinct experts (torch.randn gating logits,
 //             as benchmark_moe.py and SGLang's tuning script draw them): the mean over kPublishedDraws draws;
 //  balanced - token t takes experts (t + j ceil(E / k)) mod E, j < k (aiconfigurator's balanced_logits):
-//             every expert gets batch x top_k / E rows, +-1; one deterministic routing.
-// A cell that reads `balanced` is balanced; any other text (the sources' own words, "random logits ...")
-// is the uniform draw.
-enum class PublishedRouting { uniform, balanced };
+//             every expert gets batch x top_k / E rows, +-1; one deterministic routing;
+//  power_law - aiconfigurator's power-law loads with exponent ALPHA (src/workload/load_distribution.hpp),
+//             the heaviest EP group on the timed GPU: the mean over kPowerLawDraws seeded draws.
+// A cell that reads `balanced` is balanced, `power_law:ALPHA` the power law; any other text (the sources'
+// own words, "random logits ...") is the uniform draw.
+enum class PublishedRouting { uniform, balanced, power_law };
 const char* to_string(PublishedRouting r);
 
 struct PublishedPoint {
@@ -50,6 +52,7 @@ struct PublishedPoint {
   std::string source, tool;
   KernelScope scope = KernelScope::layer;
   PublishedRouting routing = PublishedRouting::uniform;
+  double alpha = 0;            // the power law's exponent (routing power_law)
   int line = 0;                // line in its file, for messages
 };
 
@@ -76,6 +79,9 @@ std::vector<PublishedTable> load_published(const std::string& spec);
 // Rows per local expert [experts / ep] of one routing of a point (draw 0 .. draws - 1; balanced has one).
 std::vector<int64_t> published_loads(const PublishedPoint& p, int draw);
 constexpr int kPublishedDraws = 16;
+// Power-law draws per point: the mean modeled time of 1024 draws moves by less than 0.5 % between seeds on
+// the shipped tables' shapes (tests/sweep/published_test.cpp PowerLawMeanIsStable).
+constexpr int kPowerLawDraws = 1024;
 int published_draws(const PublishedPoint& p);
 
 // The kernel model's terms for one point on a profile: one KernelTerms per routing draw (GroupedCost on
@@ -96,6 +102,9 @@ struct PublishedSample {
   PublishedTerms terms;
   double measured_s = 0;
   double overlap = 1;          // the profile's memory_compute_overlap (held, never fitted)
+  // Whether the fits see it: power-law rows test what skew costs, so the figures are fitted on the
+  // balanced and uniform rows and the skewed ones are predicted, never fitted.
+  bool fitted = true;
 };
 // The kernel model's four fitted figures (efficiency_bw, efficiency_flops, launch, K step).
 struct PublishedFit {
@@ -163,9 +172,29 @@ struct PublishedGpuSummary {
   std::vector<std::string> fitted_tables;
 };
 
+// A balanced row and a power-law row of one table at the same batch: what skew costs, modeled (the model
+// column's ratio) and measured.
+struct SkewPair {
+  int table = 0;
+  int64_t batch = 0;
+  int ep = 1;
+  double alpha = 0;
+  double predicted_ratio = 0, measured_ratio = 0;  // power law / balanced
+  double error() const { return predicted_ratio / measured_ratio - 1.0; }
+};
+// Over the pairs whose measured ratio moved more than `moved` either way: the median and 90th percentile
+// of |error|, and the share whose predicted ratio is on the same side of 1 as the measured one.
+struct SkewSummary {
+  int pairs = 0;
+  double median_abs = 0, p90_abs = 0, direction_right = 0;
+};
+SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, bool ep_one_only);
+constexpr double kSkewMoved = 0.05;  // the pairs the summary counts: skew moved the measured time > 5 %
+
 struct PublishedValidation {
   std::vector<PublishedTableResult> tables;
   std::vector<PublishedRow> rows;
+  std::vector<SkewPair> skew_pairs;              // every table's balanced / power-law pairs
   std::vector<PublishedGpuSummary> gpus;         // per GPU, sorted by name
   PublishedFit pooled;                           // the pooled fit over every table (PooledFit's figures)
   ErrorSummary overall[kPublishedColumnCount];

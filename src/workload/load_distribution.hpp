@@ -1,0 +1,32 @@
+// Per-expert loads drawn as peer tools assume them, so moesim's answer can stand beside theirs:
+// aiconfigurator's `power_law` expert-load distribution (its MoE collector's _generate_power_law_distribution,
+// as data/kernel-imbalance/README.md describes it) and its `balanced` round-robin. Inputs: tokens T,
+// experts E, top_k k, the EP degree; output: loads [E] summing to T k, no expert above T. Deterministic:
+// the draws come from counter_rng (seed, stream, index). Host only.
+// Covered by tests/workload/load_distribution_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace moesim {
+
+// aiconfigurator's power law with exponent alpha > 0 (alpha != 1):
+//  1. each expert's weight drawn by inverse CDF from a power law x^-alpha truncated to [1, 0.8 T]
+//     ([0.01, 2] when T k <= E);
+//  2. the weights scaled to T k and rounded to the nearest integer;
+//  3. every expert capped at T rows (a token takes an expert once), the overflow handed out one row at a
+//     time to the least-loaded expert below the cap (ties: the lower expert);
+//  4. the sum fixed to T k one row at a time: added to the least-loaded expert below the cap, or taken
+//     from the most-loaded (ties: the lower expert);
+//  5. with ep > 1, the heaviest of the ep contiguous groups of E / ep experts swapped with group 0, so the
+//     first rank holds the busiest group (the collector times rank 0).
+// Requires T >= 1, 1 <= k <= E, ep dividing E.
+std::vector<int64_t> power_law_loads(int64_t tokens, int experts, int top_k, double alpha, int ep, uint64_t seed,
+                                     uint64_t draw);
+
+// aiconfigurator's balanced routing: token t takes experts (t + j ceil(E / k)) mod E, j < k: every expert
+// within one row of T k / E (T k distinct experts when T k < E).
+std::vector<int64_t> balanced_round_robin_loads(int64_t tokens, int experts, int top_k);
+
+}  // namespace moesim

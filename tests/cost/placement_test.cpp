@@ -377,7 +377,8 @@ TEST(Erosion, TileBoundariesAreNotImbalance) {
       "name: gpu\npeak_tflops: {bf16: 989}\nmemory_bandwidth_gbs: 3350\nsm_count: 132\ntile_m: 128\ntile_n: 128\n"
       "launch_overhead_us: 4\nlink_bandwidth_gbs: 450\nlink_latency_us: 2\n",
       "gpu.yaml");
-  auto run = [&](int64_t n) {
+  // Mixtral's layer on 8 devices (one expert each) for n tokens and the given loads.
+  auto layer_of = [&](int64_t n, std::vector<int64_t> load) {
     LayerCostInput in;
     in.hidden = 4096;
     in.ffn = 14336;
@@ -385,14 +386,19 @@ TEST(Erosion, TileBoundariesAreNotImbalance) {
     in.top_k = 2;
     in.dtype = Dtype::bf16;
     in.num_tokens = n;
+    in.load = std::move(load);
+    in.placement = expert_parallel(8);
+    return model_moe_layer(hw, in);
+  };
+  auto run = [&](int64_t n) {
+    std::vector<int64_t> load;
     int64_t left = 2 * n;
     for (int e = 0; e < 8; ++e) {
       const int64_t l = e == 7 ? left : static_cast<int64_t>(share[e] * 2 * n);
-      in.load.push_back(l);
+      load.push_back(l);
       left -= l;
     }
-    in.placement = expert_parallel(8);
-    return model_moe_layer(hw, in);
+    return layer_of(n, load);
   };
   const LayerCost a = run(4096), b = run(4100);
   EXPECT_LT(std::fabs(b.erosion.imbalance_s / a.erosion.imbalance_s - 1), 0.03);
@@ -401,15 +407,9 @@ TEST(Erosion, TileBoundariesAreNotImbalance) {
   // Balanced loads at 4096 and 4100 tokens: the step from 1024 to 1025 rows per expert (a ninth 128-row
   // tile) is paid by the balanced counterfactual too, so no part of it is imbalance.
   auto balanced = [&](int64_t n) {
-    LayerCostInput in;
-    in.hidden = 4096;
-    in.ffn = 14336;
-    in.num_experts = 8;
-    in.top_k = 2;
-    in.dtype = Dtype::bf16;
-    in.num_tokens = n;
-    for (int e = 0; e < 8; ++e) in.load.push_back(2 * n / 8 + (e < (2 * n) % 8 ? 1 : 0));
-    return model_moe_layer(hw, in);
+    std::vector<int64_t> load;
+    for (int e = 0; e < 8; ++e) load.push_back(2 * n / 8 + (e < (2 * n) % 8 ? 1 : 0));
+    return layer_of(n, load);
   };
   const LayerCost c = balanced(4096), d = balanced(4100);
   EXPECT_GT(d.actual.quantized_s - c.actual.quantized_s, 0.05 * c.actual.quantized_s) << "the tile step is there";

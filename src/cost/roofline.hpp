@@ -175,8 +175,6 @@ class GroupedCost {
   int64_t experts() const { return experts_; }
   // The row tile of this launch (rows per tile), 0 when no row is present.
   int tile_rows() const { return rows_ == 0 ? 0 : m_->row_tile_rows[tile_index()]; }
-  // sum_e ceil(n_e / m) at this launch's row tile m: the row tiles of either GEMM (0 when no row).
-  int64_t launch_row_tiles() const { return rows_ == 0 ? 0 : row_tiles(tile_index()); }
   // The kernel model (kernel_time_s) on this launch with the profile's figures, and its ideal column.
   CostBreakdown time(KernelScope scope = KernelScope::layer) const;
   // The launch's terms. A GEMM scope (up_gemm, down_gemm) is that GEMM's share alone: up reads 2/3 of W

@@ -221,6 +221,10 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
         w.fail("routing", "power_law:ALPHA with ALPHA in (0, 10], not 1", f[13]);
       p.routing = PublishedRouting::power_law;
       p.alpha = alpha;
+      if (p.experts > kPublishedMaxPowerLawExperts)
+        w.fail("experts", "at most " + std::to_string(kPublishedMaxPowerLawExperts) +
+                              " with routing power_law (each row draws " + std::to_string(kPowerLawDraws) + " routings)",
+               f[2]);
     }
     p.scope = parse_scope(w, f[15]);
     if (columns > 16) {

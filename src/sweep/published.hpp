@@ -82,6 +82,7 @@ constexpr int kPublishedDraws = 16;
 // Power-law draws per point: the mean modeled time of 1024 draws moves by less than 0.5 % between seeds on
 // the shipped tables' shapes (tests/sweep/published_test.cpp PowerLawMeanIsStable).
 constexpr int kPowerLawDraws = 1024;
+constexpr int kPublishedMaxPowerLawExperts = 4096;  // keeps a power-law row's draws fast
 int published_draws(const PublishedPoint& p);
 
 // The kernel model's terms for one point on a profile: one KernelTerms per routing draw (GroupedCost on

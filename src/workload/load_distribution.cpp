@@ -15,21 +15,54 @@ namespace {
 
 constexpr uint64_t kStreamPowerLaw = 0x706f776c;  // "powl"
 
-// The lowest-numbered expert with the least load among those below `cap` (-1: none), or with the most.
-int least_below(const std::vector<int64_t>& load, int64_t cap) {
-  int best = -1;
-  for (int e = 0; e < static_cast<int>(load.size()); ++e)
-    if (load[e] < cap && (best < 0 || load[e] < load[best])) best = e;
-  return best;
-}
-int most(const std::vector<int64_t>& load) {
-  int best = 0;
-  for (int e = 1; e < static_cast<int>(load.size()); ++e)
-    if (load[e] > load[best]) best = e;
-  return best;
+}  // namespace
+
+// In O(E log cap): every expert below the water level L is raised to it, L the highest level whose fill
+// fits, and the rest go one each to the lowest-numbered experts left at L.
+void fill_least_loaded(std::vector<int64_t>& load, int64_t cap, int64_t rows) {
+  if (rows <= 0 || load.empty()) return;
+  const auto need = [&](int64_t level) {
+    int64_t n = 0;
+    for (int64_t l : load) n += std::max<int64_t>(0, std::min(level, cap) - l);
+    return n;
+  };
+  int64_t lo = *std::min_element(load.begin(), load.end()), hi = cap;  // need(lo) = 0 <= rows
+  if (lo >= cap) return;
+  while (lo < hi) {  // the highest level in [lo, cap] with need <= rows
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (need(mid) <= rows) lo = mid;
+    else hi = mid - 1;
+  }
+  int64_t left = rows - need(lo);
+  for (int64_t& l : load) l = std::max(l, lo);
+  for (int64_t& l : load) {
+    if (left == 0 || lo >= cap) break;
+    if (l == lo) ++l, --left;
+  }
 }
 
-}  // namespace
+// In O(E log max): every expert above the level H is lowered to it, H the lowest level whose cut fits,
+// and the rest come one each from the lowest-numbered experts left at H.
+void take_most_loaded(std::vector<int64_t>& load, int64_t rows) {
+  if (rows <= 0 || load.empty()) return;
+  const auto excess = [&](int64_t level) {
+    int64_t n = 0;
+    for (int64_t l : load) n += std::max<int64_t>(0, l - level);
+    return n;
+  };
+  int64_t lo = 0, hi = *std::max_element(load.begin(), load.end());  // excess(hi) = 0 <= rows
+  while (lo < hi) {  // the lowest level in [0, max] with excess <= rows
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (excess(mid) <= rows) hi = mid;
+    else lo = mid + 1;
+  }
+  int64_t left = rows - excess(lo);
+  for (int64_t& l : load) l = std::min(l, lo);
+  for (int64_t& l : load) {
+    if (left == 0 || lo == 0) break;
+    if (l == lo) --l, --left;
+  }
+}
 
 std::vector<int64_t> power_law_loads(int64_t tokens, int experts, int top_k, double alpha, int ep, uint64_t seed,
                                      uint64_t draw) {
@@ -57,15 +90,11 @@ std::vector<int64_t> power_law_loads(int64_t tokens, int experts, int top_k, dou
   for (int64_t& l : load) {
     if (l > tokens) overflow += l - tokens, l = tokens;
   }
-  for (; overflow > 0; --overflow) {
-    const int e = least_below(load, tokens);
-    if (e < 0) break;  // every expert full: T k <= E T always leaves room, so not reached
-    ++load[e];
-  }
+  fill_least_loaded(load, tokens, overflow);  // T k <= E T always leaves room for it
   // 4. The sum fixed to T k.
-  int64_t have = std::accumulate(load.begin(), load.end(), int64_t{0});
-  for (; have < total; ++have) ++load[least_below(load, tokens)];
-  for (; have > total; --have) --load[most(load)];
+  const int64_t have = std::accumulate(load.begin(), load.end(), int64_t{0});
+  if (have < total) fill_least_loaded(load, tokens, total - have);
+  if (have > total) take_most_loaded(load, have - total);
   // 5. The heaviest EP group onto rank 0.
   if (ep > 1) {
     const int per = experts / ep;

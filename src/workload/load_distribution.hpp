@@ -25,6 +25,12 @@ namespace moesim {
 std::vector<int64_t> power_law_loads(int64_t tokens, int experts, int top_k, double alpha, int ep, uint64_t seed,
                                      uint64_t draw);
 
+// Steps 3 and 4 of the power law: adds `rows` to the experts below `cap`, one row at a time to the least
+// loaded (ties: the lower expert; stops where every expert is full), and takes `rows` from the most loaded,
+// one row at a time (ties: the lower expert). Both as water levels, in O(E log rows), not row by row.
+void fill_least_loaded(std::vector<int64_t>& load, int64_t cap, int64_t rows);
+void take_most_loaded(std::vector<int64_t>& load, int64_t rows);
+
 // aiconfigurator's balanced routing: token t takes experts (t + j ceil(E / k)) mod E, j < k: every expert
 // within one row of T k / E (T k distinct experts when T k < E).
 std::vector<int64_t> balanced_round_robin_loads(int64_t tokens, int experts, int top_k);

@@ -69,6 +69,14 @@ TEST(Published, BadRowsNameFileLineAndColumn) {
             std::string::npos);
   EXPECT_NE(error_of(with_ep + row("h100-sxm", shape, "4", "9")).find("t.csv:2: row: expected 17 fields"), std::string::npos);
   EXPECT_EQ(error_of(with_ep + row("h100-sxm", shape, "4", "9", "experts,4")), "");
+  // The power-law routing cell: an exponent in (0, 10], not 1; at most 4096 experts.
+  const auto routed = [&](const std::string& experts, const std::string& routing) {
+    return kHeader + "\nh100-sxm,bf16," + experts + ",7168,4096,2,1,4,9,owner/repo#1,,tool,cfg," + routing + ",notes,layer\n";
+  };
+  EXPECT_EQ(error_of(routed("8", "power_law:1.2")), "");
+  EXPECT_NE(error_of(routed("8", "power_law:1")).find("t.csv:2: routing: expected power_law:ALPHA"), std::string::npos);
+  EXPECT_NE(error_of(routed("8", "power_law:x")).find("t.csv:2: routing: expected power_law:ALPHA"), std::string::npos);
+  EXPECT_NE(error_of(routed("8192", "power_law:1.2")).find("t.csv:2: experts: expected at most 4096"), std::string::npos);
   EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", shape, "4", "9", "gemm")).find("t.csv:2: scope: expected layer"),
             std::string::npos);
   EXPECT_NE(error_of(kHeader + "\n" + row("h100-sxm", "8,7168,4096,9,2", "4", "9")).find("t.csv:2: top_k: expected"),

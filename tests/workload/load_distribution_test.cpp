@@ -88,3 +88,65 @@ TEST(LoadDistribution, BadArgumentsThrow) {
 
 }  // namespace
 }  // namespace moesim
+
+namespace moesim {
+namespace {
+
+// The cap's overflow and the fix-up, row by row as the source describes them: the reference the water
+// levels of power_law_loads must reproduce (the sum, the cap and every load), on awkward sizes.
+std::vector<int64_t> one_row_at_a_time(std::vector<int64_t> load, int64_t cap, int64_t total) {
+  const auto least_below = [&] {
+    int best = -1;
+    for (int e = 0; e < static_cast<int>(load.size()); ++e)
+      if (load[e] < cap && (best < 0 || load[e] < load[best])) best = e;
+    return best;
+  };
+  const auto most = [&] {
+    int best = 0;
+    for (int e = 1; e < static_cast<int>(load.size()); ++e)
+      if (load[e] > load[best]) best = e;
+    return best;
+  };
+  int64_t overflow = 0;
+  for (int64_t& l : load) {
+    if (l > cap) overflow += l - cap, l = cap;
+  }
+  for (; overflow > 0; --overflow) {
+    const int e = least_below();
+    if (e < 0) break;
+    ++load[e];
+  }
+  int64_t have = std::accumulate(load.begin(), load.end(), int64_t{0});
+  for (; have < total; ++have) ++load[least_below()];
+  for (; have > total; --have) --load[most()];
+  return load;
+}
+
+TEST(LoadDistribution, WaterLevelsMatchOneRowAtATime) {
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int E = 1 + static_cast<int>(rng() % 40);
+    const int64_t cap = 1 + static_cast<int64_t>(rng() % 30);
+    const int k = 1 + static_cast<int>(rng() % E);
+    const int64_t total = cap * k;  // T k with T = cap
+    std::vector<int64_t> load(E);
+    for (int64_t& l : load) l = static_cast<int64_t>(rng() % (3 * cap + 2));  // some above the cap
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " trial " << trial);
+    const std::vector<int64_t> expected = one_row_at_a_time(load, cap, total);
+    // Through the public function's steps 3 and 4: the same loads from the same rounded weights.
+    std::vector<int64_t> got = load;
+    int64_t overflow = 0;
+    for (int64_t& l : got) {
+      if (l > cap) overflow += l - cap, l = cap;
+    }
+    fill_least_loaded(got, cap, overflow);
+    const int64_t have = std::accumulate(got.begin(), got.end(), int64_t{0});
+    if (have < total) fill_least_loaded(got, cap, total - have);
+    if (have > total) take_most_loaded(got, have - total);
+    EXPECT_EQ(got, expected);
+  }
+}
+
+}  // namespace
+}  // namespace moesim

@@ -12,7 +12,7 @@ Sweep CSV -> three figures (one line per combination of the varied keys other th
 Validate CSV -> PREFIX-validate.png: predicted and measured expert time per batch, with the error.
 `moesim validate --published --format csv` -> PREFIX-published.png: one panel per published table, the
                          measured kernel time and every modeled column (ideal, model, held_out) against the
-                         batch, log-log, with each column's median |error|.
+                         batch, log-log, with each column's median |error| (balanced and uniform rows).
 
 Needs python3 and matplotlib (Debian: python3-matplotlib, installed by scripts/setup.sh).
 Usage: python3 scripts/plot.py SWEEP.csv [--out DIR] [--prefix NAME] [--time quantized|ideal]
@@ -260,8 +260,12 @@ def plot_validate(rows, args, path):
 
 
 def plot_published(rows, args, path):
+    # The balanced and uniform rows as curves; a table's power-law rows (what skew costs) sit at the same
+    # batches and are left to validate's skew-pair report.
     tables = {}
     for r in rows:
+        if r.get("routing", "") == "power_law":
+            continue
         tables.setdefault(r["table"], []).append(r)
     cols = ("ideal", "model", "held_out")
     n = len(tables)

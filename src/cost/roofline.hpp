@@ -83,9 +83,10 @@ struct ExpertRoofline {
   // The shortest K slice split-K gives one thread block: two k-steps of BLOCK_SIZE_K 64 (vLLM fused_moe's
   // default small-M config; a CUTLASS split-K slice is whole k-tiles), so each slice still pipelines.
   static constexpr int64_t kMinSplitKChunk = 128;
-  // The K depth of one step of a tile's main loop (the K-step floor, KernelTerms::k_steps): BLOCK_SIZE_K
-  // 128 is the deepest of vLLM's tuned fused_moe configs for bf16/fp8 on Hopper; Triton's fused_moe_kernel
-  // never splits K (SPLIT_K is 1 in every shipped config), so a tile walks all of K.
+  // The K depth of one step of a tile's main loop (the K-step floor, KernelTerms::k_steps): 128, a common
+  // BLOCK_SIZE_K of vLLM's tuned fused_moe configs; k_step_us is fitted per 128 of K, so another depth
+  // would only rescale it. Triton's fused_moe_kernel never splits K (SPLIT_K is 1 in every config of the
+  // published tables), so a tile walks all of K.
   static constexpr int64_t kKStep = 128;
 
   int64_t hidden, ffn;

@@ -58,7 +58,8 @@ int64_t parse_positive(const Where& w, const char* column, const std::string& s,
   return v;
 }
 
-double parse_time_us(const Where& w, const std::string& s) {
+// The whole of `s` as a number, or NaN.
+double whole_number(const std::string& s) {
   std::size_t used = 0;
   double v = 0;
   try {
@@ -66,8 +67,12 @@ double parse_time_us(const Where& w, const std::string& s) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != s.size() || !std::isfinite(v) || v <= 0 || v > 1e9)
-    w.fail("measured_us", "a positive time in microseconds", s);
+  return used == 0 || used != s.size() ? std::nan("") : v;
+}
+
+double parse_time_us(const Where& w, const std::string& s) {
+  const double v = whole_number(s);
+  if (!std::isfinite(v) || v <= 0 || v > 1e9) w.fail("measured_us", "a positive time in microseconds", s);
   return v;
 }
 
@@ -209,15 +214,8 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     p.tool = f[11];
     p.routing = f[13] == "balanced" ? PublishedRouting::balanced : PublishedRouting::uniform;
     if (f[13].rfind("power_law:", 0) == 0) {
-      const std::string a = f[13].substr(10);
-      std::size_t used = 0;
-      double alpha = 0;
-      try {
-        alpha = std::stod(a, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != a.size() || !(alpha > 0 && alpha <= 10) || std::fabs(alpha - 1.0) < 1e-9)
+      const double alpha = whole_number(f[13].substr(10));
+      if (!(alpha > 0 && alpha <= 10) || std::fabs(alpha - 1.0) < 1e-9)
         w.fail("routing", "power_law:ALPHA with ALPHA in (0, 10], not 1", f[13]);
       p.routing = PublishedRouting::power_law;
       p.alpha = alpha;

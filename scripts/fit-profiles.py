@@ -9,7 +9,8 @@ efficiency_flops, launch_overhead_us, k_step_us) as moesim ships them: the poole
 and each GPU's fit to its own tables near the pooled fit. Then:
   - writes each GPU's fit into configs/hardware/GPU.yaml (calibrated: true, source notes naming the tables);
   - removes the four figures from the profiles of GPUs with no table (they take the pooled fit, and say so);
-  - writes the pooled fit into src/cost/hardware_profile.hpp (PooledFit);
+  - writes the pooled fit into src/cost/hardware_profile.hpp (PooledFit), and the weight-only shares
+    (WeightOnlyFit);
   - writes the table of figures and errors between the markers of docs/cost-model.md.
 Profiles named in KEEP are left as they are (the measured CPU, the founding text's idealised T4).
 """
@@ -81,6 +82,9 @@ def main():
         text = open(header).read()
         for k in FIGURES:
             text = re.sub(r"(static constexpr double %s = )[^;]*;" % k, r"\g<1>%s;" % num(pooled[k]), text)
+        for k in ["bw_share", "flops_share"]:
+            text = re.sub(r"(static constexpr double %s = )[^;]*;" % k, r"\g<1>%s;" % num(v["weight_only_fit"][k]),
+                          text)
         open(header, "w").write(text)
     rows = ["| profile | efficiency_bw | efficiency_flops | launch_us | k_step_us | fitted on | points | model median / worst | held-out median / worst |",
             "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
@@ -96,6 +100,9 @@ def main():
     rows.append("| pooled (every other profile) | %s | %s | %s | %s | every table | %d | | |" % (
         num(pooled["efficiency_bw"]), num(pooled["efficiency_flops"]), num(pooled["launch_overhead_us"]),
         num(pooled["k_step_us"]), v["pooled_fit"]["points"]))
+    wo = v["weight_only_fit"]
+    rows.append("| weight-only 4-bit kernels (int4, mxfp4) | x %s | x %s | | | the int4 balanced rows | %d | | |" % (
+        num(wo["bw_share"]), num(wo["flops_share"]), wo["points"]))
     rows.append("| **overall** | | | | | | %d | %s | %s |" % (
         v["overall"]["model"]["points"], cell(v["overall"].get("model")), cell(v["overall"].get("held_out"))))
     rows.append("")

@@ -44,7 +44,7 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
         ("memory-limit", po::value(&opts.memory_limit), "refuse runs whose memory estimate exceeds this (e.g. 4GiB)")
         ("verify", po::bool_switch(&opts.verify), "run the serial references beside the fast path and compare")
         ("records", po::bool_switch(&opts.records),
-         "step runs (decoder, trace, load_profile): list every (step, layer) record with its modeled cost in the "
+         "step runs (decoder, trace, load_profile, load_distribution): list every (step, layer) record with its modeled cost in the "
          "json report (default: aggregates, phases and headline only); spooled through a temporary file (TMPDIR), "
          "so it costs disk, not memory")
         ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline")
@@ -62,9 +62,9 @@ void check_records_option(const CommonOptions& opts, const Experiment& e, Report
                      " report lists no records), got --format " + opts.format);
   }
   if (e.workload.source != WorkloadSource::decoder && e.workload.source != WorkloadSource::trace &&
-      e.workload.source != WorkloadSource::load_profile) {
-    throw InputError(std::string("--records: expected a step-structured workload (workload.source decoder, trace or "
-                                 "load_profile), got ") + to_string(e.workload.source) + ", which has no step records");
+      e.workload.source != WorkloadSource::load_profile && e.workload.source != WorkloadSource::load_distribution) {
+    throw InputError(std::string("--records: expected a step-structured workload (workload.source decoder, trace, "
+                                 "load_profile or load_distribution), got ") + to_string(e.workload.source) + ", which has no step records");
   }
 }
 

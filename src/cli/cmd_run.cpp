@@ -19,16 +19,17 @@ int cmd_run(int argc, char** argv) {
   add_dump_options(desc, dump_path, dump_given, dump_logits,
                    "write every routing of the run (each batch; decoder: every step and MoE layer; trace: as "
                    "replayed) as a trace, JSON Lines, that workload.source trace replays to the same loads, drops "
-                   "and modeled times; written atomically (not for load_profile)");
+                   "and modeled times; written atomically (not for load_profile or load_distribution)");
   add_common_options(desc, opts, true);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);
   check_records_option(opts, e, format);
-  if (dump_given && e.workload.source == WorkloadSource::load_profile) {
-    throw InputError("--dump-routing: workload.source load_profile holds per-expert counts, not per-token routing: "
-                     "expected synthetic, logits, decoder or trace");
+  if (dump_given && (e.workload.source == WorkloadSource::load_profile ||
+                    e.workload.source == WorkloadSource::load_distribution)) {
+    throw InputError(std::string("--dump-routing: workload.source ") + to_string(e.workload.source) +
+                     " holds per-expert counts, not per-token routing: expected synthetic, logits, decoder or trace");
   }
   EffectContext ctx = effect_context(opts, "run", e);
   ctx.dumps_routing = dump_given;

@@ -135,6 +135,43 @@ const char* to_string(WorkloadSource v) {
     case WorkloadSource::trace: return "trace";
     case WorkloadSource::load_profile: return "load_profile";
     case WorkloadSource::logits: return "logits";
+    case WorkloadSource::load_distribution: return "load_distribution";
+  }
+  return "?";
+}
+
+const char* to_string(WeightDtype v) {
+  switch (v) {
+    case WeightDtype::same: return "same";
+    case WeightDtype::int4: return "int4";
+    case WeightDtype::mxfp4: return "mxfp4";
+  }
+  return "?";
+}
+
+double bytes_per_weight(const ExpertFormat& f) {
+  switch (f.weights) {
+    case WeightDtype::same: return dtype_bytes(f.dtype);
+    // GPTQ/AWQ group_size 128 with an fp16 scale (AWQ's zero points are packed 4-bit, 1/256 B a weight, left
+    // out); the Marlin kernel reads these as stored.
+    case WeightDtype::int4: return 0.5 + 2.0 / 128.0;
+    // OCP Microscaling Formats v1.0: FP4 (E2M1) elements in blocks of 32 sharing one E8M0 scale byte.
+    case WeightDtype::mxfp4: return 0.5 + 1.0 / 32.0;
+  }
+  return dtype_bytes(f.dtype);
+}
+
+std::string format_label(const ExpertFormat& f) {
+  std::string s = to_string(f.dtype);
+  if (f.weights != WeightDtype::same) s += std::string(", ") + to_string(f.weights) + " weights";
+  if (!f.gated) s += ", non-gated";
+  return s;
+}
+
+const char* to_string(LoadDistribution v) {
+  switch (v) {
+    case LoadDistribution::power_law: return "power_law";
+    case LoadDistribution::balanced: return "balanced";
   }
   return "?";
 }

@@ -15,6 +15,11 @@
 namespace moesim {
 
 enum class Dtype { fp32, tf32, bf16, fp16, fp8, int8 };
+// How expert weights are stored when below the compute dtype (weight-only quantization; docs/cost-model.md
+// "Quantized weights"): same = in model.dtype; int4 = W4A16 as GPTQ/AWQ checkpoints and vLLM's Marlin MoE
+// kernel hold them, 4 bits a weight plus one 16-bit scale per group of 128; mxfp4 = OCP Microscaling FP4
+// (gpt-oss), 4 bits a weight plus one 8-bit E8M0 scale per block of 32. Both compute in model.dtype.
+enum class WeightDtype { same, int4, mxfp4 };
 
 enum class Gating {
   token_choice,   // softmax (or sigmoid) then top-k: Switch, GShard, Mixtral
@@ -42,7 +47,10 @@ enum class CapacityRounding { decimal, float64 };  // YAML: "decimal" | "float"
 enum class BiasUpdateCounts { demand, kept };
 // The arithmetic of b + rate * sign: double rounded to float once (float64), or float32 throughout.
 enum class BiasArithmetic { float64, float32 };
-enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits };
+enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits, load_distribution };
+// load_distribution: per-expert loads drawn as aiconfigurator's MoE collector draws them
+// (src/workload/load_distribution.hpp): its power law, or its balanced round-robin.
+enum class LoadDistribution { power_law, balanced };
 // load_profile: how workload.path is read (src/workload/load_profile.hpp); `detect` is spelled "auto".
 enum class LoadFormat { detect, moesim_json, megatron_npz, megatron_router_trace };
 enum class PlacementKind { single, expert_parallel };
@@ -70,6 +78,10 @@ struct ModelConfig {
   int head_dim = 128;
   int vocab = 32000;
   Dtype dtype = Dtype::bf16;
+  WeightDtype weight_dtype = WeightDtype::same;
+  // SwiGLU experts (gate, up and down projections); false: two matrices (up, then relu^2 or GELU, then down),
+  // as in Switch, GShard and Nemotron-H.
+  bool gated_experts = true;
   // A Hugging Face config.json that filled the keys the file and the --set did not give
   // (src/config/hf_config.hpp); stored resolved (absolute), empty when none.
   std::string hf_config;
@@ -78,8 +90,27 @@ struct ModelConfig {
   std::vector<std::string> hf_config_keys;
 };
 
+// One expert as the cost model sees it: its compute dtype (activations too), how its weights are stored, and
+// whether it is gated. A plain dtype is a gated expert with its weights in that dtype.
+struct ExpertFormat {
+  Dtype dtype = Dtype::bf16;
+  WeightDtype weights = WeightDtype::same;
+  bool gated = true;
+  ExpertFormat() = default;
+  ExpertFormat(Dtype d) : dtype(d) {}  // NOLINT(google-explicit-constructor): every dtype is a format
+  ExpertFormat(Dtype d, WeightDtype w, bool g) : dtype(d), weights(w), gated(g) {}
+};
+// Bytes a weight takes in memory, its scales included: dtype_bytes for `same`, 0.5 + 2/128 for int4,
+// 0.5 + 1/32 for mxfp4.
+double bytes_per_weight(const ExpertFormat& f);
+// As reports name it: the dtype, then "int4 weights" or "mxfp4 weights", then "non-gated" where they apply.
+std::string format_label(const ExpertFormat& f);
+// Weight matrices of one expert: 3 gated, 2 not.
+inline int expert_matrices(const ExpertFormat& f) { return f.gated ? 3 : 2; }
+
 // The number of MoE layers of `m`: model.moe_layers, or model.layers when it is 0.
 inline int moe_layer_count(const ModelConfig& m) { return m.moe_layers > 0 ? m.moe_layers : m.layers; }
+inline ExpertFormat expert_format(const ModelConfig& m) { return {m.dtype, m.weight_dtype, m.gated_experts}; }
 
 struct RouterConfig {
   // The preset of framework conventions; it sets every key of semantics_preset_keys() that the file or
@@ -127,6 +158,8 @@ struct WorkloadConfig {
   std::string profile_key;              // load_profile: key inside the file, e.g. "mistral/expert_counts/arxiv"
   LoadFormat format = LoadFormat::detect;  // load_profile: the file's format; auto: from its first bytes
   std::vector<int> expert_map;          // load_profile: [physical experts] the logical expert of each slot
+  LoadDistribution distribution = LoadDistribution::power_law;  // load_distribution: the generator
+  double power_law_alpha = 1.2;         // load_distribution power_law: the exponent (> 0, not 1)
 };
 
 // A hardware profile is referenced by name (configs/hardware/NAME.yaml), by file, or written inline.
@@ -212,6 +245,8 @@ const char* to_string(BiasUpdateCounts v);
 const char* to_string(BiasArithmetic v);
 const char* to_string(WorkloadSource v);
 const char* to_string(LoadFormat v);
+const char* to_string(LoadDistribution v);
+const char* to_string(WeightDtype v);
 const char* to_string(PlacementKind v);
 const char* to_string(PlacementPolicy v);
 const char* to_string(LoadEstimator v);

@@ -187,21 +187,37 @@ void common_keys(Builder& b, const View& v) {
   b.integer("model.vocab", v, "vocab_size");
 }
 
-// torch_dtype (or dtype, its name since transformers 4.56), then quantization_config.quant_method over it.
+// torch_dtype (or dtype, its name since transformers 4.56), then quantization_config.quant_method over it:
+// fp8 (W8A8) is the compute dtype; mxfp4 (gpt-oss) and 4-bit gptq / awq are weight-only formats that compute
+// in torch_dtype (model.weight_dtype mxfp4 or int4).
 void dtype_key(Builder& b, const View& top, const View& inner) {
   const View& where = top.get("quantization_config") || !inner.get("quantization_config") ? top : inner;
   if (const json* q = where.get("quantization_config")) {
     const View qv{q, where.prefix + "quantization_config."};
     const Got<std::string> m = get_string(qv, "quant_method");
-    if (m.value && *m.value == "fp8") {
+    const std::string method = m.value.value_or("");
+    // AutoAWQ is 4-bit only; GPTQ states its bits (2, 3, 4 or 8), and only 4 has a kernel moesim costs.
+    const Got<int64_t> bits = get_int(qv, "bits");
+    const bool four_bit = method == "awq" ? (bits.absent() || (bits.value && *bits.value == 4))
+                                          : (bits.value && *bits.value == 4);
+    if (method == "fp8") {
       b.put("model.dtype", qv.name("quant_method"), "fp8");
+      return;
+    }
+    if (method == "mxfp4") {
+      b.put("model.weight_dtype", qv.name("quant_method"), "mxfp4");
+    } else if ((method == "gptq" || method == "awq") && four_bit) {
+      b.put("model.weight_dtype", qv.name("quant_method"), "int4");
     } else {
       b.error("model.dtype", qv.name("quant_method"),
-              "expected fp8 (the quantized format moesim costs; set model.dtype to cost another as one of " +
-                  config_detail::enum_choices<Dtype>() + "), got " +
-                  (m.value ? "'" + *m.value + "'" : m.error.empty() ? "none" : shown(*qv.get("quant_method"))));
+              "expected fp8, mxfp4, or gptq / awq with bits 4 (the quantized formats moesim costs; set "
+              "model.dtype and model.weight_dtype to cost another), got " +
+                  (m.value ? "'" + method + "'" + (method == "gptq" || method == "awq" ? " with bits " +
+                                                      (bits.value ? std::to_string(*bits.value) : std::string("none"))
+                                                                                      : std::string())
+                           : m.error.empty() ? "none" : shown(*qv.get("quant_method"))));
+      return;
     }
-    return;
   }
   for (const View* v : {&top, &inner}) {
     for (const char* key : {"torch_dtype", "dtype"}) {

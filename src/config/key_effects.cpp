@@ -35,16 +35,19 @@ const char* kValidate = "in moesim validate (it models the execute: size in fp32
 
 // Where no router runs: recorded loads are costed as they are (src/pipeline/run_steps.cpp run_load_profile),
 // and a trace without logits replays its recorded routing (src/workload/trace_replay.hpp); "" elsewhere.
-R no_router(const Experiment& e, const EffectContext& c) {
+R loads_given(const Experiment& e) {
   if (e.workload.source == WorkloadSource::load_profile) return with_source(e) + " (recorded loads: nothing is routed)";
+  if (e.workload.source == WorkloadSource::load_distribution)
+    return with_source(e) + " (drawn loads: nothing is routed)";
+  return kActs;
+}
+R no_router(const Experiment& e, const EffectContext& c) {
+  if (const R r = loads_given(e); !r.empty()) return r;
   if (c.replays_recorded) return with_source(e) + " without logits (its recorded routing is replayed)";
   return kActs;
 }
 // The capacity step runs on routed batches and on a replayed trace's recorded assignments alike.
-R no_capacity_step(const Experiment& e) {
-  return e.workload.source == WorkloadSource::load_profile ? with_source(e) + " (recorded loads: nothing is routed)"
-                                                           : kActs;
-}
+R no_capacity_step(const Experiment& e) { return loads_given(e); }
 
 // Token choice with a capacity: the drop step of router/capacity.hpp runs.
 bool token_choice_drops(const Experiment& e) {
@@ -226,7 +229,9 @@ R workload_batch(const Experiment& e, const EffectContext& c) {
 }
 R workload_batches(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return kRouteOnly;
-  return e.workload.source == WorkloadSource::synthetic ? kActs : with_source(e) + " (synthetic batches only)";
+  return source_in(e, {WorkloadSource::synthetic, WorkloadSource::load_distribution})
+             ? kActs
+             : with_source(e) + " (synthetic batches and drawn loads only)";
 }
 R decoder_only(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return kRouteOnly;
@@ -235,7 +240,20 @@ R decoder_only(const Experiment& e, const EffectContext& c) {
 R workload_seed(const Experiment& e, const EffectContext& c) {
   if (e.workload.source == WorkloadSource::load_profile && !routing_only(c))
     return with_source(e) + " (recorded loads, nothing drawn)";
+  if (e.workload.source == WorkloadSource::load_distribution && e.workload.distribution == LoadDistribution::balanced &&
+      !routing_only(c))
+    return with_source(e) + " and workload.distribution=balanced (its round-robin draws nothing)";
   return kActs;
+}
+R workload_distribution(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return kRouteOnly;
+  return e.workload.source == WorkloadSource::load_distribution ? kActs : with_source(e) + " (no loads are drawn)";
+}
+R workload_power_law_alpha(const Experiment& e, const EffectContext& c) {
+  if (const R r = workload_distribution(e, c); !r.empty()) return r;
+  return e.workload.distribution == LoadDistribution::power_law
+             ? kActs
+             : std::string("with workload.distribution=") + to_string(e.workload.distribution);
 }
 R workload_skew(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return "in moesim route (the logits file is routed as it is)";
@@ -329,15 +347,22 @@ const std::vector<KeyEffect>& key_effects() {
       {"model.experts", "always", always},
       {"model.top_k", "always", always},
       {"model.shared_experts", "always, but in moesim route (cost model, executed layer)", cost_model},
-      {"model.layers", "whole-model times: sources decoder, trace, load_profile; moesim sweep", model_layers},
-      {"model.moe_layers", "whole-model times: sources decoder, trace, load_profile; moesim sweep", model_layers},
+      {"model.layers", "whole-model times: sources decoder, trace, load_profile, load_distribution; moesim sweep",
+       model_layers},
+      {"model.moe_layers", "whole-model times: sources decoder, trace, load_profile, load_distribution; moesim sweep",
+       model_layers},
       {"model.heads", "workload.source decoder (attention cost)", model_attention},
       {"model.kv_heads", "workload.source decoder (attention and KV-cache cost)", model_attention},
       {"model.head_dim", "workload.source decoder (attention and KV-cache cost)", model_attention},
       {"model.vocab", "workload.source decoder; hash gating on synthetic or logits batches (token ids)", model_vocab},
       {"model.dtype", "always, but in moesim route and validate (bytes per weight in the cost model)", model_size},
+      {"model.weight_dtype", "always, but in moesim route and validate (bytes per weight, the weight-only kernel's rates)",
+       model_size},
+      {"model.gated_experts", "always, but in moesim route and validate (the experts' matrices in the cost model)",
+       model_size},
       {"model.hf_config", "when a key it fills (one not given in the file or by --set) acts", model_hf_config},
-      {"router.gating", "whenever a router runs (not load_profile, not a trace without logits)", router_gating},
+      {"router.gating", "whenever a router runs (not load_profile or load_distribution, not a trace without logits)",
+       router_gating},
       {"router.semantics", "when a key it presets, left to it, differs from exact and acts", router_semantics},
       {"router.score",
        "group_limited, aux_free_bias, expert_choice, sinkhorn (selection); token_choice where weights matter "
@@ -372,12 +397,14 @@ const std::vector<KeyEffect>& key_effects() {
       {"router.routed_scaling_factor", "where weights matter (executed layer, decoder, dumped routing, drop_policy score)",
        router_routed_scaling},
       {"workload.source", "always", always},
-      {"workload.batch", "sources synthetic, decoder (sequences), load_profile (the batch costed)", workload_batch},
-      {"workload.batches", "source synthetic", workload_batches},
+      {"workload.batch",
+       "sources synthetic, decoder (sequences), load_profile (the batch costed), load_distribution (tokens a draw)",
+       workload_batch},
+      {"workload.batches", "sources synthetic, load_distribution (the draws)", workload_batches},
       {"workload.prompt_len", "source decoder", decoder_only},
       {"workload.prompt_len_range", "source decoder", decoder_only},
       {"workload.decode_steps", "source decoder", decoder_only},
-      {"workload.seed", "always, but with source load_profile", workload_seed},
+      {"workload.seed", "always, but with source load_profile or a balanced load_distribution", workload_seed},
       {"workload.skew", "sources synthetic and decoder", workload_skew},
       {"workload.topics", "source decoder", decoder_only},
       {"workload.path", "sources trace, load_profile and logits", workload_path},
@@ -385,6 +412,8 @@ const std::vector<KeyEffect>& key_effects() {
       {"workload.format", "source load_profile (the report names the format and how it was chosen)", workload_format},
       {"workload.expert_map", "source load_profile (folds physical expert counts into logical experts)",
        workload_format},
+      {"workload.distribution", "source load_distribution", workload_distribution},
+      {"workload.power_law_alpha", "source load_distribution, distribution power_law", workload_power_law_alpha},
       {"hardware", "always, but in moesim route", cost_model},
       {"placement.kind", "always, but in moesim route and validate", model_size},
       {"placement.policy", "kind expert_parallel (not in moesim validate)", placement_ep},

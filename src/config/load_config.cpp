@@ -198,6 +198,19 @@ void Loader::validate(const Experiment& e) const {
     fail_expected(origin({"workload.path", "workload.source"}), "workload.path",
                   std::string("a file path for source ") + to_string(w.source), "''");
   }
+  // Weight-only quantization dequantizes into a 16-bit compute dtype (Marlin, the mxfp4 MoE kernels).
+  if (m.weight_dtype != WeightDtype::same && m.dtype != Dtype::bf16 && m.dtype != Dtype::fp16) {
+    fail_expected(origin({"model.dtype", "model.weight_dtype"}), "model.dtype",
+                  std::string("bf16 or fp16 with model.weight_dtype ") + to_string(m.weight_dtype) +
+                      " (its weights are dequantized to a 16-bit compute dtype)",
+                  to_string(m.dtype));
+  }
+  // The truncated power law's inverse CDF divides by 1 - alpha (src/workload/load_distribution.cpp).
+  if (w.source == WorkloadSource::load_distribution && w.distribution == LoadDistribution::power_law &&
+      std::fabs(w.power_law_alpha - 1.0) <= 1e-9) {
+    fail_expected(origin({"workload.power_law_alpha"}), "workload.power_law_alpha",
+                  "a number > 0 other than 1 (aiconfigurator measures 1.01 and 1.2)", format_double(w.power_law_alpha));
+  }
   if (w.prompt_len_range && (w.prompt_len.size() != 2 || w.prompt_len[0] > w.prompt_len[1])) {
     fail_expected(origin({"workload.prompt_len", "workload.prompt_len_range"}), "workload.prompt_len",
                   "[LO, HI] with LO <= HI (workload.prompt_len_range is true)",

@@ -354,12 +354,12 @@ std::vector<std::string> builtin_hardware_names() {
   return names;
 }
 
-double critical_batch(const HardwareProfile& hw, Dtype dtype) {
-  const std::optional<double> f = peak_flops_per_s(hw, dtype);
+double critical_batch(const HardwareProfile& hw, const ExpertFormat& format) {
+  const std::optional<double> f = peak_flops_per_s(hw, format.dtype);
   if (!f || hw.memory_bandwidth_bytes_per_s <= 0) return 0.0;
   // DESIGN.md "Cost model": B* = F * bytes_per_weight / (2 * BW). A weight GEMM with n tokens does 2 n
   // FLOPs per weight it loads, so it turns compute-bound once 2 n / bytes_per_weight > F / BW.
-  return *f * dtype_bytes(dtype) / (2.0 * hw.memory_bandwidth_bytes_per_s);
+  return *f * bytes_per_weight(format) / (2.0 * hw.memory_bandwidth_bytes_per_s);
 }
 
 std::string describe(const MachineSignature& m) {

@@ -41,6 +41,13 @@ struct PooledFit {
   static constexpr double k_step_us = 0.5484;
 };
 extern const char* const kPooledFitNote;
+// What weight-only 4-bit MoE kernels reach of a GPU's fitted efficiencies (roofline.hpp KernelFigures),
+// fitted by scripts/fit-profiles.sh on the published tables' int4 (vLLM Marlin W4A16) balanced rows with
+// each GPU's shipped figures; their power-law rows and the tables without a balanced row are held out.
+struct WeightOnlyFit {
+  static constexpr double bw_share = 0.1786;
+  static constexpr double flops_share = 0.3291;
+};
 
 // One accelerator, in SI units. YAML keys (and their units) in parse_hardware_profile below.
 struct HardwareProfile {
@@ -114,6 +121,6 @@ std::vector<std::string> builtin_hardware_names();
 
 // The weights-only critical batch (DESIGN.md "Cost model"): F * bytes_per_weight / (2 * BW), at peak
 // (no efficiency factors). 0 when the profile has no peak for `dtype`.
-double critical_batch(const HardwareProfile& hw, Dtype dtype);
+double critical_batch(const HardwareProfile& hw, const ExpertFormat& format);
 
 }  // namespace moesim

@@ -507,6 +507,10 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
   in.hidden = model ? e.model.hidden : e.execute.hidden;
   in.ffn = model ? e.model.ffn : e.execute.ffn;
   in.dtype = model ? e.model.dtype : e.execute.dtype;
+  if (model) {  // the executed layer is SwiGLU in execute.dtype
+    in.weights = e.model.weight_dtype;
+    in.gated = e.model.gated_experts;
+  }
   in.num_experts = e.model.experts;
   in.top_k = e.model.top_k;
   in.shared_experts = e.model.shared_experts;
@@ -521,7 +525,7 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
 LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
   validate(in);
   const int tp = std::max(1, in.placement.tensor_parallel);
-  const ExpertRoofline rm(hw, in.hidden, (in.ffn + tp - 1) / tp, in.dtype);
+  const ExpertRoofline rm(hw, in.hidden, (in.ffn + tp - 1) / tp, {in.dtype, in.weights, in.gated});
   const int num_experts = in.num_experts;
   const int64_t assignments = in.num_tokens * in.top_k;
   const BalancedLoads balanced(assignments, num_experts, in.capacity);

@@ -27,17 +27,21 @@ double gemm_compute_s(int64_t tiles, double wave_s, int64_t max_split_k, int sm_
 
 }  // namespace
 
-ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64_t ffn_, Dtype dtype)
+ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64_t ffn_, const ExpertFormat& format)
     : hidden(hidden_), ffn(ffn_) {
   MOESIM_REQUIRE(hidden > 0 && ffn > 0, "expert shape must be positive, got hidden " << hidden << ", ffn " << ffn);
   MOESIM_REQUIRE(hw.memory_bandwidth_bytes_per_s > 0 && hw.sm_count > 0 && hw.tile_m > 0 && hw.tile_n > 0,
                  "hardware profile '" << hw.name << "' is not validated (bandwidth, sm_count, tiles)");
-  const double bytes = dtype_bytes(dtype);
-  const double params = 3.0 * static_cast<double>(hidden) * static_cast<double>(ffn);  // SwiGLU: gate, up, down
-  weight_bytes = params * bytes;
-  const double act_bytes = std::max(bytes, 2.0);
-  act_bytes_per_row = static_cast<double>(3 * hidden + 6 * ffn) * act_bytes;
-  act_bytes_up_per_row = static_cast<double>(hidden + 2 * ffn) * act_bytes;
+  const Dtype dtype = format.dtype;
+  // The up GEMM's output columns: gate and up (2 ffn) for SwiGLU, up alone (ffn) without a gate.
+  const int64_t up_cols = format.gated ? 2 * ffn : ffn;
+  const double params = static_cast<double>(hidden) * static_cast<double>(up_cols + ffn);
+  weight_bytes = params * bytes_per_weight(format);
+  up_weight_share = static_cast<double>(up_cols) / static_cast<double>(up_cols + ffn);
+  weight_only = format.weights != WeightDtype::same;
+  const double act_bytes = std::max<double>(dtype_bytes(dtype), 2.0);
+  act_bytes_per_row = static_cast<double>(3 * hidden + 2 * up_cols + 2 * ffn) * act_bytes;
+  act_bytes_up_per_row = static_cast<double>(hidden + up_cols) * act_bytes;
   act_bytes_down_per_row = static_cast<double>(ffn + hidden) * act_bytes;
   flops_per_row = 2.0 * params;
   peak_flops_per_s = require_peak_flops_per_s(hw, dtype);
@@ -46,7 +50,7 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   tile_m = hw.tile_m;
   tile_n = hw.tile_n;
   sm_count = hw.sm_count;
-  col_tiles_up = ceil_div(2 * ffn, tile_n);
+  col_tiles_up = ceil_div(up_cols, tile_n);
   col_tiles_down = ceil_div(hidden, tile_n);
   // One SM delivers F / sm_count; a tile of the up GEMM does 2 tile_m tile_n hidden FLOPs, so a full wave
   // (sm_count tiles in parallel) takes 2 tile_m tile_n hidden sm_count / F.
@@ -88,8 +92,10 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   // The knee: n (2P / F - A / BW) > W / BW, solved in doubles, then settled on the exact predicate (it is
   // monotone in n) so the comparison in compute_bound() agrees with it at every n.
   // At the achieved rates, as the ideal column reads them.
-  const double flops_per_s = peak_flops_per_s * figures.efficiency_flops;
-  const double bytes_per_s = bandwidth_bytes_per_s * figures.efficiency_bw;
+  const double flops_per_s =
+      peak_flops_per_s * figures.efficiency_flops * (weight_only ? figures.weight_only_flops_share : 1.0);
+  const double bytes_per_s =
+      bandwidth_bytes_per_s * figures.efficiency_bw * (weight_only ? figures.weight_only_bw_share : 1.0);
   const auto bound = [&](int64_t n) {
     const double rows = static_cast<double>(n);
     return rows * flops_per_row / flops_per_s > (weight_bytes + rows * act_bytes_per_row) / bytes_per_s;
@@ -137,18 +143,29 @@ KernelFigures KernelFigures::of(const HardwareProfile& hw) {
   f.overlap = hw.memory_compute_overlap;
   f.launch_s = hw.launch_overhead_s;
   f.k_step_s = hw.k_step_s;
+  f.weight_only_bw_share = WeightOnlyFit::bw_share;
+  f.weight_only_flops_share = WeightOnlyFit::flops_share;
   return f;
 }
+
+namespace {
+double achieved_bw(const KernelTerms& t, const KernelFigures& f) {
+  return f.efficiency_bw * (t.weight_only ? f.weight_only_bw_share : 1.0);
+}
+double achieved_flops(const KernelTerms& t, const KernelFigures& f) {
+  return f.efficiency_flops * (t.weight_only ? f.weight_only_flops_share : 1.0);
+}
+}  // namespace
 
 double kernel_time_s(const KernelTerms& t, const KernelFigures& f) {
   if (t.kernels == 0) return 0.0;
   return t.kernels * f.launch_s +
          std::max(t.k_steps * f.k_step_s,
-                  combine_terms(t.memory_s / f.efficiency_bw, t.compute_s / f.efficiency_flops, f.overlap));
+                  combine_terms(t.memory_s / achieved_bw(t, f), t.compute_s / achieved_flops(t, f), f.overlap));
 }
 
 double kernel_ideal_s(const KernelTerms& t, const KernelFigures& f) {
-  return std::max(t.memory_s / f.efficiency_bw, t.ideal_compute_s / f.efficiency_flops);
+  return std::max(t.memory_s / achieved_bw(t, f), t.ideal_compute_s / achieved_flops(t, f));
 }
 
 KernelTerms GroupedCost::terms(KernelScope scope) const {
@@ -157,9 +174,10 @@ KernelTerms GroupedCost::terms(KernelScope scope) const {
   const ExpertRoofline& m = *m_;
   const bool up = scope != KernelScope::down_gemm, down = scope != KernelScope::up_gemm;
   const bool both = up && down;
-  const double weight_share = both ? 1.0 : up ? 2.0 / 3.0 : 1.0 / 3.0;
+  const double weight_share = both ? 1.0 : up ? m.up_weight_share : 1.0 - m.up_weight_share;
   const double act_per_row = both ? m.act_bytes_per_row : up ? m.act_bytes_up_per_row : m.act_bytes_down_per_row;
   t.kernels = scope_kernels(scope);
+  t.weight_only = m.weight_only;
   t.memory_s = (static_cast<double>(experts_) * m.weight_bytes * weight_share +
                 static_cast<double>(rows_ + idle_rows_) * act_per_row) /
                m.bandwidth_bytes_per_s;

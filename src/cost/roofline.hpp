@@ -40,6 +40,10 @@ struct KernelFigures {
   double overlap = 1;                              // memory_compute_overlap
   double launch_s = 0;                             // per kernel
   double k_step_s = 0;                             // one K step of a tile (the latency floor)
+  // What a weight-only 4-bit kernel (vLLM's Marlin W4A16 MoE, the mxfp4 MoE) reaches of efficiency_bw and
+  // efficiency_flops: it dequantizes every weight in its main loop. WeightOnlyFit (hardware_profile.hpp),
+  // fitted on the published Marlin tables; 1 would be the bf16 kernel's rates.
+  double weight_only_bw_share = 1, weight_only_flops_share = 1;
   static KernelFigures of(const HardwareProfile& hw);
 };
 
@@ -52,30 +56,34 @@ struct KernelTerms {
   // (ceil(K / kKStep)), summed over the scope's GEMMs.
   double k_steps = 0;
   int kernels = 0;             // scope_kernels
+  bool weight_only = false;    // 4-bit weights dequantized in the GEMMs: the weight_only shares apply
 };
 
 // The kernel model, the one formula behind every modeled MoE time (run, compare, sweep, check, the
 // erosion, the knees, validate --published and calibrate --from-published):
 //   kernels x launch + max(k_steps x k_step, max(mem, comp) + (1 - overlap) min(mem, comp)),
-//   mem = memory_s / efficiency_bw, comp = compute_s / efficiency_flops.
+//   mem = memory_s / efficiency_bw, comp = compute_s / efficiency_flops (each times its weight_only share
+//   for a weight-only 4-bit kernel).
 // The K-step floor is Little's law on a tile's K loop: a step's loads must land before its MMAs, so a
 // GEMM of few waves cannot finish faster than its serial K steps however little it reads.
 double kernel_time_s(const KernelTerms& t, const KernelFigures& f);
 // The ideal column of the same terms: max(memory_s / efficiency_bw, ideal_compute_s / efficiency_flops).
 double kernel_ideal_s(const KernelTerms& t, const KernelFigures& f);
 
-// Constants of one SwiGLU expert shape on one profile. An expert is two grouped GEMMs with the
-// activation between them, as vLLM's fused_experts runs it:
-//   up:   [n, hidden] x [hidden, 2 ffn] (gate and up) -> [n, 2 ffn]
-//   act:  silu(gate) * up -> [n, ffn]                      (silu_and_mul, its own kernel)
+// Constants of one expert shape and format on one profile. An expert is two grouped GEMMs with the
+// activation between them, as vLLM's fused_experts runs it; u = 2 ffn for a gated (SwiGLU) expert, ffn
+// for a non-gated one (relu^2, GELU):
+//   up:   [n, hidden] x [hidden, u] (gate and up, or up) -> [n, u]
+//   act:  silu(gate) * up, or act(up) -> [n, ffn]          (its own kernel)
 //   down: [n, ffn] x [ffn, hidden] -> [n, hidden], then the weighted top-k sum (moe_sum)
-// P = 3 hidden ffn parameters, W = P bytes_per_weight; FLOPs = 2 n P.
-// A(n) = n (3 hidden + 6 ffn) act_bytes: up reads x (hidden) and writes 2 ffn; the activation reads 2 ffn
-// and writes ffn; down reads ffn and writes hidden; the sum reads hidden. act_bytes is the model dtype's
+// P = hidden (u + ffn) parameters (3 hidden ffn gated, 2 not), W = P bytes_per_weight(format) (4-bit weights
+// with their scales: weight-only quantization dequantizes in the GEMM's main loop); FLOPs = 2 n P.
+// A(n) = n (3 hidden + 2 u + 2 ffn) act_bytes: up reads x (hidden) and writes u; the activation reads u
+// and writes ffn; down reads ffn and writes hidden; the sum reads hidden. act_bytes is the compute dtype's
 // width, and 2 for 8-bit weights: the engines' W8A8 paths (vLLM, SGLang) quantize each GEMM's input on the
 // fly and keep the intermediates and outputs in bf16/fp16.
 struct ExpertRoofline {
-  ExpertRoofline(const HardwareProfile& hw, int64_t hidden, int64_t ffn, Dtype dtype);
+  ExpertRoofline(const HardwareProfile& hw, int64_t hidden, int64_t ffn, const ExpertFormat& format);
 
   // Row tiles a grouped launch may choose: those of 16, 32 and 64 below tile_m, then tile_m itself (16,
   // 32, 64, 128 on every GPU profile here); only tile_m when tile_m <= 16 (a CPU GEMM pads no rows: 1).
@@ -91,14 +99,16 @@ struct ExpertRoofline {
 
   int64_t hidden, ffn;
   double weight_bytes;         // W
+  double up_weight_share;      // the up GEMM's share of W and of the FLOPs: 2/3 gated, 1/2 not
+  bool weight_only;            // 4-bit weights (int4, mxfp4): KernelTerms::weight_only
   double act_bytes_per_row;    // A(n) / n, the whole layer
-  double act_bytes_up_per_row, act_bytes_down_per_row;  // the up GEMM's share (hidden + 2 ffn) and the down's (ffn + hidden)
+  double act_bytes_up_per_row, act_bytes_down_per_row;  // the up GEMM's share (hidden + u) and the down's (ffn + hidden)
   double flops_per_row;        // 2 P
   double peak_flops_per_s;     // F for the dtype
   double bandwidth_bytes_per_s;
   KernelFigures figures;       // the profile's efficiencies, overlap, launch and K step
   int tile_m, tile_n, sm_count;
-  int64_t col_tiles_up, col_tiles_down;  // ceil(2 ffn / tile_n), ceil(hidden / tile_n)
+  int64_t col_tiles_up, col_tiles_down;  // ceil(u / tile_n), ceil(hidden / tile_n)
   double wave_s_up, wave_s_down;         // one full wave of tiles: 2 tile_m tile_n K sm_count / F
   int tile_m_shift;                      // log2(tile_m) when tile_m is a power of two, else -1
   int64_t compute_bound_from;            // the smallest n that is compute bound (INT64_MAX: none)
@@ -178,9 +188,9 @@ class GroupedCost {
   int tile_rows() const { return rows_ == 0 ? 0 : m_->row_tile_rows[tile_index()]; }
   // The kernel model (kernel_time_s) on this launch with the profile's figures, and its ideal column.
   CostBreakdown time(KernelScope scope = KernelScope::layer) const;
-  // The launch's terms. A GEMM scope (up_gemm, down_gemm) is that GEMM's share alone: up reads 2/3 of W
-  // (gate and up) and down 1/3; up moves (hidden + 2 ffn) act_bytes a row (x read, gate and up written),
-  // down (ffn + hidden) (the activation's output read, y written).
+  // The launch's terms. A GEMM scope (up_gemm, down_gemm) is that GEMM's share alone: up reads u / (u +
+  // ffn) of W (2/3 gated, 1/2 not) and down the rest; up moves (hidden + u) act_bytes a row (x read, its
+  // output written), down (ffn + hidden) (the activation's output read, y written).
   KernelTerms terms(KernelScope scope = KernelScope::layer) const;
 
  private:

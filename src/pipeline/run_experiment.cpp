@@ -173,6 +173,10 @@ double estimate_run_bytes(const Experiment& e, bool records, size_t num_variants
     case WorkloadSource::trace:
     case WorkloadSource::load_profile:
       return estimate_file_run_bytes(e, records, num_variants);
+    case WorkloadSource::load_distribution:  // the draws (E loads each) and a record per draw and variant
+      return kProcessBytes + static_cast<double>(e.workload.batches) *
+                                 (8.0 * e.model.experts +
+                                  record_bytes(e, true, records) * static_cast<double>(std::max<size_t>(1, num_variants)));
     default:
       break;
   }
@@ -214,6 +218,9 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
       break;
     case WorkloadSource::load_profile:
       run_load_profile(e, variants, opts, result);
+      break;
+    case WorkloadSource::load_distribution:
+      run_load_distribution(e, variants, opts, result);
       break;
     case WorkloadSource::synthetic:
     case WorkloadSource::logits:

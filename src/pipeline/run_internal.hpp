@@ -126,4 +126,10 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
 void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
                       RunResult& result);
 
+// ---- peers' load distributions (workload.source load_distribution) ----------------------------------
+// workload.batches draws of workload.batch tokens from workload.distribution (src/workload/load_distribution.hpp),
+// each costed as one MoE layer and recorded as a step; nothing is routed or executed.
+void run_load_distribution(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                           RunResult& result);
+
 }  // namespace moesim::run_detail

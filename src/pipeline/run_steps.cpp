@@ -24,6 +24,7 @@
 #include "src/decoder/kv_cache.hpp"
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
+#include "src/workload/load_distribution.hpp"
 #include "src/workload/load_profile.hpp"
 #include "src/workload/logits_batches.hpp"
 #include "src/workload/logits_file.hpp"
@@ -425,6 +426,39 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
                                        e.workload.batch, 0),
                       rec);
       collect.add(std::move(rec), metrics_from_loads(counts, total / k, k));
+    }
+    collect.finish(e, {});
+    result.variants.push_back(std::move(vr));
+  }
+}
+
+// ---- peers' load distributions ----------------------------------------------------------------------
+void run_load_distribution(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
+                           RunResult& result) {
+  const WorkloadConfig& w = e.workload;
+  const int k = e.model.top_k;
+  // workload.batches draws, the same for every variant, recorded as the layers of one forward step (each
+  // layer draws its loads apart, as the collector's layers do). The generator's EP step (the heaviest group swapped
+  // onto rank 0, the rank aiconfigurator times) is left out: moesim costs the slowest device wherever it is.
+  std::vector<std::vector<int64_t>> draws(static_cast<size_t>(w.batches));
+  for (size_t b = 0; b < draws.size(); ++b) {
+    draws[b] = w.distribution == LoadDistribution::balanced
+                   ? balanced_round_robin_loads(w.batch, e.model.experts, k)
+                   : power_law_loads(w.batch, e.model.experts, k, w.power_law_alpha, 1, w.seed, b);
+  }
+  result.num_tokens = w.batch;
+  for (const RouterVariant& v : variants) {
+    VariantResult vr;
+    vr.variant = v;
+    StepCollector collect(vr, draws.size(), 0, opts, result.variants.size());
+    for (size_t b = 0; b < draws.size(); ++b) {
+      StepRecord rec;
+      rec.phase = to_string(w.distribution);
+      rec.step = 0;
+      rec.layer = static_cast<int>(b);
+      rec.num_tokens = w.batch;
+      set_record_cost(model_placements(e, result.hardware, v.router, draws[b], 0, w.batch, 0), rec);
+      collect.add(std::move(rec), metrics_from_loads(draws[b], w.batch, k));
     }
     collect.finish(e, {});
     result.variants.push_back(std::move(vr));

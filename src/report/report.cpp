@@ -368,6 +368,11 @@ nlohmann::json workload_details_json(const RunResult& run) {
     w["profile_format"] = run.profile_format;
     w["profile_format_from"] = run.profile_format_forced ? "workload.format" : "content";
   }
+  if (e.workload.source == WorkloadSource::load_distribution) {
+    w["distribution"] = to_string(e.workload.distribution);
+    if (e.workload.distribution == LoadDistribution::power_law) w["power_law_alpha"] = e.workload.power_law_alpha;
+    w["draws"] = e.workload.batches;
+  }
   if (!e.workload.expert_map.empty() && e.workload.source == WorkloadSource::load_profile)
     w["expert_map_slots"] = e.workload.expert_map.size();
   return w;
@@ -448,7 +453,7 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
   if (metric == "modeled_time_s") return p.cost.actual.quantized_s;
   if (metric == "rank_imbalance")
     return p.placement == "expert_parallel" ? std::optional<double>(p.cost.rank_imbalance) : std::nullopt;
-  if (metric == "critical_batch") return critical_batch(run.hardware, run.experiment.model.dtype);
+  if (metric == "critical_batch") return critical_batch(run.hardware, expert_format(run.experiment.model));
   if (metric == "measured_layer_s") return v.executed ? std::optional<double>(v.measured.layer_s) : std::nullopt;
   if (metric == "measured_batching_efficiency")
     return v.executed && v.measured.layer_s > 0
@@ -508,7 +513,8 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["model"] = {{"hidden", e.model.hidden}, {"ffn", e.model.ffn},       {"experts", e.model.experts},
                 {"top_k", e.model.top_k},   {"shared_experts", e.model.shared_experts},
                 {"layers", e.model.layers}, {"moe_layers", moe_layer_count(e.model)},
-                {"dtype", to_string(e.model.dtype)}};
+                {"dtype", to_string(e.model.dtype)}, {"weight_dtype", to_string(e.model.weight_dtype)},
+                {"gated_experts", e.model.gated_experts}};
   j["workload"] = {{"source", to_string(e.workload.source)}, {"num_tokens", run.num_tokens},
                    {"batches", e.workload.batches}, {"seed", e.workload.seed}, {"skew", e.workload.skew}};
   nlohmann::json cb;
@@ -517,7 +523,7 @@ nlohmann::json run_to_json(const RunResult& run) {
     if (b > 0 && std::isfinite(b)) cb[to_string(d)] = b;
   }
   j["hardware"] = {{"name", run.hardware.name}, {"digest", hardware_digest(run.hardware)}, {"critical_batch", cb},
-                   {"critical_batch_model_dtype", critical_batch(run.hardware, e.model.dtype)}};
+                   {"critical_batch_model_dtype", critical_batch(run.hardware, expert_format(e.model))}};
   j["execute"] = {{"hidden", e.execute.hidden}, {"ffn", e.execute.ffn}, {"repeats", e.execute.repeats},
                   {"backend", run.backend == ExecBackend::cuda ? "cuda" : "cpu"}};
   if (run.backend == ExecBackend::cuda) j["execute"]["device"] = run.device;

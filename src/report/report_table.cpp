@@ -257,6 +257,11 @@ std::string phase_title(const RunResult& run) {
   } else if (e.workload.source == WorkloadSource::trace) {
     t << "trace " << run.workload_path << " (" << (run.trace_replayed ? "recorded decisions replayed" : "re-routed from its logits")
       << "), E=" << e.model.experts << ", k=" << e.model.top_k;
+  } else if (e.workload.source == WorkloadSource::load_distribution) {
+    t << to_string(e.workload.distribution) << " loads";
+    if (e.workload.distribution == LoadDistribution::power_law) t << " (alpha " << e.workload.power_law_alpha << ")";
+    t << " as aiconfigurator draws them, " << e.workload.batches << " draws of " << e.workload.batch
+      << " tokens, E=" << e.model.experts << ", k=" << e.model.top_k;
   } else {
     t << "load profile " << run.profile_key << " of " << run.workload_path << " (" << run.profile_format
       << (run.profile_format_forced ? ", workload.format" : ", recognised by content") << ")";
@@ -264,8 +269,8 @@ std::string phase_title(const RunResult& run) {
     t << ", E=" << e.model.experts
       << ", k=" << e.model.top_k << ", cost modeled for batches of " << run.num_tokens << " tokens";
   }
-  t << "; modeled on " << run.hardware.name << " (" << to_string(e.model.dtype) << ", hidden " << e.model.hidden
-    << ", ffn " << e.model.ffn << ", critical batch " << fmt(critical_batch(run.hardware, e.model.dtype), 0) << ")";
+  t << "; modeled on " << run.hardware.name << " (" << format_label(expert_format(e.model)) << ", hidden " << e.model.hidden
+    << ", ffn " << e.model.ffn << ", critical batch " << fmt(critical_batch(run.hardware, expert_format(e.model)), 0) << ")";
   return t.str();
 }
 
@@ -326,8 +331,9 @@ std::string phase_section(const RunResult& run, ReportFormat format) {
   }
   const bool decoder = run.has_decoder;
   os << "\n"
-     << (run.experiment.workload.source == WorkloadSource::load_profile ? "recorded loads per layer"
-                                                                        : "loads summed over the run, per layer")
+     << (run.experiment.workload.source == WorkloadSource::load_profile        ? "recorded loads per layer"
+         : run.experiment.workload.source == WorkloadSource::load_distribution ? "drawn loads per draw"
+                                                                                : "loads summed over the run, per layer")
      << " (max/mean, cv, entropy_norm):\n";
   for (const VariantResult& v : run.variants) {
     os << (format == ReportFormat::markdown ? "- " : "  ") << v.variant.label << ":";
@@ -336,8 +342,9 @@ std::string phase_section(const RunResult& run, ReportFormat format) {
     os << "\n";
   }
   const char* unit = decoder ? "per step and layer"
-                     : run.experiment.workload.source == WorkloadSource::load_profile ? "per recorded layer"
-                                                                                     : "per recorded step and layer";
+                     : run.experiment.workload.source == WorkloadSource::load_profile      ? "per recorded layer"
+                     : run.experiment.workload.source == WorkloadSource::load_distribution ? "per draw"
+                                                                                           : "per recorded step and layer";
   os << "\nimb_*: max/mean " << unit << "; unrouted: tokens with no expert, summed; batch_eff: mean over the "
         "records, of the expert-parallel placement when the experiment uses one; "
      << (decoder ? "attn_us: modeled per layer and step, moe_us per MoE layer and step, at the model's real size; "
@@ -374,9 +381,9 @@ std::string format_run(const RunResult& run, ReportFormat format) {
   const Experiment& e = run.experiment;
   std::ostringstream title;
   title << e.name << ": " << run.num_tokens << " tokens x " << e.workload.batches << " batch(es), E=" << e.model.experts
-        << ", k=" << e.model.top_k << ", modeled on " << run.hardware.name << " (" << to_string(e.model.dtype)
+        << ", k=" << e.model.top_k << ", modeled on " << run.hardware.name << " (" << format_label(expert_format(e.model))
         << ", hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", critical batch "
-        << fmt(critical_batch(run.hardware, e.model.dtype), 0) << "), executed at hidden " << e.execute.hidden
+        << fmt(critical_batch(run.hardware, expert_format(e.model)), 0) << "), executed at hidden " << e.execute.hidden
         << ", ffn " << e.execute.ffn << " on " << (run.backend == ExecBackend::cuda ? run.device : "the CPU");
   const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
   if (stepped) {

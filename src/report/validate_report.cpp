@@ -116,7 +116,7 @@ std::string published_table(const PublishedValidation& v) {
       if (r.table == static_cast<int>(t)) { first = &r.point; break; }
     os << "\n" << res.table.name << " (" << res.table.origin << ")\n  " << res.gpu;
     if (first) {
-      os << " " << to_string(first->dtype) << ", E " << first->experts << ", N " << first->n << ", K " << first->k
+      os << " " << format_label(first->format) << ", E " << first->experts << ", N " << first->n << ", K " << first->k
          << ", top-" << first->top_k << ", tp " << first->tp << ", ep " << first->ep << ", " << to_string(first->scope)
          << " (" << scope_kernels(first->scope) << (scope_kernels(first->scope) == 1 ? " kernel" : " kernels")
          << "), " << to_string(first->routing) << " routing, " << first->source;
@@ -177,13 +177,16 @@ std::string published_table(const PublishedValidation& v) {
                     p.ep, p.alpha, p.predicted_ratio, p.measured_ratio, pct(p.error()).c_str());
       os << line;
     }
-    for (bool ep_one : {true, false}) {
-      const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, ep_one);
-      os << "skew pairs" << (ep_one ? " with ep 1" : ", every ep") << " where skew moved the measured time more than "
-         << fixed(kSkewMoved * 100, 0) << " %: " << s.pairs << ", |error| median " << fixed(s.median_abs * 100, 1)
-         << " %, 90th percentile " << fixed(s.p90_abs * 100, 1) << " %, direction right in "
-         << fixed(s.direction_right * 100, 0) << " %\n";
-    }
+    const auto line = [&](const char* what, const SkewSummary& s) {
+      os << what << " where skew moved the measured time more than " << fixed(kSkewMoved * 100, 0)
+         << " %: " << s.pairs << ", |error| median " << fixed(s.median_abs * 100, 1) << " %, 90th percentile "
+         << fixed(s.p90_abs * 100, 1) << " %, direction right in " << fixed(s.direction_right * 100, 0) << " %\n";
+    };
+    line("skew pairs with ep 1", summarize_skew(v.skew_pairs, kSkewMoved, true));
+    line("  of them the fused-MoE kernels' (bf16, fp8)", summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::fused));
+    line("  of them the weight-only kernels' (int4, mxfp4)",
+         summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::weight_only));
+    line("skew pairs, every ep", summarize_skew(v.skew_pairs, kSkewMoved, false));
   }
   return os.str();
 }
@@ -196,7 +199,7 @@ std::string published_csv(const PublishedValidation& v) {
   for (const PublishedRow& r : v.rows) {
     const PublishedTableResult& res = v.tables[static_cast<std::size_t>(r.table)];
     const PublishedPoint& p = r.point;
-    os << text::csv_cell(res.table.name) << "," << p.gpu << "," << to_string(p.dtype) << "," << p.experts << "," << p.n
+    os << text::csv_cell(res.table.name) << "," << p.gpu << "," << dtype_cell(p.format) << "," << p.experts << "," << p.n
        << "," << p.k << "," << p.top_k << "," << p.tp << "," << p.ep << "," << p.batch << "," << to_string(p.scope)
        << "," << to_string(p.routing) << "," << real(r.terms.active_experts) << "," << real(p.measured_s);
     for (PublishedColumn c : kPublishedColumns) {
@@ -243,7 +246,7 @@ std::string published_json(const PublishedValidation& v) {
     for (const PublishedRow& r : v.rows) {
       if (r.table != static_cast<int>(t)) continue;
       const PublishedPoint& p = r.point;
-      nlohmann::json pj = {{"dtype", to_string(p.dtype)}, {"experts", p.experts}, {"n", p.n}, {"k", p.k},
+      nlohmann::json pj = {{"dtype", dtype_cell(p.format)}, {"gated", p.format.gated}, {"experts", p.experts}, {"n", p.n}, {"k", p.k},
                            {"top_k", p.top_k}, {"tp", p.tp}, {"ep", p.ep}, {"batch", p.batch},
                            {"scope", to_string(p.scope)}, {"routing", to_string(p.routing)},
                            {"kernels", r.terms.kernels}, {"active_experts", r.terms.active_experts},
@@ -273,17 +276,26 @@ std::string published_json(const PublishedValidation& v) {
   }
   j["gpus"] = gpus;
   j["pooled_fit"] = fit_json(v.pooled);
+  j["weight_only_fit"] = {{"bw_share", v.weight_only.bw_share},
+                          {"flops_share", v.weight_only.flops_share},
+                          {"points", v.weight_only.points}};
   nlohmann::json pairs = nlohmann::json::array();
   for (const SkewPair& p : v.skew_pairs)
     pairs.push_back({{"table", v.tables[static_cast<std::size_t>(p.table)].table.name}, {"batch", p.batch}, {"ep", p.ep},
                      {"alpha", p.alpha}, {"predicted_ratio", p.predicted_ratio}, {"measured_ratio", p.measured_ratio},
-                     {"error", p.error()}});
+                     {"error", p.error()}, {"weight_only", p.weight_only}});
   j["skew_pairs"] = pairs;
   for (bool ep_one : {true, false}) {
     const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, ep_one);
     j[ep_one ? "skew_summary_ep1" : "skew_summary"] = {{"pairs", s.pairs}, {"median_abs_error", s.median_abs},
                                                         {"p90_abs_error", s.p90_abs},
                                                         {"direction_right", s.direction_right}};
+  }
+  for (SkewKernels k : {SkewKernels::fused, SkewKernels::weight_only}) {
+    const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, true, k);
+    j[k == SkewKernels::fused ? "skew_summary_ep1_fused" : "skew_summary_ep1_weight_only"] = {
+        {"pairs", s.pairs}, {"median_abs_error", s.median_abs}, {"p90_abs_error", s.p90_abs},
+        {"direction_right", s.direction_right}};
   }
   j["overall"] = summary_json(v.overall);
   return j.dump(2) + "\n";

@@ -28,6 +28,12 @@ const char* const kPublishedHeader =
     "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope";
 const char* const kPublishedHeaderEp =
     "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep";
+const char* const kPublishedHeaderGated =
+    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep,gated";
+
+std::string dtype_cell(const ExpertFormat& f) {
+  return f.weights == WeightDtype::same ? to_string(f.dtype) : to_string(f.weights);
+}
 
 namespace {
 
@@ -82,10 +88,13 @@ KernelScope parse_scope(const Where& w, const std::string& s) {
   w.fail("scope", "layer, experts, up_gemm or down_gemm", s);
 }
 
-Dtype parse_dtype_cell(const Where& w, const std::string& s) {
+ExpertFormat parse_dtype_cell(const Where& w, const std::string& s) {
   for (Dtype d : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::int8})
     if (s == to_string(d)) return d;
-  w.fail("dtype", "fp32, tf32, bf16, fp16, fp8 or int8", s);
+  // Weight-only 4-bit kernels (vLLM's Marlin W4A16, the mxfp4 MoE) compute in bf16.
+  for (WeightDtype q : {WeightDtype::int4, WeightDtype::mxfp4})
+    if (s == to_string(q)) return {Dtype::bf16, q, true};
+  w.fail("dtype", "fp32, tf32, bf16, fp16, fp8, int8, int4 or mxfp4", s);
 }
 
 std::string read_file(const fs::path& path) {
@@ -183,8 +192,9 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const Where w{origin, number};
     if (number == 1) {
-      if (line != kPublishedHeader && line != kPublishedHeaderEp)
-        w.fail("header", std::string("the columns ") + kPublishedHeader + " (and optionally ,ep)", line.substr(0, 80));
+      if (line != kPublishedHeader && line != kPublishedHeaderEp && line != kPublishedHeaderGated)
+        w.fail("header", std::string("the columns ") + kPublishedHeader + " (and optionally ,ep or ,ep,gated)",
+               line.substr(0, 80));
       columns = split_csv_line(line).size();
       continue;
     }
@@ -201,7 +211,7 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     } else if (p.gpu != gpu) {
       w.fail("gpu", "'" + gpu + "' as on the table's first row (one GPU per table)", p.gpu);
     }
-    p.dtype = parse_dtype_cell(w, f[1]);
+    p.format = parse_dtype_cell(w, f[1]);
     p.experts = static_cast<int>(parse_positive(w, "experts", f[2], 65536));
     p.n = parse_positive(w, "n", f[3], int64_t(1) << 20);
     p.k = parse_positive(w, "k", f[4], int64_t(1) << 20);
@@ -229,7 +239,11 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
       p.ep = static_cast<int>(parse_positive(w, "ep", f[16], p.experts));
       if (p.experts % p.ep != 0) w.fail("ep", "a divisor of experts (" + std::to_string(p.experts) + ")", f[16]);
     }
-    if (!peak_flops_per_s(table.hardware, p.dtype))
+    if (columns > 17) {
+      if (f[17] != "0" && f[17] != "1") w.fail("gated", "1 (SwiGLU experts) or 0 (non-gated: relu^2, GELU)", f[17]);
+      p.format.gated = f[17] == "1";
+    }
+    if (!peak_flops_per_s(table.hardware, p.format.dtype))
       w.fail("dtype", std::string("a dtype with a dense peak on ") + table.hardware.name, f[1]);
     table.points.push_back(std::move(p));
   }
@@ -319,7 +333,7 @@ std::vector<int64_t> published_loads(const PublishedPoint& p, int draw) {
 }
 
 PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& hw) {
-  const ExpertRoofline model(hw, p.k, p.n, p.dtype);
+  const ExpertRoofline model(hw, p.k, p.n, p.format);
   PublishedTerms t;
   t.kernels = scope_kernels(p.scope);
   const int draws = published_draws(p);
@@ -430,8 +444,9 @@ std::vector<PublishedSample> table_samples(const PublishedTable& t) {
   std::vector<PublishedSample> out;
   for (const PublishedPoint& p : t.points) {
     try {
+      const bool weight_only = p.format.weights != WeightDtype::same;
       out.push_back({published_terms(p, t.hardware), p.measured_s, t.hardware.memory_compute_overlap,
-                     p.routing != PublishedRouting::power_law});
+                     p.routing != PublishedRouting::power_law && !weight_only, weight_only});
     } catch (const Error& e) {  // e.g. a shape the profile cannot cost: name the row
       throw InputError(t.origin + ":" + std::to_string(p.line) + ": " + e.what());
     }
@@ -446,12 +461,14 @@ ShippedFit shipped_fit_of(const std::vector<PublishedTable>& tables,
   for (std::size_t t = 0; t < tables.size(); ++t) {
     if (static_cast<int>(t) == skip) continue;
     const bool mine = tables[t].hardware.name == gpu;
+    bool fitted = false;
     for (const PublishedSample& s : samples[t]) {
       if (!s.fitted) continue;
+      fitted = true;
       all.push_back(s);
       if (mine) own.push_back(s);
     }
-    if (mine) out.gpu_tables.push_back(tables[t].name);
+    if (mine && fitted) out.gpu_tables.push_back(tables[t].name);
   }
   if (all.empty()) return out;
   out.pooled = fit_published(all);
@@ -459,7 +476,67 @@ ShippedFit shipped_fit_of(const std::vector<PublishedTable>& tables,
   return out;
 }
 
+WeightOnlyShares fit_weight_only_of(const std::vector<PublishedTable>& tables,
+                                    const std::vector<std::vector<PublishedSample>>& samples, int skip) {
+  struct Point {
+    const PublishedTerms* terms;
+    KernelFigures figures;
+    double log_measured;
+  };
+  std::vector<Point> points;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    if (static_cast<int>(t) == skip) continue;
+    const KernelFigures shipped = KernelFigures::of(tables[t].hardware);
+    for (std::size_t i = 0; i < samples[t].size(); ++i) {
+      const PublishedSample& s = samples[t][i];
+      if (s.weight_only && tables[t].points[i].routing != PublishedRouting::power_law)
+        points.push_back({&s.terms, shipped, std::log(s.measured_s)});
+    }
+  }
+  WeightOnlyShares out;
+  out.points = static_cast<int>(points.size());
+  if (points.empty()) return out;
+  const auto loss = [&](double log_bw, double log_flops) {
+    double sum = 0;
+    for (Point& p : points) {
+      p.figures.weight_only_bw_share = std::exp(log_bw);
+      p.figures.weight_only_flops_share = std::exp(log_flops);
+      const double d = std::log(published_time_s(*p.terms, p.figures)) - p.log_measured;
+      sum += d * d;
+    }
+    return sum;
+  };
+  // Log shares over [log 0.02, 0] in 12 steps (from the highest: a direction no point binds stays at 1),
+  // then 10 rounds of a 5 x 5 grid around the best, the step halved each round.
+  const double lo = std::log(0.02);
+  double step = -lo / 12.0, best = HUGE_VAL, best_bw = 0, best_flops = 0;
+  for (int i = 12; i >= 0; --i)
+    for (int j = 12; j >= 0; --j) {
+      const double v = loss(lo + i * step, lo + j * step);
+      if (v < best) best = v, best_bw = lo + i * step, best_flops = lo + j * step;
+    }
+  for (int round = 0; round < 10; ++round) {
+    step /= 2.0;
+    const double c_bw = best_bw, c_flops = best_flops;
+    for (int i = 2; i >= -2; --i)
+      for (int j = 2; j >= -2; --j) {
+        const double a = std::clamp(c_bw + i * step, lo, 0.0), b = std::clamp(c_flops + j * step, lo, 0.0);
+        const double v = loss(a, b);
+        if (v < best) best = v, best_bw = a, best_flops = b;
+      }
+  }
+  out.bw_share = std::exp(best_bw);
+  out.flops_share = std::exp(best_flops);
+  return out;
+}
+
 }  // namespace
+
+WeightOnlyShares fit_weight_only(const std::vector<PublishedTable>& tables, int skip) {
+  std::vector<std::vector<PublishedSample>> samples;
+  for (const PublishedTable& t : tables) samples.push_back(table_samples(t));
+  return fit_weight_only_of(tables, samples, skip);
+}
 
 ShippedFit shipped_fit(const std::vector<PublishedTable>& tables, const std::string& gpu, int skip) {
   std::vector<std::vector<PublishedSample>> samples;
@@ -517,14 +594,33 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
     v.tables.push_back(std::move(res));
   }
   // Leave one table out: the shipped fit (pooled over every table, then the GPU's own tables near it)
-  // without the table it predicts.
+  // without the table it predicts. A table no fit sees (power-law rows only) leaves the fits as they are:
+  // its GPU's full fit, worked out once.
+  std::map<std::string, ShippedFit> full_fit;
+  const auto fit_without = [&](std::size_t t) {
+    bool fitted = false;
+    for (const PublishedSample& s : samples[t]) fitted |= s.fitted;
+    if (fitted) return shipped_fit_of(tables, samples, v.tables[t].gpu, static_cast<int>(t));
+    auto it = full_fit.find(v.tables[t].gpu);
+    if (it == full_fit.end())
+      it = full_fit.emplace(v.tables[t].gpu, shipped_fit_of(tables, samples, v.tables[t].gpu, -1)).first;
+    return it->second;
+  };
   for (std::size_t t = 0; t < v.tables.size(); ++t) {
     PublishedTableResult& res = v.tables[t];
-    const ShippedFit fit = shipped_fit_of(tables, samples, res.gpu, static_cast<int>(t));
+    const ShippedFit fit = fit_without(t);
     for (std::size_t o = 0; o < v.tables.size(); ++o)
       if (o != t) res.fitted_on.push_back(v.tables[o].table.name);
     res.held_out_basis = res.fitted_on.empty() ? "none" : "every other table";
     res.fit = fit.gpu;
+    // A weight-only table's kernel also takes the shares fitted without it.
+    bool weight_only = false;
+    for (const PublishedSample& s : samples[t]) weight_only |= s.weight_only;
+    if (weight_only) {
+      const WeightOnlyShares w = fit_weight_only_of(tables, samples, static_cast<int>(t));
+      res.fit.figures.weight_only_bw_share = w.bw_share;
+      res.fit.figures.weight_only_flops_share = w.flops_share;
+    }
   }
   std::vector<std::vector<double>> overall(kPublishedColumnCount);
   std::map<std::string, std::vector<std::vector<double>>> per_gpu;
@@ -560,6 +656,7 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
     v.gpus.push_back(g);
   }
   for (int c = 0; c < kPublishedColumnCount; ++c) v.overall[c] = summarize_errors(overall[c]);
+  v.weight_only = fit_weight_only_of(tables, samples, -1);
   // Skew pairs: each power-law row against the balanced row of its table at the same batch.
   for (const PublishedRow& r : v.rows) {
     if (r.point.routing != PublishedRouting::power_law) continue;
@@ -574,6 +671,7 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
       pair.alpha = r.point.alpha;
       pair.predicted_ratio = r.model_s / b.model_s;
       pair.measured_ratio = r.point.measured_s / b.point.measured_s;
+      pair.weight_only = r.point.format.weights != WeightDtype::same;
       v.skew_pairs.push_back(pair);
       break;
     }
@@ -581,12 +679,14 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
   return v;
 }
 
-SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, bool ep_one_only) {
+SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, bool ep_one_only, SkewKernels kernels) {
   SkewSummary s;
   std::vector<double> errors;
   int right = 0;
   for (const SkewPair& p : pairs) {
     if (ep_one_only && p.ep != 1) continue;
+    if ((kernels == SkewKernels::fused && p.weight_only) || (kernels == SkewKernels::weight_only && !p.weight_only))
+      continue;
     if (std::fabs(p.measured_ratio - 1.0) <= moved) continue;
     errors.push_back(std::fabs(p.error()));
     right += (p.predicted_ratio > 1.0) == (p.measured_ratio > 1.0) ? 1 : 0;

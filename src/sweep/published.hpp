@@ -23,11 +23,15 @@ namespace moesim {
 // 1e5 x the points it fits).
 constexpr int64_t kPublishedMaxBatch = 65536;
 constexpr int kPublishedMaxTopK = 64;
-constexpr std::size_t kPublishedMaxTables = 32, kPublishedMaxPoints = 2048;
+constexpr std::size_t kPublishedMaxTables = 64, kPublishedMaxPoints = 2048;
 
 // The columns of a validation CSV, in order; a table may add `ep` as a 17th column (kPublishedHeaderEp).
 extern const char* const kPublishedHeader;
 extern const char* const kPublishedHeaderEp;
+// ... and then `gated` as an 18th (1: SwiGLU experts, 0: non-gated ones; 1 when absent).
+extern const char* const kPublishedHeaderGated;
+// A format as the dtype cell spells it: the dtype, or int4 / mxfp4 for 4-bit weights.
+std::string dtype_cell(const ExpertFormat& f);
 
 // How the benchmark routed its tokens (the CSV's routing column):
 //  uniform  - each token's top-k a uniformly random set of k distinct experts (torch.randn gating logits,
@@ -43,7 +47,8 @@ const char* to_string(PublishedRouting r);
 
 struct PublishedPoint {
   std::string gpu;             // the gpu cell: a built-in profile name or a profile YAML (relative to the CSV)
-  Dtype dtype = Dtype::bf16;
+  // The dtype cell (bf16, fp8, ...; int4 and mxfp4: 4-bit weights computing in bf16) and the gated cell.
+  ExpertFormat format = Dtype::bf16;
   int experts = 0, top_k = 0, tp = 1;
   int ep = 1;                  // expert parallelism: the timed GPU holds experts [0, experts / ep)
   int64_t n = 0, k = 0;        // per-GPU intermediate size (the kernel's N) and hidden size (K)
@@ -106,6 +111,9 @@ struct PublishedSample {
   // Whether the fits see it: power-law rows test what skew costs, so the figures are fitted on the
   // balanced and uniform rows and the skewed ones are predicted, never fitted.
   bool fitted = true;
+  // A weight-only 4-bit row: never in the four figures' fits (its kernel is another), its balanced and
+  // uniform rows fit the WeightOnlyFit shares instead.
+  bool weight_only = false;
 };
 // The kernel model's four fitted figures (efficiency_bw, efficiency_flops, launch, K step).
 struct PublishedFit {
@@ -120,6 +128,17 @@ struct PublishedFit {
 // `samples` is empty.
 constexpr double kPriorWeight = 1.0, kPriorLaunchScale_s = 2e-6, kPriorKStepScale_s = 0.1e-6;
 PublishedFit fit_published(const std::vector<PublishedSample>& samples, const KernelFigures* prior = nullptr);
+
+// The weight-only shares (KernelFigures::weight_only_bw_share, _flops_share; hardware_profile.hpp
+// WeightOnlyFit) that fit a set of weight-only rows, each with its table's shipped figures: least squares in
+// log time over shares in [0.02, 1], a coarse grid then 10 rounds of a finer one. points = 0 (and shares 1)
+// when there is none.
+struct WeightOnlyShares {
+  double bw_share = 1, flops_share = 1;
+  int points = 0;
+};
+// The shares fitted on every table's weight-only fitted rows but `skip`'s (skip < 0: none held out).
+WeightOnlyShares fit_weight_only(const std::vector<PublishedTable>& tables, int skip);
 
 // How moesim ships fitted figures (docs/cost-model.md "Fitted profiles"): the pooled fit over every table
 // but `skip`, then, for `gpu`, a fit to that GPU's tables but `skip` with the pooled fit as its prior (the
@@ -181,6 +200,7 @@ struct SkewPair {
   int ep = 1;
   double alpha = 0;
   double predicted_ratio = 0, measured_ratio = 0;  // power law / balanced
+  bool weight_only = false;                        // a weight-only 4-bit kernel's table (Marlin W4A16)
   double error() const { return predicted_ratio / measured_ratio - 1.0; }
 };
 // Over the pairs whose measured ratio moved more than `moved` either way: the median and 90th percentile
@@ -189,7 +209,11 @@ struct SkewSummary {
   int pairs = 0;
   double median_abs = 0, p90_abs = 0, direction_right = 0;
 };
-SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, bool ep_one_only);
+// kernels: every pair, or those of one kernel family (the Triton fused MoE in bf16/fp8, or the weight-only
+// 4-bit kernels), which skew meets differently.
+enum class SkewKernels { all, fused, weight_only };
+SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, bool ep_one_only,
+                           SkewKernels kernels = SkewKernels::all);
 constexpr double kSkewMoved = 0.05;  // the pairs the summary counts: skew moved the measured time > 5 %
 
 struct PublishedValidation {
@@ -198,6 +222,7 @@ struct PublishedValidation {
   std::vector<SkewPair> skew_pairs;              // every table's balanced / power-law pairs
   std::vector<PublishedGpuSummary> gpus;         // per GPU, sorted by name
   PublishedFit pooled;                           // the pooled fit over every table (PooledFit's figures)
+  WeightOnlyShares weight_only;                  // fit_weight_only over every table (WeightOnlyFit's shares)
   ErrorSummary overall[kPublishedColumnCount];
 };
 PublishedValidation validate_published(const std::vector<PublishedTable>& tables);

@@ -44,7 +44,7 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.top_k = e.model.top_k;
   row.layers = e.model.layers;
   row.moe_layers = moe_layer_count(e.model);
-  row.critical_batch = critical_batch(run.hardware, e.model.dtype);
+  row.critical_batch = critical_batch(run.hardware, expert_format(e.model));
   row.actual = scaled(p.cost.actual, row.moe_layers);
   row.balanced = scaled(p.cost.balanced, row.moe_layers);
   add_scaled(row.erosion, p.cost.erosion, row.moe_layers);

@@ -190,12 +190,15 @@ TEST(HfConfig, DbrxNestedKeys) {
   EXPECT_EQ(moe_layer_count(e.model), 40);
 }
 
-TEST(HfConfig, GptOssMxfp4NeedsAnExplicitDtype) {
-  const std::string msg = load_error("name: g\n", {"model.hf_config=" + hf_path("gpt-oss-20b")});
-  EXPECT_NE(msg.find(hf_path("gpt-oss-20b")), std::string::npos) << msg;
-  EXPECT_NE(msg.find("quantization_config.quant_method"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("mxfp4"), std::string::npos) << msg;
-  const Experiment e = from_hf("gpt-oss-20b", {"model.dtype=fp8"});
+TEST(HfConfig, GptOssImportsAsMxfp4WeightsComputingInBf16) {
+  const Experiment q = from_hf("gpt-oss-20b");
+  EXPECT_EQ(q.model.weight_dtype, WeightDtype::mxfp4);  // quantization_config.quant_method mxfp4
+  EXPECT_EQ(q.model.dtype, Dtype::bf16);                // torch_dtype bfloat16
+  EXPECT_TRUE(q.model.gated_experts);
+  // Another compute dtype for 4-bit weights is refused, naming both keys; with weights in it, it costs.
+  const std::string msg = load_error("name: g\n", {"model.hf_config=" + hf_path("gpt-oss-20b"), "model.dtype=fp8"});
+  EXPECT_NE(msg.find("model.dtype: expected bf16 or fp16 with model.weight_dtype mxfp4"), std::string::npos) << msg;
+  const Experiment e = from_hf("gpt-oss-20b", {"model.dtype=fp8", "model.weight_dtype=same"});
   EXPECT_EQ(e.model.dtype, Dtype::fp8);
   EXPECT_EQ(e.model.experts, 32);
   EXPECT_EQ(e.model.top_k, 4);  // experts_per_token
@@ -206,6 +209,23 @@ TEST(HfConfig, GptOssMxfp4NeedsAnExplicitDtype) {
   EXPECT_EQ(e.model.layers, 24);
   EXPECT_EQ(e.model.vocab, 201088);
   EXPECT_FALSE(e.router.pre_softmax);  // softmax over the k chosen logits
+}
+
+TEST(HfConfig, FourBitGptqAndAwqImportAsInt4Weights) {
+  const auto with_quant = [](const std::string& quant) {
+    return write_json(R"({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 4, "num_local_experts": 8,
+      "num_attention_heads": 4, "num_experts_per_tok": 2, "intermediate_size": 32, "vocab_size": 100,
+      "torch_dtype": "float16", "quantization_config": )" + quant + "}");
+  };
+  for (const char* q : {R"({"quant_method": "gptq", "bits": 4, "group_size": 128})", R"({"quant_method": "awq"})",
+                        R"({"quant_method": "awq", "bits": 4})"}) {
+    const Experiment e = load_experiment_text("name: q\n", "exp.yaml", {"model.hf_config=" + with_quant(q)});
+    EXPECT_EQ(e.model.weight_dtype, WeightDtype::int4) << q;
+    EXPECT_EQ(e.model.dtype, Dtype::fp16) << q;  // the compute dtype stays torch_dtype's
+  }
+  const std::string msg = load_error("name: q\n", {"model.hf_config=" + with_quant(R"({"quant_method": "gptq", "bits": 8})")});
+  EXPECT_NE(msg.find("quantization_config.quant_method"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'gptq' with bits 8"), std::string::npos) << msg;
 }
 
 TEST(HfConfig, Llama4ScoutReadsTextConfig) {
@@ -394,7 +414,7 @@ TEST(HfConfig, AGivenKeyNeedsNoValueFromTheConfigJson) {
   // The config.json lacks num_local_experts and has a format moesim does not cost: both given explicitly.
   const std::string path = write_json(R"({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 4,
     "num_attention_heads": 4, "num_experts_per_tok": 2, "intermediate_size": 32, "vocab_size": 100,
-    "quantization_config": {"quant_method": "awq"}})");
+    "quantization_config": {"quant_method": "bitsandbytes"}})");
   const Experiment e = load_experiment_text("model: {experts: 8, dtype: int8}\n", "exp.yaml", {"model.hf_config=" + path});
   EXPECT_EQ(e.model.experts, 8);
   EXPECT_EQ(e.model.dtype, Dtype::int8);

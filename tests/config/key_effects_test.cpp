@@ -151,6 +151,7 @@ const std::vector<Row>& rows() {
   const std::string logits = run + " --set workload.source=logits --set workload.path={A}";
   const std::string afb = run + " --set router.gating=aux_free_bias --set workload.batches=4";
   const std::string skewed = run + " --set workload.skew=1.5";  // many drops at capacity factor 1.25
+  const std::string drawn = "run {ROOT}/configs/experiments/aiconfigurator-power-law.yaml --format json";
   static const std::vector<Row> table = {
       {"name", "other", run, "", true},
       {"model.name", "other", run, "", true},
@@ -166,6 +167,8 @@ const std::vector<Row>& rows() {
       {"model.head_dim", "64", dec, run},
       {"model.vocab", "100", dec, run},  // the decoder caps its vocabulary at 512
       {"model.dtype", "fp8", run, route},
+      {"model.weight_dtype", "int4", run, route},
+      {"model.gated_experts", "false", run, route},
       {"model.hf_config", "{ROOT}/tests/data/hf/qwen3-30b-a3b/config.json", run, route},
       {"router.gating", "sinkhorn", run, profile},
       {"router.semantics", "megatron", run + " --set workload.batch=400 --set router.capacity_factor=1.1",
@@ -211,6 +214,8 @@ const std::vector<Row>& rows() {
       // The report names the format and whether workload.format chose it (a JSON file read as JSON either way).
       {"workload.format", "moesim_json", profile, run, true},
       {"workload.expert_map", swap_first_two_experts().c_str(), profile, run},
+      {"workload.distribution", "balanced", drawn, run},
+      {"workload.power_law_alpha", "1.5", drawn, drawn + " --set workload.distribution=balanced"},
       {"hardware", "h200", run, route},
       {"placement.kind", "single", run, route},
       {"placement.policy", "round_robin", run + " --set placement.devices=4", run + " --set placement.kind=single"},

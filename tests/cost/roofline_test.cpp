@@ -46,6 +46,45 @@ TEST(Roofline, ExpertConstants) {
   EXPECT_NEAR(m.wave_s_down, 2.0 * 16 * 16 * 128 * 4 / kF, 1e-24);
 }
 
+// 4-bit weights and non-gated experts on the same toy shape, by hand.
+TEST(Roofline, QuantizedWeightsAndNonGatedExperts) {
+  const HardwareProfile hw = toy();
+  // int4: 0.5 B a weight plus a 2-byte scale per 128 = 0.515625 B; mxfp4: 0.5 plus 1 byte per 32 = 0.53125 B.
+  // The compute dtype's activations and peak stay fp16's.
+  const ExpertRoofline q4(hw, 64, 128, {Dtype::fp16, WeightDtype::int4, true});
+  EXPECT_DOUBLE_EQ(q4.weight_bytes, 24576 * 0.515625);
+  EXPECT_DOUBLE_EQ(q4.act_bytes_per_row, kActRow);
+  EXPECT_DOUBLE_EQ(q4.flops_per_row, kFlopsRow);
+  EXPECT_TRUE(q4.weight_only);
+  const ExpertRoofline mx(hw, 64, 128, {Dtype::fp16, WeightDtype::mxfp4, true});
+  EXPECT_DOUBLE_EQ(mx.weight_bytes, 24576 * 0.53125);
+  // Non-gated fp16: P = 64 (128 + 128) = 16384, W = 32768 B; the up GEMM is 128 wide (8 column tiles), and a
+  // row moves (3*64 + 2*128 + 2*128) * 2 = 1408 B; up holds half of W.
+  const ExpertRoofline ng(hw, 64, 128, {Dtype::fp16, WeightDtype::same, false});
+  EXPECT_DOUBLE_EQ(ng.weight_bytes, 32768);
+  EXPECT_DOUBLE_EQ(ng.flops_per_row, 32768);
+  EXPECT_DOUBLE_EQ(ng.act_bytes_per_row, 1408);
+  EXPECT_DOUBLE_EQ(ng.act_bytes_up_per_row, (64 + 128) * 2);
+  EXPECT_EQ(ng.col_tiles_up, 8);
+  EXPECT_DOUBLE_EQ(ng.up_weight_share, 0.5);
+  EXPECT_FALSE(ng.weight_only);
+  // B* = F x bytes a weight / (2 BW): 10e12 x 0.515625 / 2e12 for int4 against 10 for fp16.
+  EXPECT_DOUBLE_EQ(critical_batch(hw, {Dtype::fp16, WeightDtype::int4, true}), 10e12 * 0.515625 / 2e12);
+  EXPECT_DOUBLE_EQ(critical_batch(hw, Dtype::fp16), 10.0);
+  // The weight-only shares scale a 4-bit kernel's efficiencies, and nothing else's: one launch of 1 ms of
+  // memory at efficiency_bw 0.8 and share 0.5 takes 1 ms / 0.4.
+  KernelTerms t;
+  t.memory_s = 1e-3;
+  t.kernels = 1;
+  KernelFigures f;
+  f.efficiency_bw = 0.8;
+  f.weight_only_bw_share = 0.5;
+  EXPECT_DOUBLE_EQ(kernel_time_s(t, f), 1e-3 / 0.8);
+  t.weight_only = true;
+  EXPECT_DOUBLE_EQ(kernel_time_s(t, f), 1e-3 / 0.4);
+  EXPECT_DOUBLE_EQ(kernel_ideal_s(t, f), 1e-3 / 0.4);
+}
+
 TEST(Roofline, ExpertTimeIsFlatThenLinear) {
   const ExpertRoofline m(toy(), 64, 128, Dtype::fp16);
   // Memory-bound below the knee: t(n) = (W + 1920 n) / BW; t(1) = 51072 / 1e12.

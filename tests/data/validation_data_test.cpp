@@ -59,7 +59,8 @@ TEST(ValidationData, EveryFileIsWellFormed) {
     std::ifstream in(file);
     std::string line;
     ASSERT_TRUE(std::getline(in, line));
-    EXPECT_TRUE(line == kHeader || line == std::string(kHeader) + ",ep") << line;
+    EXPECT_TRUE(line == kHeader || line == std::string(kHeader) + ",ep" || line == std::string(kHeader) + ",ep,gated")
+        << line;
     const std::size_t fields = split_csv_line(line).size();
     std::set<std::tuple<std::string, std::string, std::string, std::string, std::string, std::string,
                         std::string, std::string, std::string>>
@@ -73,6 +74,7 @@ TEST(ValidationData, EveryFileIsWellFormed) {
       const auto f = split_csv_line(line);
       ASSERT_EQ(f.size(), fields) << "line " << line_no;
       if (fields > 16) EXPECT_TRUE(parses_positive(f[16])) << "line " << line_no << ": ep '" << f[16] << "'";
+      if (fields > 17) EXPECT_TRUE(f[17] == "0" || f[17] == "1") << "line " << line_no << ": gated '" << f[17] << "'";
       for (const auto col : numeric)
         EXPECT_TRUE(parses_positive(f[col])) << "line " << line_no << " column " << col << " = '" << f[col] << "'";
       EXPECT_TRUE(is_profile(f[0])) << "line " << line_no << ": gpu '" << f[0] << "' has no configs/hardware profile";

@@ -96,7 +96,7 @@ TEST(Published, BadRowsNameFileLineAndColumn) {
 PublishedPoint point(int experts, int top_k, int64_t batch, KernelScope scope = KernelScope::layer) {
   PublishedPoint p;
   p.gpu = "h100-sxm";
-  p.dtype = Dtype::bf16;
+  p.format = Dtype::bf16;
   p.experts = experts;
   p.top_k = top_k;
   p.n = 1408;
@@ -397,7 +397,9 @@ TEST(Published, ModelColumnIsTheNumberRunPrints) {
       in.ffn = p.n;
       in.num_experts = p.experts;
       in.top_k = p.top_k;
-      in.dtype = p.dtype;
+      in.dtype = p.format.dtype;
+      in.weights = p.format.weights;
+      in.gated = p.format.gated;
       in.num_tokens = p.batch;
       in.load = published_loads(p, d);
       sum += model_moe_layer(hw, in).actual.quantized_s;
@@ -472,13 +474,15 @@ namespace moesim {
 namespace {
 
 // kPowerLawDraws is enough: on the shipped power-law rows' shapes (EP 1), the mean modeled time of two
-// disjoint sets of kPowerLawDraws draws agree within 0.5 %.
+// disjoint sets of kPowerLawDraws draws agree within 0.5 % on the fused-MoE kernels' rows. The weight-only
+// (Marlin) rows of 64 rows a tile sit near a row-tile switch at a few batches, where a draw's tile flips:
+// within 1.5 % there (docs/cost-model.md "What skew costs").
 TEST(Published, PowerLawMeanIsStable) {
   int checked = 0;
   for (const PublishedTable& t : load_published("all")) {
     for (const PublishedPoint& p : t.points) {
       if (p.routing != PublishedRouting::power_law || p.ep != 1) continue;
-      const ExpertRoofline m(t.hardware, p.k, p.n, p.dtype);
+      const ExpertRoofline m(t.hardware, p.k, p.n, p.format);
       const auto mean_over = [&](int from) {
         double sum = 0;
         for (int d = from; d < from + kPowerLawDraws; ++d) {
@@ -489,7 +493,8 @@ TEST(Published, PowerLawMeanIsStable) {
         return sum / kPowerLawDraws;
       };
       const double a = mean_over(0), b = mean_over(kPowerLawDraws);
-      EXPECT_LT(std::fabs(a / b - 1), 0.005) << t.name << " batch " << p.batch << " alpha " << p.alpha;
+      const double bound = p.format.weights == WeightDtype::same ? 0.005 : 0.015;
+      EXPECT_LT(std::fabs(a / b - 1), bound) << t.name << " batch " << p.batch << " alpha " << p.alpha;
       ++checked;
     }
   }
@@ -497,15 +502,24 @@ TEST(Published, PowerLawMeanIsStable) {
 }
 
 // The skew pairs of the shipped tables: with EP 1, where skew moved the measured time by more than 5 %,
-// the modeled ratio is within 6 % of the measured one (median), 15 % at the 90th percentile, and on the
-// right side of 1 in at least 80 % of them (docs/cost-model.md "What skew costs").
+// the fused-MoE kernels' modeled ratio is within 6 % of the measured one (median), 15 % at the 90th
+// percentile, and on the right side of 1 in at least 80 % of them (docs/cost-model.md "What skew costs").
+// The weight-only (Marlin) pairs miss those bounds: held to what they reach (median 10.2 %, p90 21.1 %,
+// direction 75 %), so that a change that loses them fails.
 TEST(Published, SkewPairsMatchTheMeasuredRatios) {
   const PublishedValidation v = validate_published(load_published("all"));
-  const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, true);
+  const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::fused);
   EXPECT_GE(s.pairs, 30);
   EXPECT_LE(s.median_abs, 0.06);
   EXPECT_LE(s.p90_abs, 0.15);
   EXPECT_GE(s.direction_right, 0.8);
+  const SkewSummary w = summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::weight_only);
+  EXPECT_GE(w.pairs, 50);
+  EXPECT_LE(w.median_abs, 0.11);
+  EXPECT_LE(w.p90_abs, 0.22);
+  EXPECT_GE(w.direction_right, 0.74);
+  const SkewSummary all = summarize_skew(v.skew_pairs, kSkewMoved, true);
+  EXPECT_EQ(all.pairs, s.pairs + w.pairs);
   // A pair by hand: the ratio is the model column's, power law over balanced.
   ASSERT_FALSE(v.skew_pairs.empty());
   const SkewPair& p = v.skew_pairs.front();

@@ -1,6 +1,7 @@
 // Tests src/workload/load_distribution: aiconfigurator's power law (its cap and fix-up worked by hand on
 // 4 experts, the sum and the cap on random awkward sizes, the heaviest EP group on rank 0, determinism) and
-// the balanced round-robin. Host only.
+// the balanced round-robin; and workload.source load_distribution through run, sweep, check and the
+// config's errors. Host only.
 #include "src/workload/load_distribution.hpp"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,9 @@
 #include <random>
 
 #include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/pipeline/run_experiment.hpp"
+#include "tests/support/run_cli.hpp"
 
 namespace moesim {
 namespace {
@@ -86,6 +90,86 @@ TEST(LoadDistribution, BadArgumentsThrow) {
   EXPECT_THROW(power_law_loads(4, 4, 2, 1.0, 1, 0, 0), PreconditionError);
 }
 
+
+Experiment shipped_power_law(int64_t batch, int draws) {
+  Experiment e = load_experiment_file(std::string(MOESIM_SOURCE_DIR) + "/configs/experiments/aiconfigurator-power-law.yaml", {});
+  e.workload.batch = batch;
+  e.workload.batches = draws;
+  return e;
+}
+
+TEST(LoadDistribution, RunCostsEachDrawAsOneLayerOfOneStep) {
+  const Experiment e = shipped_power_law(96, 3);  // 96 x 8 = 768 assignments over 128 experts
+  RunOptions keep;
+  keep.records = true;
+  const RunResult r = run_experiment(e, own_variant(e), keep);
+  ASSERT_EQ(r.variants.size(), 1u);
+  const VariantResult& v = r.variants[0];
+  EXPECT_FALSE(v.executed);
+  ASSERT_EQ(v.records.size(), 3u);
+  double mean_s = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    // The draws are the generator's, seeded by workload.seed and numbered by the draw.
+    EXPECT_EQ(v.per_batch[i].load, power_law_loads(96, 128, 8, 1.2, 1, e.workload.seed, i));
+    EXPECT_EQ(v.records[i].step, 0);
+    EXPECT_EQ(v.records[i].layer, static_cast<int>(i));
+    EXPECT_EQ(v.records[i].phase, "power_law");
+    mean_s += v.records[i].modeled_layer_s / 3;
+  }
+  // The headline layer is the mean over the draws.
+  EXPECT_NEAR(primary_placement(v).cost.actual.quantized_s, mean_s, 1e-12 * mean_s);
+  ASSERT_EQ(v.phases.size(), 1u);
+  EXPECT_EQ(v.phases[0].phase, "power_law");
+}
+
+TEST(LoadDistribution, BalancedRunHasNoImbalanceAndIgnoresTheSeed) {
+  Experiment e = shipped_power_law(96, 2);
+  e.workload.distribution = LoadDistribution::balanced;
+  RunOptions keep;
+  keep.records = true;
+  const RunResult a = run_experiment(e, own_variant(e), keep);
+  e.workload.seed = 12345;
+  const RunResult b = run_experiment(e, own_variant(e), keep);
+  for (const RunResult* r : {&a, &b}) {
+    const VariantResult& v = r->variants[0];
+    for (const auto& m : v.per_batch) {
+      EXPECT_EQ(m.load, std::vector<int64_t>(128, 6));  // 768 / 128, exactly
+      EXPECT_DOUBLE_EQ(m.imbalance, 1.0);
+    }
+    const ModeledPlacement& p = primary_placement(v);
+    EXPECT_EQ(p.cost.erosion.imbalance_s, 0.0);
+    EXPECT_EQ(p.cost.erosion.imbalance_tiles_s, 0.0);
+    EXPECT_EQ(p.cost.batching_efficiency, 1.0);
+  }
+  EXPECT_EQ(primary_placement(a.variants[0]).cost.actual.quantized_s,
+            primary_placement(b.variants[0]).cost.actual.quantized_s);
+}
+
+TEST(LoadDistribution, CliKeysActInSweepAndCheckAndBadValuesExitTwo) {
+  const std::string cfg = std::string(MOESIM_SOURCE_DIR) + "/configs/experiments/aiconfigurator-power-law.yaml";
+  // alpha = 1 has no truncated power law (its inverse CDF divides by 1 - alpha).
+  testing::CliResult c = testing::run_cli("run " + cfg + " --no-execute --set workload.power_law_alpha=1");
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.err.find("workload.power_law_alpha: expected a number > 0 other than 1"), std::string::npos) << c.err;
+  c = testing::run_cli("run " + cfg + " --set workload.distribution=zipf");
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.err.find("workload.distribution"), std::string::npos) << c.err;
+  // The exponent is inert on the balanced round-robin, and says so.
+  c = testing::run_cli("run " + cfg + " --set workload.distribution=balanced --set workload.power_law_alpha=1.5");
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("workload.power_law_alpha has no effect with workload.distribution=balanced"), std::string::npos);
+  // A sweep over the exponent: a steeper power law puts more on the busiest expert.
+  c = testing::run_cli("sweep " + cfg + " --vary workload.power_law_alpha=1.01,2 --set workload.batches=4 --format csv");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("workload.power_law_alpha"), std::string::npos);
+  // check: the shipped config's expect: block holds; the balanced round-robin breaks both bounds.
+  c = testing::run_cli("check " + cfg);
+  EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+  c = testing::run_cli("check " + cfg + " --set workload.distribution=balanced");
+  EXPECT_EQ(c.exit_code, 1) << c.out << c.err;
+  EXPECT_NE(c.out.find("batching_efficiency = 1, expected max 0.75"), std::string::npos) << c.out;
+}
+
 }  // namespace
 }  // namespace moesim
 
@@ -147,6 +231,7 @@ TEST(LoadDistribution, WaterLevelsMatchOneRowAtATime) {
     EXPECT_EQ(got, expected);
   }
 }
+
 
 }  // namespace
 }  // namespace moesim

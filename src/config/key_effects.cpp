@@ -322,9 +322,16 @@ R execute_dtype(const Experiment& e, const EffectContext& c) {
   if (!r.empty()) return r;
   return c.cuda ? kActs : "on the CPU backend (its experts compute in fp32; --backend cuda uses it)";
 }
+// The decoder always runs, at the execute: size, because its hidden states make the routing
+// (src/pipeline/run_steps.cpp run_decoder): --no-execute and execute.enabled false only leave its measured
+// times out. So its shape keys act in every decoder run but moesim route.
+R executed_shape(const Experiment& e, const EffectContext& c) {
+  if (e.workload.source == WorkloadSource::decoder && !routing_only(c)) return kActs;
+  return not_executed(e, c);
+}
 // The decoder runs execute.layers layers (src/decoder/decoder.cpp); a batch workload executes one MoE layer.
 R execute_layers(const Experiment& e, const EffectContext& c) {
-  const R r = not_executed(e, c);
+  const R r = executed_shape(e, c);
   if (!r.empty()) return r;
   return e.workload.source == WorkloadSource::decoder ? kActs : with_source(e) + " (one MoE layer is executed)";
 }
@@ -429,9 +436,11 @@ const std::vector<KeyEffect>& key_effects() {
       {"placement.load_estimator", "kind expert_parallel with rebalance_every > 0", placement_estimator},
       {"placement.ema_weight", "kind expert_parallel, rebalance_every > 0, load_estimator ema", placement_ema},
       {"execute.enabled", "sources synthetic, logits, decoder, unless --no-execute", execute_enabled},
-      {"execute.hidden", "the executed layer runs (sources synthetic, logits, decoder)", not_executed},
-      {"execute.ffn", "the executed layer runs (sources synthetic, logits, decoder)", not_executed},
-      {"execute.layers", "the decoder runs (its executed layers)", execute_layers},
+      {"execute.hidden", "the executed layer runs (sources synthetic, logits); the decoder, always (its width)",
+       executed_shape},
+      {"execute.ffn", "the executed layer runs (sources synthetic, logits); the decoder, always (its experts' width)",
+       executed_shape},
+      {"execute.layers", "the decoder runs (its executed layers), with or without --no-execute", execute_layers},
       {"execute.repeats", "the executed layer runs (sources synthetic, logits, decoder)", not_executed},
       {"execute.dtype", "the executed layer runs on CUDA (--backend cuda or auto with a device)", execute_dtype},
       {"expect", "moesim check", expect_rule},

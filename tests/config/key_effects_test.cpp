@@ -237,7 +237,8 @@ const std::vector<Row>& rows() {
       {"execute.enabled", "false", run, run + " --no-execute"},
       {"execute.hidden", "24", run, run + " --no-execute"},
       {"execute.ffn", "48", run, run + " --no-execute"},
-      {"execute.layers", "2", dec, run},
+      // The decoder runs at the execute: size with or without --no-execute (its hidden states make the routing).
+      {"execute.layers", "2", dec + " --no-execute", run},
       {"execute.repeats", "2", run, run + " --no-execute"},
       {"execute.dtype", "bf16", run + " --backend cuda", run, false, true},
       {"expect", "{imbalance: {max: 1.0}}", "check {FILE}", run},
@@ -268,6 +269,21 @@ const Row* find_row(const std::string& key) {
   for (const Row& r : rows())
     if (key == r.key) return &r;
   return nullptr;
+}
+
+// The decoder's shape keys act under --no-execute too, and no warning says otherwise; execute.repeats does
+// not (only the timing repeats).
+TEST(KeyEffects, DecoderShapeActsWithoutTheTimedLayer) {
+  const std::string dec = "run" + kBase + kDecoder + " --no-execute";
+  for (const char* kv : {"execute.hidden=24", "execute.ffn=48", "execute.layers=2"}) {
+    const auto a = run_cli(dec), b = run_cli(dec + " --set " + kv);
+    ASSERT_EQ(b.exit_code, 0) << kv << ": " << b.err;
+    const std::string key = std::string(kv).substr(0, std::string(kv).find('='));
+    EXPECT_EQ(b.err.find(key + " has no effect"), std::string::npos) << kv << ": " << b.err;
+    EXPECT_NE(computed(a.out), computed(b.out)) << kv;
+  }
+  const auto r = run_cli(dec + " --set execute.repeats=2");
+  EXPECT_NE(r.err.find("execute.repeats has no effect"), std::string::npos) << r.err;
 }
 
 TEST(KeyEffects, EveryKeyHasARow) {

@@ -30,7 +30,7 @@ printf 'null:%s\n' thrust/detail/reference.h thrust/detail/execution_policy.h \
   thrust/system/detail/generic/select_system.inl >"$build/ubsan.supp"
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$build/ubsan.supp}
 cd "$build"
-kHeavy='^(Published\.(SkewPairsMatchTheMeasuredRatios|PowerLawMeanIsStable|ShippedProfilesCarryTheFit|ModelColumnIsTheNumberRunPrints)|PublishedCli\.CostModelDocQuotesTheCurrentSummary)$'
+kHeavy='^(Published\.(SkewPairsMatchTheMeasuredRatios|PowerLawMeanIsStable|ShippedProfilesCarryTheFit|ModelColumnIsTheNumberRunPrints)|PublishedCli\.(CostModelDocQuotesTheCurrentSummary|GateExitsOneAboveTheLimitAndZeroBelow))$'
 if [ "${MOESIM_SANITIZE_ALL:-0}" = 1 ]; then
   ctest --output-on-failure -j1 -LE gpu
 else

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -594,50 +593,33 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
     }
     v.tables.push_back(std::move(res));
   }
-  // The fits, each independent of the others and deterministic, so they run in parallel: every GPU's full
-  // shipped fit, then leave one table out: the shipped fit (pooled over every table, then the GPU's own
-  // tables near it) without the table it predicts. A table no fit sees (power-law rows only) leaves the
-  // fits as they are: its GPU's full fit. A weight-only table's kernel also takes the shares fitted
-  // without it.
-  std::vector<std::string> gpus;
-  for (const PublishedTableResult& r : v.tables)
-    if (std::find(gpus.begin(), gpus.end(), r.gpu) == gpus.end()) gpus.push_back(r.gpu);
-  std::vector<ShippedFit> full(gpus.size()), loo(v.tables.size());
-  std::vector<WeightOnlyShares> loo_shares(v.tables.size());
-  std::vector<std::exception_ptr> failed(gpus.size() + v.tables.size());
-  const long jobs = static_cast<long>(gpus.size() + v.tables.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (long j = 0; j < jobs; ++j) {
-    try {
-      if (j < static_cast<long>(gpus.size())) {
-        full[j] = shipped_fit_of(tables, samples, gpus[j], -1);
-        continue;
-      }
-      const std::size_t t = static_cast<std::size_t>(j) - gpus.size();
-      bool fitted = false, weight_only = false;
-      for (const PublishedSample& s : samples[t]) fitted |= s.fitted, weight_only |= s.weight_only;
-      if (fitted) loo[t] = shipped_fit_of(tables, samples, v.tables[t].gpu, static_cast<int>(t));
-      if (weight_only) loo_shares[t] = fit_weight_only_of(tables, samples, static_cast<int>(t));
-    } catch (...) {
-      failed[j] = std::current_exception();
-    }
-  }
-  for (const std::exception_ptr& e : failed)
-    if (e) std::rethrow_exception(e);
-  const auto full_of = [&](const std::string& gpu) -> const ShippedFit& {
-    return full[static_cast<std::size_t>(std::find(gpus.begin(), gpus.end(), gpu) - gpus.begin())];
+  // Leave one table out: the shipped fit (pooled over every table, then the GPU's own tables near it)
+  // without the table it predicts. A table no fit sees (power-law rows only) leaves the fits as they are:
+  // its GPU's full fit, worked out once.
+  std::map<std::string, ShippedFit> full_fit;
+  const auto fit_without = [&](std::size_t t) {
+    bool fitted = false;
+    for (const PublishedSample& s : samples[t]) fitted |= s.fitted;
+    if (fitted) return shipped_fit_of(tables, samples, v.tables[t].gpu, static_cast<int>(t));
+    auto it = full_fit.find(v.tables[t].gpu);
+    if (it == full_fit.end())
+      it = full_fit.emplace(v.tables[t].gpu, shipped_fit_of(tables, samples, v.tables[t].gpu, -1)).first;
+    return it->second;
   };
   for (std::size_t t = 0; t < v.tables.size(); ++t) {
     PublishedTableResult& res = v.tables[t];
-    bool fitted = false, weight_only = false;
-    for (const PublishedSample& s : samples[t]) fitted |= s.fitted, weight_only |= s.weight_only;
+    const ShippedFit fit = fit_without(t);
     for (std::size_t o = 0; o < v.tables.size(); ++o)
       if (o != t) res.fitted_on.push_back(v.tables[o].table.name);
     res.held_out_basis = res.fitted_on.empty() ? "none" : "every other table";
-    res.fit = fitted ? loo[t].gpu : full_of(res.gpu).gpu;
+    res.fit = fit.gpu;
+    // A weight-only table's kernel also takes the shares fitted without it.
+    bool weight_only = false;
+    for (const PublishedSample& s : samples[t]) weight_only |= s.weight_only;
     if (weight_only) {
-      res.fit.figures.weight_only_bw_share = loo_shares[t].bw_share;
-      res.fit.figures.weight_only_flops_share = loo_shares[t].flops_share;
+      const WeightOnlyShares w = fit_weight_only_of(tables, samples, static_cast<int>(t));
+      res.fit.figures.weight_only_bw_share = w.bw_share;
+      res.fit.figures.weight_only_flops_share = w.flops_share;
     }
   }
   std::vector<std::vector<double>> overall(kPublishedColumnCount);
@@ -667,7 +649,7 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
     PublishedGpuSummary g;
     g.gpu = name;
     for (int c = 0; c < kPublishedColumnCount; ++c) g.errors[c] = summarize_errors(errors[c]);
-    const ShippedFit& fit = full_of(name);
+    const ShippedFit fit = shipped_fit_of(tables, samples, name, -1);
     g.fit = fit.gpu;
     g.fitted_tables = fit.gpu_tables;
     v.pooled = fit.pooled;

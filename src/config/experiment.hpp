@@ -105,8 +105,6 @@ struct ExpertFormat {
 double bytes_per_weight(const ExpertFormat& f);
 // As reports name it: the dtype, then "int4 weights" or "mxfp4 weights", then "non-gated" where they apply.
 std::string format_label(const ExpertFormat& f);
-// Weight matrices of one expert: 3 gated, 2 not.
-inline int expert_matrices(const ExpertFormat& f) { return f.gated ? 3 : 2; }
 
 // The number of MoE layers of `m`: model.moe_layers, or model.layers when it is 0.
 inline int moe_layer_count(const ModelConfig& m) { return m.moe_layers > 0 ? m.moe_layers : m.layers; }

@@ -157,7 +157,7 @@ PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, cons
     out.experts.quantized_s = std::max(out.experts.quantized_s, c.quantized_s);
     out.device_time_s[d] = c.quantized_s;
   }
-  out.a2a = all_to_all(hw, out.device_tokens, static_cast<double>(in.hidden) * dtype_bytes(in.dtype));
+  out.a2a = all_to_all(hw, out.device_tokens, static_cast<double>(in.hidden) * dtype_bytes(in.format.dtype));
   out.cost = out.experts;
   out.cost.ideal_s += out.a2a.bandwidth_s;
   out.cost.quantized_s += out.a2a.bandwidth_s + out.a2a.latency_s;
@@ -506,11 +506,7 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
   LayerCostInput in;
   in.hidden = model ? e.model.hidden : e.execute.hidden;
   in.ffn = model ? e.model.ffn : e.execute.ffn;
-  in.dtype = model ? e.model.dtype : e.execute.dtype;
-  if (model) {  // the executed layer is SwiGLU in execute.dtype
-    in.weights = e.model.weight_dtype;
-    in.gated = e.model.gated_experts;
-  }
+  in.format = model ? expert_format(e.model) : ExpertFormat(e.execute.dtype);  // the executed layer: SwiGLU
   in.num_experts = e.model.experts;
   in.top_k = e.model.top_k;
   in.shared_experts = e.model.shared_experts;
@@ -525,7 +521,7 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
 LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
   validate(in);
   const int tp = std::max(1, in.placement.tensor_parallel);
-  const ExpertRoofline rm(hw, in.hidden, (in.ffn + tp - 1) / tp, {in.dtype, in.weights, in.gated});
+  const ExpertRoofline rm(hw, in.hidden, (in.ffn + tp - 1) / tp, in.format);
   const int num_experts = in.num_experts;
   const int64_t assignments = in.num_tokens * in.top_k;
   const BalancedLoads balanced(assignments, num_experts, in.capacity);
@@ -565,7 +561,7 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     out.actual = experts;
     out.balanced = even.time();
     out.device_time_s.assign(1, experts.quantized_s);
-    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, in.num_tokens, in.hidden, in.dtype);
+    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, in.num_tokens, in.hidden, in.format.dtype);
     add_to(out.actual, reduce);
     add_to(out.balanced, reduce);
     out.tensor_parallel_reduce_s = reduce.quantized_s;
@@ -604,9 +600,9 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
       }
       return most;
     };
-    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, most_rows(a), in.hidden, in.dtype);
+    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, most_rows(a), in.hidden, in.format.dtype);
     add_to(out.actual, reduce);
-    add_to(out.balanced, tensor_parallel_reduce(hw, tp, most_rows(b), in.hidden, in.dtype));
+    add_to(out.balanced, tensor_parallel_reduce(hw, tp, most_rows(b), in.hidden, in.format.dtype));
     out.tensor_parallel_reduce_s = reduce.quantized_s;
     out.compute_bound_experts = a.compute_bound;
     out.device_time_s = std::move(a.device_time_s);

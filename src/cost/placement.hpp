@@ -75,9 +75,8 @@ void assign_load(ExpertPlacement& placement, const std::vector<int64_t>& load);
 struct LayerCostInput {
   int64_t hidden = 0, ffn = 0;      // the model's real expert size
   int num_experts = 0, top_k = 0, shared_experts = 0;
-  Dtype dtype = Dtype::bf16;        // compute and activations (the all-to-all and all-reduce move these)
-  WeightDtype weights = WeightDtype::same;
-  bool gated = true;
+  // The experts' format; its dtype is also the activations' (the all-to-all and all-reduce move these).
+  ExpertFormat format = Dtype::bf16;
   int64_t num_tokens = 0;           // N tokens in the batch
   std::vector<int64_t> load;        // [num_experts] kept assignments per expert
   Layout layout = Layout::dropless;

@@ -92,10 +92,8 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   // The knee: n (2P / F - A / BW) > W / BW, solved in doubles, then settled on the exact predicate (it is
   // monotone in n) so the comparison in compute_bound() agrees with it at every n.
   // At the achieved rates, as the ideal column reads them.
-  const double flops_per_s =
-      peak_flops_per_s * figures.efficiency_flops * (weight_only ? figures.weight_only_flops_share : 1.0);
-  const double bytes_per_s =
-      bandwidth_bytes_per_s * figures.efficiency_bw * (weight_only ? figures.weight_only_bw_share : 1.0);
+  const double flops_per_s = peak_flops_per_s * figures.achieved_flops(weight_only);
+  const double bytes_per_s = bandwidth_bytes_per_s * figures.achieved_bw(weight_only);
   const auto bound = [&](int64_t n) {
     const double rows = static_cast<double>(n);
     return rows * flops_per_row / flops_per_s > (weight_bytes + rows * act_bytes_per_row) / bytes_per_s;
@@ -148,24 +146,16 @@ KernelFigures KernelFigures::of(const HardwareProfile& hw) {
   return f;
 }
 
-namespace {
-double achieved_bw(const KernelTerms& t, const KernelFigures& f) {
-  return f.efficiency_bw * (t.weight_only ? f.weight_only_bw_share : 1.0);
-}
-double achieved_flops(const KernelTerms& t, const KernelFigures& f) {
-  return f.efficiency_flops * (t.weight_only ? f.weight_only_flops_share : 1.0);
-}
-}  // namespace
-
 double kernel_time_s(const KernelTerms& t, const KernelFigures& f) {
   if (t.kernels == 0) return 0.0;
   return t.kernels * f.launch_s +
          std::max(t.k_steps * f.k_step_s,
-                  combine_terms(t.memory_s / achieved_bw(t, f), t.compute_s / achieved_flops(t, f), f.overlap));
+                  combine_terms(t.memory_s / f.achieved_bw(t.weight_only), t.compute_s / f.achieved_flops(t.weight_only),
+                                f.overlap));
 }
 
 double kernel_ideal_s(const KernelTerms& t, const KernelFigures& f) {
-  return std::max(t.memory_s / achieved_bw(t, f), t.ideal_compute_s / achieved_flops(t, f));
+  return std::max(t.memory_s / f.achieved_bw(t.weight_only), t.ideal_compute_s / f.achieved_flops(t.weight_only));
 }
 
 KernelTerms GroupedCost::terms(KernelScope scope) const {

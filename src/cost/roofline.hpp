@@ -45,6 +45,11 @@ struct KernelFigures {
   // fitted on the published Marlin tables; 1 would be the bf16 kernel's rates.
   double weight_only_bw_share = 1, weight_only_flops_share = 1;
   static KernelFigures of(const HardwareProfile& hw);
+  // The efficiencies a kernel reaches: the fitted ones, times the weight-only shares for a weight-only kernel.
+  double achieved_bw(bool weight_only) const { return efficiency_bw * (weight_only ? weight_only_bw_share : 1.0); }
+  double achieved_flops(bool weight_only) const {
+    return efficiency_flops * (weight_only ? weight_only_flops_share : 1.0);
+  }
 };
 
 // A launch sequence's terms at peak, before the profile's figures.

@@ -285,18 +285,15 @@ std::string published_json(const PublishedValidation& v) {
                      {"alpha", p.alpha}, {"predicted_ratio", p.predicted_ratio}, {"measured_ratio", p.measured_ratio},
                      {"error", p.error()}, {"weight_only", p.weight_only}});
   j["skew_pairs"] = pairs;
-  for (bool ep_one : {true, false}) {
-    const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, ep_one);
-    j[ep_one ? "skew_summary_ep1" : "skew_summary"] = {{"pairs", s.pairs}, {"median_abs_error", s.median_abs},
-                                                        {"p90_abs_error", s.p90_abs},
-                                                        {"direction_right", s.direction_right}};
-  }
-  for (SkewKernels k : {SkewKernels::fused, SkewKernels::weight_only}) {
-    const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, true, k);
-    j[k == SkewKernels::fused ? "skew_summary_ep1_fused" : "skew_summary_ep1_weight_only"] = {
-        {"pairs", s.pairs}, {"median_abs_error", s.median_abs}, {"p90_abs_error", s.p90_abs},
-        {"direction_right", s.direction_right}};
-  }
+  const auto skew_json = [&](bool ep_one, SkewKernels kernels) {
+    const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, ep_one, kernels);
+    return nlohmann::json{{"pairs", s.pairs}, {"median_abs_error", s.median_abs}, {"p90_abs_error", s.p90_abs},
+                          {"direction_right", s.direction_right}};
+  };
+  j["skew_summary_ep1"] = skew_json(true, SkewKernels::all);
+  j["skew_summary"] = skew_json(false, SkewKernels::all);
+  j["skew_summary_ep1_fused"] = skew_json(true, SkewKernels::fused);
+  j["skew_summary_ep1_weight_only"] = skew_json(true, SkewKernels::weight_only);
   j["overall"] = summary_json(v.overall);
   return j.dump(2) + "\n";
 }

@@ -89,7 +89,7 @@ ValidateResult run_validation(const Experiment& base, const HardwareRef& hardwar
     const VariantResult& v = run.variants.front();
     const BalanceMetrics& m = v.last();
     LayerCostInput in = layer_cost_input(e, v.variant.router, CostedSize::executed, run.num_tokens, m.load, m.capacity);
-    in.dtype = Dtype::fp32;  // the CPU backend's GEMMs are fp32
+    in.format = Dtype::fp32;  // the CPU backend's GEMMs are fp32
     const LayerCost cost = model_moe_layer(hw, in);
     ValidatePoint p;
     p.num_tokens = run.num_tokens;
@@ -97,7 +97,7 @@ ValidateResult run_validation(const Experiment& base, const HardwareRef& hardwar
     p.rows = layout_rows(m.load, in.layout, in.block_size, m.capacity);
     p.predicted_s = cost.actual.quantized_s;
     // Regime of the kernel model: the grouped kernel's compute term against its memory term.
-    const ExpertRoofline er(hw, in.hidden, in.ffn, in.dtype);
+    const ExpertRoofline er(hw, in.hidden, in.ffn, in.format);
     const double rows_all = static_cast<double>(p.rows) + static_cast<double>(in.shared_experts) * run.num_tokens;
     const double experts_all = p.active_experts + (run.num_tokens > 0 ? in.shared_experts : 0);
     const double mem_s = (experts_all * er.weight_bytes + rows_all * er.act_bytes_per_row) /

@@ -242,7 +242,7 @@ void bench_cost_model(State& state, int num_experts, int devices) {
   in.ffn = mixtral ? 14336 : 2048;
   in.num_experts = num_experts;
   in.top_k = mixtral ? 2 : 8;
-  in.dtype = Dtype::bf16;
+  in.format = Dtype::bf16;
   in.num_tokens = 16384;
   in.load.resize(num_experts);
   const int64_t mean = in.num_tokens * in.top_k / num_experts;

@@ -27,7 +27,7 @@ LayerCostInput layer(int num_experts, int top_k, int64_t num_tokens, std::vector
   in.ffn = 128;
   in.num_experts = num_experts;
   in.top_k = top_k;
-  in.dtype = Dtype::fp16;
+  in.format = Dtype::fp16;
   in.num_tokens = num_tokens;
   in.load = std::move(load);
   return in;
@@ -288,7 +288,7 @@ TEST(Placement, EmptyBatchAndBadInputs) {
   EXPECT_THROW(model_moe_layer(toy(), layer(3, 4, 4, {1, 1, 1})), PreconditionError);
   EXPECT_THROW(model_moe_layer(toy(), layer(3, 1, 4, {1, -1, 1})), PreconditionError);
   LayerCostInput bf = layer(2, 1, 4, {2, 2});
-  bf.dtype = Dtype::bf16;  // the toy profile has no bf16 peak
+  bf.format = Dtype::bf16;  // the toy profile has no bf16 peak
   EXPECT_THROW(model_moe_layer(toy(), bf), ConfigError);
 }
 
@@ -384,7 +384,7 @@ TEST(Erosion, TileBoundariesAreNotImbalance) {
     in.ffn = 14336;
     in.num_experts = 8;
     in.top_k = 2;
-    in.dtype = Dtype::bf16;
+    in.format = Dtype::bf16;
     in.num_tokens = n;
     in.load = std::move(load);
     in.placement = expert_parallel(8);

@@ -32,7 +32,7 @@ std::vector<LayerCostInput> steps_of(const std::vector<std::vector<int64_t>>& lo
     in.ffn = 128;
     in.num_experts = static_cast<int>(l.size());
     in.top_k = 1;
-    in.dtype = Dtype::fp16;
+    in.format = Dtype::fp16;
     in.num_tokens = 10;
     in.load = l;
     in.placement = pc;

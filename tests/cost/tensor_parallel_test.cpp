@@ -22,7 +22,7 @@ LayerCostInput layer(int64_t ffn, int tp, std::vector<int64_t> load, int64_t tok
   in.ffn = ffn;
   in.num_experts = static_cast<int>(load.size());
   in.top_k = 2;
-  in.dtype = Dtype::fp16;
+  in.format = Dtype::fp16;
   in.num_tokens = tokens;
   in.load = std::move(load);
   in.placement.tensor_parallel = tp;

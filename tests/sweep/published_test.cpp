@@ -400,9 +400,7 @@ TEST(Published, ModelColumnIsTheNumberRunPrints) {
       in.ffn = p.n;
       in.num_experts = p.experts;
       in.top_k = p.top_k;
-      in.dtype = p.format.dtype;
-      in.weights = p.format.weights;
-      in.gated = p.format.gated;
+      in.format = p.format;
       in.num_tokens = p.batch;
       in.load = published_loads(p, d);
       sum += model_moe_layer(hw, in).actual.quantized_s;

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # Installs what moesim needs to build and test on Debian (12 or later). Idempotent: installs only
 # what is missing and prints it. Works as root; uses sudo otherwise.
+#   scripts/setup.sh          everything: the build, the tests, the fuzzers, MPI, the benchmarks
+#   scripts/setup.sh --demo   only what scripts/demo.sh needs: the build of the moesim binary and the picture
 set -euo pipefail
 
-packages=(
+# scripts/demo.sh: compilers, the libraries moesim links, the Thrust/CUB headers, and plot.py's Python.
+demo_packages=(
   cmake g++ make ccache pkg-config
   libyaml-cpp-dev libboost-program-options-dev nlohmann-json3-dev libzip-dev
-  libopenblas-openmp-dev libgtest-dev libbenchmark-dev
+  libopenblas-openmp-dev
   libthrust-dev libcub-dev
-  clang libclang-rt-dev libomp-dev   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, OpenMP for clang
-  openmpi-bin libopenmpi-dev
   python3 python3-numpy python3-matplotlib
 )
+packages=(
+  "${demo_packages[@]}"
+  libgtest-dev libbenchmark-dev
+  clang libclang-rt-dev libomp-dev   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, OpenMP for clang
+  openmpi-bin libopenmpi-dev
+)
+case "${1:-}" in
+  --demo) packages=("${demo_packages[@]}") ;;
+  "") ;;
+  *) echo "setup: expected no argument or --demo, got '$1'" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -153,7 +153,7 @@ struct Field {
   EmitFn emit;  // writes the value only (the key is written by the caller)
   // Whether the key is written at all; empty: always. An optional key (model.hf_config, model.moe_layers)
   // is left out while unset, so that experiments without it re-emit as before.
-  std::function<bool(const Experiment&)> present;
+  std::function<bool(const Experiment&)> present = nullptr;
 };
 
 struct Section {

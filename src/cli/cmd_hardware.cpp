@@ -1,5 +1,5 @@
 // `moesim hardware [NAME|FILE] [--format table|json]`: lists the built-in profiles, or shows one
-// with its critical batch per dtype (F x bytes_per_weight / (2 x BW), DESIGN.md "Cost model").
+// with its critical batch per dtype (F x bytes_per_weight / (2 x BW), docs/design.md "Cost model").
 #include <iostream>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// The error types of moesim and the exit code each maps to (DESIGN.md "Exit codes and errors").
+// The error types of moesim and the exit code each maps to (docs/design.md "Exit codes and errors").
 // Library code throws; only main() turns an exception into a message and an exit code.
 // Host only. Covered by tests/cli (exit codes) and every test that expects a throw.
 #pragma once

@@ -58,7 +58,7 @@ struct AllToAll {
   double bytes = 0;        // dispatch + combine bytes that leave their device
 };
 
-// DESIGN.md: all-to-all = bytes of activations that leave their device / link bandwidth + latency.
+// docs/design.md: all-to-all = bytes of activations that leave their device / link bandwidth + latency.
 AllToAll all_to_all(const HardwareProfile& hw, const std::vector<int64_t>& device_load, double row_bytes) {
   AllToAll a;
   const int num_devices = static_cast<int>(device_load.size());

@@ -95,7 +95,7 @@ inline int64_t undelivered_assignments(int64_t dropped, int64_t tokens_unrouted,
   return std::max<int64_t>(dropped, static_cast<int64_t>(top_k) * tokens_unrouted);
 }
 
-// Where a modeled MoE layer's time goes (DESIGN.md "erosion", docs/cost-model.md "Erosion"), in seconds
+// Where a modeled MoE layer's time goes (docs/design.md "erosion", docs/cost-model.md "Erosion"), in seconds
 // of the prediction's column (quantized). Staged on one placement:
 //   reference  = the delivered assignments balanced over the experts (the `balanced` gating's loads),
 //                placed by the placement's rule, ideal roofline, experts only (no all-to-all);
@@ -169,7 +169,7 @@ double efficiency_of(const Erosion& erosion);
 // roofline_efficiency from an erosion: reference / (reference + imbalance), 1 when both are 0.
 double roofline_efficiency_of(const Erosion& erosion);
 
-// The MoE layer's modeled time (DESIGN.md "Cost model"):
+// The MoE layer's modeled time (docs/design.md "Cost model"):
 //  - rows per expert by layout: dropless n = load; block n = round_up(load, block_size); capacity
 //    n = max(C, load) for every expert, idle ones included (C = capacity, or max(load) when 0);
 //  - shared experts process every token: N rows on one device, the device's N / D local tokens in EP;

@@ -1,4 +1,4 @@
-// Roofline arithmetic for experts and attention (DESIGN.md "Cost model"; the roofline model is Williams,
+// Roofline arithmetic for experts and attention (docs/design.md "Cost model"; the roofline model is Williams,
 // Waterman and Patterson, CACM 2009: time = max(bytes / bandwidth, FLOPs / peak)).
 // Tile and wave quantization follow how a tiled GEMM runs: every thread-block tile costs a full tile of
 // MACs, and tiles run sm_count at a time; the row tile fits the rows per expert and a partial wave

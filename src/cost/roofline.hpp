@@ -1,4 +1,4 @@
-// Roofline cost of SwiGLU experts (DESIGN.md "Cost model"): one expert with n rows, a grouped kernel of
+// Roofline cost of SwiGLU experts (docs/design.md "Cost model"): one expert with n rows, a grouped kernel of
 // many experts on one device, and one attention decode step, each as three numbers side by side.
 // Inputs are row counts per expert (already laid out: load, block-rounded or capacity rows).
 // Pure arithmetic, host only, no allocation. Covered by tests/cost/roofline_test.cpp.
@@ -231,11 +231,11 @@ class GroupedCost {
   int64_t tiles_less_one_[ExpertRoofline::kMaxRowTiles] = {};  // sum_e (n_e - 1) / row_tile_rows[k], per k
 };
 
-// t(n) of one expert run as its own MoE layer (DESIGN.md: max((W + A(n)) / BW, 2 n_pad P / F) in the kernel
+// t(n) of one expert run as its own MoE layer (docs/design.md: max((W + A(n)) / BW, 2 n_pad P / F) in the kernel
 // model), n_pad = n padded to the launch's row tile (GroupedCost).
 CostBreakdown expert_time(const ExpertRoofline& model, int64_t n);
 
-// One attention layer for one decode step (DESIGN.md: KV-cache bytes read + attention weights over BW),
+// One attention layer for one decode step (docs/design.md: KV-cache bytes read + attention weights over BW),
 // as a roofline at the profile's achieved rates: the ideal column max(bytes / (BW eff_bw), FLOPs /
 // (F eff_flops)); the quantized column combines the two terms with the profile's overlap (combine_terms)
 // and adds 3 launches (QKV projection, attention, output projection). context_tokens = cached tokens summed over the

@@ -1,5 +1,5 @@
 // The bad-input matrix: every subcommand fed wrong keys, types, sizes, files and paths. Each case asserts
-// the documented exit code (2 bad input, 3 resource limit; DESIGN.md "Exit codes and errors"), exactly one
+// the documented exit code (2 bad input, 3 resource limit; docs/design.md "Exit codes and errors"), exactly one
 // line on stderr naming the file or key and what was expected, nothing on stdout, no output file left
 // behind, and no crash: no signal, no "terminate called", no sanitizer or "internal error" report.
 // Suite FuzzRegression replays every fuzz seed and every saved fuzz finding (tests/fuzz/corpus/<target>/,

@@ -1,4 +1,4 @@
-// End-to-end tests of the moesim binary: each subcommand's output and exit codes (DESIGN.md "Exit
+// End-to-end tests of the moesim binary: each subcommand's output and exit codes (docs/design.md "Exit
 // codes and errors"), one-line errors naming the file and key, and outputs replaced only on success.
 #include <gtest/gtest.h>
 
@@ -35,9 +35,14 @@ TEST(Cli, RunJsonHasSchemaAndMetrics) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["schema_version"], 2);
   const auto& s = j["strategies"][0];
+  // The headline sums the loads and drops over the run's batches: N k each.
   const auto load = s["metrics"]["load"].get<std::vector<int64_t>>();
   const int64_t kept = std::accumulate(load.begin(), load.end(), int64_t{0});
-  EXPECT_EQ(kept + s["metrics"]["dropped"].get<int64_t>(), 256 * 2);  // sum(load) + dropped == N*k
+  const int64_t batches = j["workload"]["batches"].get<int64_t>();
+  EXPECT_EQ(kept + s["metrics"]["dropped"].get<int64_t>(), 256 * 2 * batches);  // sum(load) + dropped == N*k
+  const auto last = s["last_record_metrics"]["load"].get<std::vector<int64_t>>();
+  EXPECT_EQ(std::accumulate(last.begin(), last.end(), int64_t{0}) + s["last_record_metrics"]["dropped"].get<int64_t>(),
+            256 * 2);
   for (const char* key : {"router_s", "dispatch_s", "experts_s", "combine_s", "layer_s"})
     EXPECT_GT(s["measured"][key].get<double>(), 0.0) << key;
   EXPECT_GT(s["modeled"]["single"]["time_s"].get<double>(), 0.0);

@@ -94,7 +94,7 @@ TEST(HardwareProfile, DenseFiguresAndUnitsByHand) {
   EXPECT_DOUBLE_EQ(*builtin("b200").peak_bf16_flops_per_s, 2250e12);
   EXPECT_DOUBLE_EQ(builtin("a100-80gb").memory_bandwidth_bytes_per_s, 2039e9);
   EXPECT_DOUBLE_EQ(builtin("a100-40gb").memory_bandwidth_bytes_per_s, 1555e9);
-  // HARDWARE.md's "(unverified)" marks travel into the notes.
+  // docs/hardware.md's "(unverified)" marks travel into the notes.
   EXPECT_NE(builtin("a100-40gb").sources.at("l2_mib").find("(unverified)"), std::string::npos);
   EXPECT_NE(builtin("mi300x").sources.at("peak_tflops.fp16").find("(unverified)"), std::string::npos);
   EXPECT_NE(builtin("h100-sxm").sources.at("smem_per_sm_kib").find("(unverified)"), std::string::npos);
@@ -104,7 +104,7 @@ TEST(HardwareProfile, DenseFiguresAndUnitsByHand) {
 TEST(HardwareProfile, CriticalBatchOfTheFoundingArgument) {
   // t4-founding fp16: 65e12 * 2 / (2 * 300e9) = 216.67.
   EXPECT_NEAR(critical_batch(builtin("t4-founding"), Dtype::fp16), 216.6666666666667, 1e-9);
-  // t4 fp16 at NVIDIA's 320 GB/s: 65e12 * 2 / (2 * 320e9) = 203.125 (HARDWARE.md's ridge 203).
+  // t4 fp16 at NVIDIA's 320 GB/s: 65e12 * 2 / (2 * 320e9) = 203.125 (docs/hardware.md's ridge 203).
   EXPECT_NEAR(critical_batch(builtin("t4"), Dtype::fp16), 203.125, 1e-9);
   // t4 fp32: 8.1e12 * 4 / (2 * 320e9) = 50.625.
   EXPECT_NEAR(critical_batch(builtin("t4"), Dtype::fp32), 50.625, 1e-9);

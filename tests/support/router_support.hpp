@@ -72,7 +72,7 @@ inline std::vector<int64_t> expert_loads(const Routing& r, bool kept_only = true
   return load;
 }
 
-// max(load) / mean(load) over all experts (DESIGN.md `imbalance`); 0 for an empty load.
+// max(load) / mean(load) over all experts (docs/design.md `imbalance`); 0 for an empty load.
 inline double imbalance(const std::vector<int64_t>& load) {
   int64_t total = 0, peak = 0;
   for (int64_t v : load) {

@@ -56,9 +56,16 @@ Experiment Loader::read(const YAML::Node& root) {
   // A Hugging Face config.json fills the keys the file and the --set did not give; its routing keys then
   // count as given, so the semantics preset leaves them as the model has them.
   if (!e.model.hf_config.empty()) apply_hf_config(e);
-  // The semantics preset fills the convention keys the file and the --set did not give.
+  // The semantics preset fills the convention keys the file and the --set did not give. The built-in
+  // experiment's own convention keys (configs/quickstart.yaml: Mixtral's softmax, renormalised) are not
+  // the user's: a preset other than exact sets them as its framework does.
+  const bool built_in_text = source_ == "<built-in>";
   for (const std::string& key : semantics_preset_keys()) {
-    if (origins_.count("router." + key)) e.router.given_preset_keys.push_back(key);
+    const auto it = origins_.find("router." + key);
+    if (it == origins_.end()) continue;
+    const bool by_set = it->second.rfind("--set ", 0) == 0;
+    if (built_in_text && !by_set && e.router.semantics != RoutingSemantics::exact) continue;
+    e.router.given_preset_keys.push_back(key);
   }
   apply_semantics_preset(e.router, e.model.top_k, e.router.given_preset_keys);
   // What the user gave: every key of the file, but the built-in default's own keys, and every --set.
@@ -306,7 +313,15 @@ Experiment load_experiment_file(const std::string& path, const std::vector<std::
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ConfigError(path + ": cannot read the experiment file");
-  return load_experiment_text(text.str(), path, overrides);
+  Experiment e = load_experiment_text(text.str(), path, overrides);
+  if (!overrides.empty()) {
+    // The file alone, for the judgement of its own keys; a file that needs its --set to load has none.
+    try {
+      e.as_written = std::make_shared<const Experiment>(load_experiment_text(text.str(), path, {}));
+    } catch (const Error&) {
+    }
+  }
+  return e;
 }
 
 Experiment default_experiment(const std::vector<std::string>& overrides) {
@@ -383,6 +398,7 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
   }
   updated.given_keys = given;
   updated.set_keys = set;
+  updated.as_written = e.as_written;
   // An unchanged hardware reference keeps naming where it was first given, not the re-emitted text.
   if (updated.hardware.name == e.hardware.name && updated.hardware.inline_yaml == e.hardware.inline_yaml) {
     updated.hardware.origin = e.hardware.origin;

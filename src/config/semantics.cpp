@@ -27,15 +27,28 @@ void apply_semantics_preset(RouterConfig& r, int top_k, const std::vector<std::s
   switch (r.semantics) {
     case RoutingSemantics::exact:
       return;
-    case RoutingSemantics::megatron:
+    case RoutingSemantics::megatron: {
       // megatron/core/transformer/transformer_config.py defaults: moe_router_score_function softmax,
-      // moe_router_pre_softmax false, moe_token_drop_policy probs; moe_utils.py: sigmoid scores are
-      // renormalised when topk > 1, softmax over the k chosen logits already sums to 1; no rescaling
-      // after drops; the position policy keeps the first tokens in token order; group masks -inf;
-      // get_capacity ceils the float product; router.py counts the kept routing map, fp32 bias.
-      if (free("score")) r.score = ScoreFunction::softmax;
-      if (free("pre_softmax")) r.pre_softmax = false;
-      if (free("renormalize")) r.renormalize = r.score == ScoreFunction::sigmoid && top_k > 1;
+      // moe_router_pre_softmax false, moe_token_drop_policy probs; it refuses top-1 softmax without
+      // pre-softmax (the one weight would be 1) and the expert bias with any score but sigmoid.
+      // moe_utils.py topk_routing_with_score_function: softmax without pre-softmax takes the top k of the
+      // logits (of the kept groups) and a softmax over those k, which is the renormalised full softmax;
+      // with pre-softmax the full softmax's values, not renormalised; sigmoid scores renormalised when
+      // topk > 1. router.py sinkhorn_load_balancing: the experts are the top k of sinkhorn(logits), the
+      // weights the full softmax (sigmoid when topk is 1), never renormalised. No rescaling after drops;
+      // the position policy keeps the first tokens in token order; group masks -inf; get_capacity ceils
+      // the float product; router.py counts the kept routing map, fp32 bias.
+      const bool sinkhorn = r.gating == Gating::sinkhorn;
+      if (free("score")) {
+        r.score = r.gating == Gating::aux_free_bias || (sinkhorn && top_k == 1) ? ScoreFunction::sigmoid
+                                                                                : ScoreFunction::softmax;
+      }
+      if (free("pre_softmax")) r.pre_softmax = sinkhorn || top_k == 1;
+      if (free("renormalize")) {
+        // The group gatings read no pre_softmax: their softmax over the k chosen is the renormalised full
+        // softmax. For token choice without pre-softmax renormalising changes nothing (the k already sum to 1).
+        r.renormalize = !sinkhorn && (r.score == ScoreFunction::sigmoid ? top_k > 1 : group_routing && !r.pre_softmax);
+      }
       if (free("renormalize_after_drop")) r.renormalize_after_drop = false;
       if (free("drop_policy")) r.drop_policy = DropPolicy::score;
       if (free("priority")) r.priority = Priority::token_major;
@@ -44,6 +57,7 @@ void apply_semantics_preset(RouterConfig& r, int top_k, const std::vector<std::s
       if (free("bias_update_counts")) r.bias_update_counts = BiasUpdateCounts::kept;
       if (free("bias_update_arithmetic")) r.bias_update_arithmetic = BiasArithmetic::float32;
       return;
+    }
     case RoutingSemantics::huggingface:
       // modeling_mixtral.py: softmax over all experts, top-k, renormalised; modeling_deepseek_v3.py:
       // sigmoid, norm_topk_prob, masked groups filled with 0.0; modeling_switch_transformers.py: capacity

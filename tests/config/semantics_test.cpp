@@ -72,10 +72,10 @@ TEST(SemanticsConfig, GivenKeysOverrideThePreset) {
   const Experiment b = load_experiment_text("router: {score: sigmoid}\n", "exp.yaml", {"router.semantics=megatron"});
   EXPECT_EQ(b.router.score, ScoreFunction::sigmoid);
   EXPECT_TRUE(b.router.renormalize);  // Megatron renormalises sigmoid scores for top_k 2
-  // The built-in experiment gives renormalize: true and score: softmax; they stay under any preset.
+  // The built-in experiment's renormalize: true and score: softmax are not the user's: the preset sets them.
   const Experiment d = default_experiment({"router.semantics=deepseek"});
-  EXPECT_EQ(d.router.score, ScoreFunction::softmax);
-  EXPECT_TRUE(d.router.renormalize);
+  EXPECT_EQ(d.router.score, ScoreFunction::sigmoid);
+  EXPECT_TRUE(d.router.renormalize);  // DeepSeek renormalises sigmoid scores
 }
 
 TEST(SemanticsConfig, ApplyOverrideReappliesAChangedPresetToTheKeysLeftToIt) {
@@ -120,6 +120,24 @@ TEST(SemanticsConfig, BadValuesNameFileLineAndKey) {
     EXPECT_EQ(err.find(c.want), 0u) << err;
     EXPECT_EQ(err.find('\n'), std::string::npos) << err;
   }
+}
+
+TEST(SemanticsConfig, BuiltInExperimentKeysGiveWayToAPreset) {
+  // The built-in experiment writes Mixtral's score and renormalisation; under a preset they are not the
+  // user's, so --set router.semantics=megatron routes as Megatron without --set router.renormalize=false.
+  const Experiment m = default_experiment({"router.semantics=megatron"});
+  EXPECT_FALSE(m.router.renormalize);
+  EXPECT_FALSE(m.router.pre_softmax);
+  const Experiment x = default_experiment({});
+  EXPECT_TRUE(x.router.renormalize);
+  // A --set still wins.
+  const Experiment g = default_experiment({"router.semantics=megatron", "router.renormalize=true"});
+  EXPECT_TRUE(g.router.renormalize);
+  // And compare's rows, re-loaded per gating, keep the preset's choice.
+  Experiment s = m;
+  apply_override(s, "router.gating=sinkhorn");
+  EXPECT_FALSE(s.router.renormalize);
+  EXPECT_TRUE(s.router.pre_softmax);
 }
 
 }  // namespace

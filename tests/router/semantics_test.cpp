@@ -332,7 +332,8 @@ TEST(RoutingSemantics, RenormalisationAfterTopKAndScoreDefaults) {
   }
   // Score defaults: megatron softmax; deepseek sigmoid; huggingface softmax for token choice (Mixtral) and
   // sigmoid for DeepSeek-V3's group routing.
-  EXPECT_EQ(preset(RoutingSemantics::megatron, Gating::aux_free_bias, 2).score, ScoreFunction::softmax);
+  // Megatron refuses the expert bias with any score function but sigmoid (transformer_config.py).
+  EXPECT_EQ(preset(RoutingSemantics::megatron, Gating::aux_free_bias, 2).score, ScoreFunction::sigmoid);
   EXPECT_EQ(preset(RoutingSemantics::deepseek, Gating::token_choice, 2).score, ScoreFunction::sigmoid);
   EXPECT_EQ(preset(RoutingSemantics::huggingface, Gating::token_choice, 2).score, ScoreFunction::softmax);
   EXPECT_EQ(preset(RoutingSemantics::huggingface, Gating::group_limited, 2).score, ScoreFunction::sigmoid);
@@ -347,6 +348,77 @@ TEST(RoutingSemantics, RenormalisationAfterTopKAndScoreDefaults) {
   RouterConfig two = one;
   apply_semantics_preset(two, 2, {"score"});
   EXPECT_TRUE(two.renormalize);
+}
+
+// ---- every preset on every gating its framework has ---------------------------------------------
+
+// One token's experts and weights under `cfg` on `logits` (E experts, k), route_omp and route_ref alike.
+void expect_routes(const RouterConfig& cfg, const std::vector<float>& logits, int64_t n, int e, int k,
+                   const std::vector<int32_t>& experts, const std::vector<double>& weights, const char* what) {
+  for (int b = 0; b < 2; ++b) {
+    RouterState state;
+    const Routing r = kBoth[b](cfg, make_request(logits, n, e, k), &state);
+    ASSERT_EQ(r.expert, experts) << what << " " << kNames[b];
+    ASSERT_EQ(r.weight.size(), weights.size()) << what;
+    for (size_t j = 0; j < weights.size(); ++j)
+      EXPECT_NEAR(r.weight[j], weights[j], 2.4e-7) << what << " slot " << j << " " << kNames[b];
+  }
+}
+
+TEST(RoutingSemantics, EveryPresetRoutesAsItsFrameworkOnEveryGatingItHas) {
+  // Values worked from each framework's code (docs/routing-semantics.md), on logits z = (2, 1, 0, 0), E 4, k 2,
+  // groups {0, 1} and {2, 3} for the group gatings (one kept), the bias 0 of a first batch. s = sigmoid,
+  // D = e^2 + e + 2 (the full softmax's denominator).
+  const std::vector<float> z = {2.0f, 1.0f, 0.0f, 0.0f};
+  const double e1 = std::exp(1.0), e2 = std::exp(2.0), D = e2 + e1 + 2.0;
+  const std::vector<double> softmax_of_two = {e1 / (e1 + 1), 1 / (e1 + 1)};  // = the full softmax renormalised
+  const std::vector<double> sigmoid_renorm = {sig(2) / (sig(2) + sig(1)), sig(1) / (sig(2) + sig(1))};
+  auto group = [](RouterConfig c) {
+    c.groups = 2;
+    c.topk_groups = 1;
+    return c;
+  };
+  // Megatron-LM (moe_utils.py topk_routing_with_score_function; router.py): token choice and the group
+  // gating take the top k of the logits (of the kept groups) and a softmax over those k; the expert bias needs
+  // sigmoid scores (transformer_config.py), renormalised at k > 1.
+  expect_routes(preset(RoutingSemantics::megatron, Gating::token_choice, 2), z, 1, 4, 2, {0, 1}, softmax_of_two,
+                "megatron token_choice");
+  expect_routes(group(preset(RoutingSemantics::megatron, Gating::group_limited, 2)), z, 1, 4, 2, {0, 1},
+                softmax_of_two, "megatron group_limited");
+  expect_routes(group(preset(RoutingSemantics::megatron, Gating::aux_free_bias, 2)), z, 1, 4, 2, {0, 1},
+                sigmoid_renorm, "megatron aux_free_bias");
+  // Megatron's Sinkhorn (router.py sinkhorn_load_balancing): the experts are the top k of sinkhorn(z), the
+  // weights the full softmax of z at them (k > 1), never renormalised; at k = 1 the sigmoid. Four tokens
+  // whose exp(z) is doubly balanced (every row and column sums to D), so Sinkhorn leaves the order of each
+  // row as it is: tokens (2,1,0,0), (0,0,2,1), (1,2,0,0), (0,0,1,2) choose (0,1), (2,3), (1,0), (3,2).
+  const std::vector<float> sz = {2, 1, 0, 0, 0, 0, 2, 1, 1, 2, 0, 0, 0, 0, 1, 2};
+  const std::vector<double> full = {e2 / D, e1 / D};
+  expect_routes(preset(RoutingSemantics::megatron, Gating::sinkhorn, 2), sz, 4, 4, 2, {0, 1, 2, 3, 1, 0, 3, 2},
+                {full[0], full[1], full[0], full[1], full[0], full[1], full[0], full[1]}, "megatron sinkhorn k 2");
+  expect_routes(preset(RoutingSemantics::megatron, Gating::sinkhorn, 1), sz, 4, 4, 1, {0, 2, 1, 3},
+                {sig(2), sig(2), sig(2), sig(2)}, "megatron sinkhorn k 1");
+  // Megatron refuses top-1 softmax without pre-softmax (its one weight would be 1): the preset takes the
+  // softmax over all experts there, Megatron's use_pre_softmax, not renormalised.
+  expect_routes(preset(RoutingSemantics::megatron, Gating::token_choice, 1), z, 1, 4, 1, {0}, {e2 / D},
+                "megatron token_choice k 1");
+  // Hugging Face: Mixtral's token choice (softmax over all, top-k, renormalised); DeepSeek-V3's group
+  // routing (modeling_deepseek_v3.py: sigmoid, the bias for selection only, norm_topk_prob).
+  expect_routes(preset(RoutingSemantics::huggingface, Gating::token_choice, 2), z, 1, 4, 2, {0, 1}, softmax_of_two,
+                "huggingface token_choice");
+  expect_routes(group(preset(RoutingSemantics::huggingface, Gating::group_limited, 2)), z, 1, 4, 2, {0, 1},
+                sigmoid_renorm, "huggingface group_limited");
+  expect_routes(group(preset(RoutingSemantics::huggingface, Gating::aux_free_bias, 2)), z, 1, 4, 2, {0, 1},
+                sigmoid_renorm, "huggingface aux_free_bias");
+  // DeepSeek-V3 inference/model.py Gate: sigmoid scores, renormalised; n_groups 1 is plain top-k.
+  expect_routes(preset(RoutingSemantics::deepseek, Gating::token_choice, 2), z, 1, 4, 2, {0, 1}, sigmoid_renorm,
+                "deepseek token_choice");
+  expect_routes(group(preset(RoutingSemantics::deepseek, Gating::group_limited, 2)), z, 1, 4, 2, {0, 1},
+                sigmoid_renorm, "deepseek group_limited");
+  expect_routes(group(preset(RoutingSemantics::deepseek, Gating::aux_free_bias, 2)), z, 1, 4, 2, {0, 1},
+                sigmoid_renorm, "deepseek aux_free_bias");
+  // exact, for contrast: the full softmax, not renormalised, on every softmax gating (Sinkhorn included).
+  expect_routes(preset(RoutingSemantics::exact, Gating::sinkhorn, 2), sz, 4, 4, 2, {0, 1, 2, 3, 1, 0, 3, 2},
+                {full[0], full[1], full[0], full[1], full[0], full[1], full[0], full[1]}, "exact sinkhorn");
 }
 
 // ---- renormalisation after drops ----------------------------------------------------------------

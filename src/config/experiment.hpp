@@ -1,4 +1,4 @@
-// The typed, validated experiment: what a YAML file plus --set overrides mean (DESIGN.md "Configuration").
+// The typed, validated experiment: what a YAML file plus --set overrides mean (docs/design.md "Configuration").
 // Produced by load_config.cpp; read by every later stage. Plain data, host only.
 // Every field here (but RouterConfig::given_preset_keys, ModelConfig::hf_config_keys, Experiment::given_keys
 // and set_keys) has a YAML key of the same name under its section;
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,13 @@ struct Experiment {
   std::vector<std::string> given_keys;
   // The subset of given_keys that a --set or --vary gave: set on purpose, even to a default value.
   std::vector<std::string> set_keys;
+  // What the load decided that a user should be told, one line each, printed by the CLI once on stderr
+  // ("model.hf_config ... on the built-in experiment: ... kept"). Not a YAML key.
+  std::vector<std::string> load_notes;
+  // The experiment file as written, before the command line's --set: the runs the file's own keys are judged
+  // by (key_effects.hpp inert_user_keys). Null without a --set, for the built-in experiment, or when the file
+  // alone does not load. Not a YAML key.
+  std::shared_ptr<const Experiment> as_written;
 };
 
 // Name tables: the YAML spelling of each enum value. parse_* throw ConfigError (caller adds the key).

@@ -265,8 +265,11 @@ void mixtral(Builder& b, const View& v) {
 // modeling_qwen2_moe.py / modeling_qwen3_moe.py: softmax over all experts, top-k, renormalised when
 // norm_topk_prob (config class default false). Qwen2-MoE adds one shared expert of
 // shared_expert_intermediate_size; Qwen3-MoE has none. Layer i is MoE when (i + 1) % decoder_sparse_step == 0
-// and i is not in mlp_only_layers.
-void qwen_moe(Builder& b, const View& v, bool shared) {
+// and i is not in mlp_only_layers. Qwen3-Next (modular_qwen3_next.py: Qwen3NextSparseMoeBlock is
+// Qwen2MoeSparseMoeBlock, the same MoE-layer rule) has Qwen2-MoE's router and shared expert, with
+// norm_topk_prob defaulting to true (configuration_qwen3_next.py); its Gated DeltaNet layers are not modeled
+// apart from full attention (docs/workloads.md).
+void qwen_moe(Builder& b, const View& v, bool shared, bool norm_default = false) {
   common_keys(b, v);
   b.integer("model.experts", v, "num_experts");
   b.integer("model.top_k", v, "num_experts_per_tok");
@@ -293,7 +296,7 @@ void qwen_moe(Builder& b, const View& v, bool shared) {
   b.fixed("router.gating", "token_choice");
   b.fixed("router.score", "softmax");
   b.fixed("router.pre_softmax", "true");
-  b.boolean("router.renormalize", v, "norm_topk_prob", false);
+  b.boolean("router.renormalize", v, "norm_topk_prob", norm_default);
   HfLayerPattern& p = b.out().moe_layers;
   p.json_key = v.name("decoder_sparse_step") + ", " + v.name("mlp_only_layers");
   p.phase = 1;
@@ -499,8 +502,9 @@ int64_t HfLayerPattern::count(int64_t layers) const {
 }
 
 const std::vector<std::string>& hf_model_types() {
-  static const std::vector<std::string> types = {"mixtral", "qwen2_moe",  "qwen3_moe", "deepseek_v2", "deepseek_v3",
-                                                 "olmoe",   "dbrx",       "gpt_oss",   "llama4",      "llama4_text"};
+  static const std::vector<std::string> types = {"mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2",
+                                                 "deepseek_v3", "olmoe", "dbrx",      "gpt_oss",    "llama4",
+                                                 "llama4_text"};
   return types;
 }
 
@@ -530,6 +534,12 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   out.model_type = *type.value;
   Builder b(out);
   b.fixed("model.name", out.model_type);
+  // Every family's transformers modeling code routes dropless (no capacity anywhere in modeling_<family>.py),
+  // and the one published bias update rate is DeepSeek-V3's gamma = 0.001 (arXiv:2412.19437, section 4.2;
+  // the other families train no bias): the settings the model is trained and served with, which replace the
+  // built-in experiment's Mixtral-flavoured 1.25 and 0.01 (a file's own keys win, as always).
+  b.fixed("router.capacity_factor", "0");
+  b.fixed("router.bias_update_rate", "0.001");
   View model = top;
   if (out.model_type == "llama4") {
     const json* text = top.get("text_config");
@@ -542,6 +552,7 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   const std::string& t = out.model_type;
   if (t == "mixtral") mixtral(b, model);
   else if (t == "qwen2_moe" || t == "qwen3_moe") qwen_moe(b, model, t == "qwen2_moe");
+  else if (t == "qwen3_next") qwen_moe(b, model, true, true);
   else if (t == "deepseek_v2" || t == "deepseek_v3") deepseek(b, model, t == "deepseek_v3");
   else if (t == "olmoe") olmoe(b, model);
   else if (t == "dbrx") dbrx(b, model);

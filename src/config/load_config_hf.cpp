@@ -43,6 +43,25 @@ void Loader::apply_hf_config(Experiment& e) {
     origins_[v.path] = at;
     e.model.hf_config_keys.push_back(v.path);
   }
+  // The built-in experiment's workload.skew (0.15) is calibrated to Mixtral-8x7B's recorded loads
+  // (docs/workloads.md, "Synthetic skew against recorded loads"): the model's own calibration replaces it
+  // where the project has one, else the built-in's is kept and the user is told so.
+  if (built_in && !given("workload.skew") && hf.model_type != "mixtral") {
+    static const std::pair<const char*, double> kCalibrated[] = {{"olmoe", 0.4}, {"deepseek_v3", 0.45}};
+    bool found = false;
+    for (const auto& [type, skew] : kCalibrated) {
+      if (hf.model_type != type) continue;
+      e.workload.skew = skew;
+      origins_["workload.skew"] = hf.source + ": model_type";
+      found = true;
+    }
+    if (!found) {
+      e.load_notes.push_back("model.hf_config " + hf.source + " (" + hf.model_type +
+                             ") on the built-in experiment: workload.skew " + format_double(e.workload.skew) +
+                             " is Mixtral-8x7B's calibration and is kept (none is known for " + hf.model_type +
+                             "; docs/workloads.md; set workload.skew)");
+    }
+  }
   if (!given("model.moe_layers")) {
     const HfLayerPattern& p = hf.moe_layers;
     const std::string at = hf.source + ": " + p.json_key;

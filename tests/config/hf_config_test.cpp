@@ -93,6 +93,68 @@ TEST(HfConfig, Qwen3MoeHeadDimAndNormTopkProb) {
   EXPECT_TRUE(e.router.renormalize);
 }
 
+TEST(HfConfig, Qwen3NextMapsToModelAndRouter) {
+  // Qwen/Qwen3-Next-80B-A3B-Instruct: 512 experts of 512, top-10, one shared expert of 512, softmax over all,
+  // renormalised (norm_topk_prob, true by the config class's default too), every layer MoE.
+  const Experiment e = from_hf("qwen3-next-80b-a3b");
+  EXPECT_EQ(e.model.name, "qwen3_next");
+  EXPECT_EQ(e.model.hidden, 2048);
+  EXPECT_EQ(e.model.experts, 512);
+  EXPECT_EQ(e.model.top_k, 10);
+  EXPECT_EQ(e.model.ffn, 512);
+  EXPECT_EQ(e.model.shared_experts, 1);  // shared_expert_intermediate_size 512 = 1 x moe_intermediate_size
+  EXPECT_EQ(e.model.layers, 48);
+  EXPECT_EQ(moe_layer_count(e.model), 48);
+  EXPECT_EQ(e.model.heads, 16);
+  EXPECT_EQ(e.model.kv_heads, 2);
+  EXPECT_EQ(e.model.head_dim, 256);
+  EXPECT_EQ(e.model.vocab, 151936);
+  EXPECT_EQ(e.model.dtype, Dtype::bf16);
+  EXPECT_EQ(e.router.gating, Gating::token_choice);
+  EXPECT_EQ(e.router.score, ScoreFunction::softmax);
+  EXPECT_TRUE(e.router.pre_softmax);
+  EXPECT_TRUE(e.router.renormalize);
+  // norm_topk_prob absent: Qwen3NextConfig's default, true (Qwen2/Qwen3-MoE default to false).
+  const std::string path = write_json(R"({"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "vocab_size": 100, "torch_dtype": "bfloat16"})");
+  EXPECT_TRUE(load_experiment_text("name: q\n", "exp.yaml", {"model.hf_config=" + path}).router.renormalize);
+  const std::string qwen3 = write_json(R"({"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "vocab_size": 100, "torch_dtype": "bfloat16"})");
+  EXPECT_FALSE(load_experiment_text("name: q\n", "exp.yaml", {"model.hf_config=" + qwen3}).router.renormalize);
+}
+
+TEST(HfConfig, OnTheBuiltInExperimentTheModelRoutesAsItIsServed) {
+  // The built-in experiment's Mixtral-flavoured capacity factor 1.25, bias rate 0.01 and skew 0.15 give way
+  // to the model's own: dropless (every family's modeling code), DeepSeek-V3's published bias rate 0.001, and
+  // the model's skew calibration where the project has one (docs/workloads.md); a --set still wins.
+  const Experiment d = default_experiment({"model.hf_config=" + hf_path("deepseek-v3")});
+  EXPECT_EQ(d.router.capacity_factor, 0.0);
+  EXPECT_EQ(d.router.bias_update_rate, 0.001);
+  EXPECT_EQ(d.workload.skew, 0.45);
+  EXPECT_TRUE(d.load_notes.empty());
+  const Experiment q = default_experiment({"model.hf_config=" + hf_path("qwen3-30b-a3b")});
+  EXPECT_EQ(q.router.capacity_factor, 0.0);
+  EXPECT_EQ(q.workload.skew, 0.15);  // no calibration known: kept, and said in one line
+  ASSERT_EQ(q.load_notes.size(), 1u);
+  EXPECT_NE(q.load_notes[0].find("workload.skew 0.15 is Mixtral-8x7B's calibration and is kept"), std::string::npos)
+      << q.load_notes[0];
+  const Experiment m = default_experiment({"model.hf_config=" + hf_path("mixtral-8x7b")});
+  EXPECT_EQ(m.workload.skew, 0.15);  // Mixtral's own
+  EXPECT_TRUE(m.load_notes.empty());
+  const Experiment s = default_experiment({"model.hf_config=" + hf_path("deepseek-v3"), "router.capacity_factor=1.5",
+                                           "workload.skew=0.3"});
+  EXPECT_EQ(s.router.capacity_factor, 1.5);
+  EXPECT_EQ(s.workload.skew, 0.3);
+  // An experiment file's own keys win over the config.json, and its defaults are the schema's.
+  const Experiment f = load_experiment_text("name: f\nrouter: {capacity_factor: 1.25}\n", "exp.yaml",
+                                            {"model.hf_config=" + hf_path("deepseek-v3")});
+  EXPECT_EQ(f.router.capacity_factor, 1.25);
+  EXPECT_EQ(f.workload.skew, 1.0);
+  EXPECT_TRUE(f.load_notes.empty());
+}
+
 TEST(HfConfig, QwenDenseLayersFromSparseStepAndMlpOnlyLayers) {
   const std::string path = write_json(R"({"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 8,
     "num_attention_heads": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
@@ -421,7 +483,7 @@ TEST(HfConfig, AGivenKeyNeedsNoValueFromTheConfigJson) {
 }
 
 TEST(HfConfig, EveryFamilyIsRecognised) {
-  EXPECT_EQ(hf_model_types().size(), 10u);
+  EXPECT_EQ(hf_model_types().size(), 11u);
   for (const std::string& t : hf_model_types()) {
     try {
       parse_hf_config("{\"model_type\": \"" + t + "\", \"text_config\": {}}", "c.json");

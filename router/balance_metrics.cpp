@@ -1,4 +1,4 @@
-// Balance metrics of one routed batch: the formulas of DESIGN.md "Definitions", one loop each.
+// Balance metrics of one routed batch: the formulas of docs/design.md "Definitions", one loop each.
 // Serial host code; every sum runs in a fixed order (experts ascending, tokens ascending) in double,
 // so results are bit-identical across runs and machines. Covered by tests/router/balance_metrics_test.cpp.
 #include "router/balance_metrics.hpp"
@@ -19,6 +19,14 @@ double max_over_mean(const std::vector<int64_t>& v, int64_t total) {
   return static_cast<double>(mx) * static_cast<double>(v.size()) / static_cast<double>(total);
 }
 
+// (max(v) - mean(v)) / mean(v): the numerator max E - sum in integers, so a balanced batch gives exactly 0;
+// 0 when the sum is 0.
+double max_violation(const std::vector<int64_t>& v, int64_t total) {
+  if (total == 0) return 0.0;
+  const int64_t mx = *std::max_element(v.begin(), v.end());
+  return static_cast<double>(mx * static_cast<int64_t>(v.size()) - total) / static_cast<double>(total);
+}
+
 // Everything that depends on load/demand alone. Expects m.load, m.demand and m.capacity set.
 void fill_load_metrics(BalanceMetrics& m, int64_t num_tokens, int top_k) {
   const int num_experts = static_cast<int>(m.load.size());
@@ -28,6 +36,7 @@ void fill_load_metrics(BalanceMetrics& m, int64_t num_tokens, int top_k) {
     total_demand += m.demand[e];
   }
   m.imbalance = max_over_mean(m.load, total);
+  m.max_vio = max_violation(m.load, total);
   m.demand_imbalance = max_over_mean(m.demand, total_demand);
 
   m.active_experts = 0;

@@ -1,4 +1,4 @@
-// Balance metrics of one routed batch (DESIGN.md "Definitions"): loads, imbalance, drops, aux losses.
+// Balance metrics of one routed batch (docs/design.md "Definitions"): loads, imbalance, drops, aux losses.
 // Inputs: a Routing (assignments, kept mask) and optionally the router logits [num_tokens, num_experts].
 // Host code, serial, double accumulators in a fixed order: the same input gives the same bits on any
 // machine and thread count. Built by g++ only. Covered by tests/router/balance_metrics_test.cpp.
@@ -14,7 +14,7 @@ namespace moesim {
 
 // Every field is a report key of the same name. Conventions for degenerate inputs, chosen so that an
 // empty batch reads as "nothing to be unbalanced" and never divides by zero:
-//  - no kept assignment (sum(load) == 0, e.g. num_tokens == 0): imbalance 1, cv 0, entropy_norm 1,
+//  - no kept assignment (sum(load) == 0, e.g. num_tokens == 0): imbalance 1, max_vio 0, cv 0, entropy_norm 1,
 //    top20_share = bottom20_share = ceil(0.2 E) / E (the uniform share); same rule for demand_imbalance;
 //  - num_tokens * top_k == 0: drop_rate 0 and utilization all 0;
 //  - has_logits is false when logits were not given or num_tokens == 0; the four losses are then 0
@@ -23,6 +23,9 @@ struct BalanceMetrics {
   std::vector<int64_t> load;    // [num_experts] kept assignments per expert
   std::vector<int64_t> demand;  // [num_experts] assignments the gate asked of each expert
   double imbalance = 1.0;         // max(load) / mean(load), mean over all E experts
+  // MaxVio (Wang et al. 2024, arXiv:2408.15664, eq. 6): (max(load) - mean(load)) / mean(load) on the same
+  // loads; imbalance - 1 with the numerator in integers (exactly 0 when balanced), 0 for an empty batch.
+  double max_vio = 0.0;
   double demand_imbalance = 1.0;  // same on demand
   double cv = 0.0;                // population std(load) / mean(load)
   double entropy_norm = 1.0;      // H(load / sum(load)) / ln E; E == 1 gives 1

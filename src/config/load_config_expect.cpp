@@ -17,7 +17,7 @@ namespace moesim {
 
 const std::vector<std::string>& known_expect_metrics() {
   static const std::vector<std::string> metrics = {
-      "imbalance",   "demand_imbalance", "cv",           "entropy_norm",   "active_experts",
+      "imbalance",   "max_vio",          "demand_imbalance", "cv",           "entropy_norm",   "active_experts",
       "capacity",    "dropped",          "drop_rate",    "tokens_unrouted", "aux_loss",
       "aux_loss_switch", "aux_loss_gshard", "z_loss",    "padding_waste",  "top20_share",
       "bottom20_share",  "dead_experts",  "rank_imbalance", "batching_efficiency", "modeled_time_s",

@@ -1,5 +1,5 @@
 // Tests router/balance_metrics: hand-worked E=4, N=8 cases (arithmetic in the comments), drops,
-// padding layouts, degenerate shapes, and an independent recomputation of every DESIGN.md formula
+// padding layouts, degenerate shapes, and an independent recomputation of every docs/design.md formula
 // on seeded random routings. Host only.
 #include "router/balance_metrics.hpp"
 
@@ -117,6 +117,30 @@ TEST(BalanceMetrics, SkewedCaseByHand) {
   EXPECT_DOUBLE_EQ(m.bottom20_share, 0.0625);
   // utilization = load / (8*2/4) = load / 4.
   EXPECT_EQ(m.utilization, (std::vector<double>{2.0, 1.0, 0.75, 0.25}));
+}
+
+TEST(BalanceMetrics, MaxVioByHand) {
+  // MaxVio (Wang et al. 2024, arXiv:2408.15664): (max load - mean load) / mean load.
+  // The skewed case: loads [8, 4, 3, 1], mean 16 / 4 = 4: (8 - 4) / 4 = 1 exactly (imbalance 2, minus 1).
+  const Routing r = make_routing(8, 4, 2, skewed_choices());
+  EXPECT_EQ(compute_balance_metrics(r, nullptr, Layout::dropless, 64).max_vio, 1.0);
+  // Loads [3, 2, 1] of 3 tokens at k = 2: mean 2, (3 - 2) / 2 = 0.5; demand is not what it reads.
+  const Routing three = make_routing(3, 3, 2, {{0, 1}, {0, 1}, {0, 2}});
+  const BalanceMetrics m3 = compute_balance_metrics(three, nullptr, Layout::dropless, 64);
+  EXPECT_EQ(m3.load, (std::vector<int64_t>{3, 2, 1}));
+  EXPECT_EQ(m3.max_vio, 0.5);
+  // Balanced loads give exactly 0 (the numerator is an integer): 4 tokens, k 1, one on each of 4 experts.
+  const Routing even = make_routing(4, 4, 1, {{0}, {1}, {2}, {3}});
+  EXPECT_EQ(compute_balance_metrics(even, nullptr, Layout::dropless, 64).max_vio, 0.0);
+  // Loads [7, 0, 0] on E = 3: mean 7/3, (7 - 7/3) / (7/3) = (21 - 7) / 7 = 2 (E - 1: everything on one expert).
+  const BalanceMetrics one = metrics_from_loads({7, 0, 0}, 7, 1);
+  EXPECT_EQ(one.max_vio, 2.0);
+  // An empty batch has no violation.
+  EXPECT_EQ(compute_balance_metrics(make_routing(0, 3, 2, {}), nullptr, Layout::dropless, 64).max_vio, 0.0);
+  // Loads [5, 4, 4, 4, 4, 4] (E 6, mean 25/6): (30 - 25) / 25 = 0.2; imbalance - 1 = 30/25 - 1 rounds apart.
+  const BalanceMetrics six = metrics_from_loads({5, 4, 4, 4, 4, 4}, 25, 1);
+  EXPECT_EQ(six.max_vio, 0.2);
+  EXPECT_NEAR(six.imbalance - 1.0, 0.2, 1e-15);
 }
 
 TEST(BalanceMetrics, CapacityDropsAndUnroutedTokens) {
@@ -356,7 +380,7 @@ TEST(BalanceMetrics, RejectsBadRouting) {
 }
 
 // ---- independent recomputation -------------------------------------------------------------
-// A second, deliberately different implementation of the DESIGN.md table: HF-style per-slot one-hot
+// A second, deliberately different implementation of the docs/design.md table: HF-style per-slot one-hot
 // fractions for aux_loss, a per-token argmax by std::max_element, softmax without the max shift in
 // long double, two-pass variance, sort-free top/bottom by partial sums over a sorted copy.
 struct RefMetrics {

@@ -3,6 +3,8 @@
 // one line per failing metric, 2 for bad input, a baseline of another experiment included.
 // --update-baseline writes nothing while a bound fails, unless --force. A failing bound on a measured_*
 // metric whose times are noisy names the noise reason in its line. docs/gate-your-ci.md.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,6 +20,7 @@
 #include "src/report/check.hpp"
 #include "src/report/provenance.hpp"
 #include "src/report/report.hpp"
+#include "src/report/text_format.hpp"
 
 namespace moesim::cli {
 namespace {
@@ -41,6 +44,7 @@ void refuse_foreign_baseline(const Experiment& e, const nlohmann::json& base, co
   const std::string file_read = resolve_workload_path(e);
   nlohmann::json now;
   now["experiment"] = experiment_json(e, file_read);
+  now["inputs"] = input_files_json(e, file_read);
   now["hardware"]["digest"] = hardware_digest(load_hardware_profile(e.hardware, e.source_file));
   if (!file_read.empty()) now["workload"]["file_digest"] = file_digest(file_read);
   for (const std::string& key : allowed) {
@@ -55,12 +59,63 @@ void refuse_foreign_baseline(const Experiment& e, const nlohmann::json& base, co
                    d->key.substr(0, d->key.find(' ')) + " compares anyway)");
 }
 
+// check's own report: every failure, then the summary line; as text (the FAIL lines), JSON, CSV or Markdown.
+std::string check_report(ReportFormat format, const std::vector<CheckFailure>& failures, size_t files,
+                         size_t expectations, const std::string& baseline, const std::string& aggregate,
+                         const std::string& written) {
+  std::ostringstream os;
+  const std::string summary = "check: " + std::to_string(files) + " file(s), " + std::to_string(expectations) +
+                              " expectation(s)" + (baseline.empty() ? "" : ", baseline " + baseline) + ": " +
+                              std::to_string(failures.size()) + " failure(s)";
+  switch (format) {
+    case ReportFormat::table:
+      os << written;
+      for (const CheckFailure& f : failures) os << "FAIL " << f.line() << "\n";
+      os << summary << "\n";
+      break;
+    case ReportFormat::json: {
+      nlohmann::json j;
+      j["schema_version"] = kReportSchemaVersion;
+      j["provenance"] = provenance_json();
+      j["files"] = files;
+      j["expectations"] = expectations;
+      j["baseline"] = baseline.empty() ? nlohmann::json(nullptr) : nlohmann::json(baseline);
+      j["aggregate"] = aggregate;
+      nlohmann::json rows = nlohmann::json::array();
+      for (const CheckFailure& f : failures)
+        rows.push_back({{"file", f.file}, {"strategy", f.strategy}, {"metric", f.metric},
+                        {"value", std::isfinite(f.value) ? nlohmann::json(f.value) : nlohmann::json(nullptr)},
+                        {"bound", f.bound}});
+      j["failures"] = rows;
+      j["passed"] = failures.empty();
+      os << j.dump(2) << "\n";
+      break;
+    }
+    case ReportFormat::csv:
+      os << "file,strategy,metric,value,bound\n";
+      for (const CheckFailure& f : failures)
+        os << text::csv_cell(f.file) << "," << text::csv_cell(f.strategy) << "," << f.metric << ","
+           << (std::isfinite(f.value) ? text::real(f.value) : "") << "," << text::csv_cell(f.bound) << "\n";
+      break;
+    case ReportFormat::markdown:
+      os << "**" << summary << "**\n";
+      if (!failures.empty()) {
+        os << "\n| file | strategy | metric | value | expected |\n| :--- | :--- | :--- | ---: | :--- |\n";
+        for (const CheckFailure& f : failures)
+          os << "| " << f.file << " | " << f.strategy << " | " << f.metric << " | "
+             << (std::isfinite(f.value) ? text::real(f.value) : "") << " | " << f.bound << " |\n";
+      }
+      break;
+  }
+  return os.str();
+}
+
 }  // namespace
 
 int cmd_check(int argc, char** argv) {
   CommonOptions opts;
   bool help = false, update = false, force = false, execute = false;
-  std::string baseline, metrics_list;
+  std::string baseline, metrics_list, aggregate = "value";
   std::vector<std::string> allow_change;
   double rtol = kBaselineRtol, atol = kBaselineAtol;
   po::options_description desc("moesim check FILE... [options]");
@@ -75,6 +130,11 @@ int cmd_check(int argc, char** argv) {
       "rtol", po::value(&rtol), "relative tolerance of float metrics against the baseline (default 1e-6)")(
       "atol", po::value(&atol), "absolute tolerance of float metrics against the baseline (default 1e-12); "
       "counts compare exactly")(
+      "aggregate", po::value(&aggregate)->default_value("value"),
+      "which value of a run of many batches or records the baseline comparison reads: value (the headline, "
+      "a mean over them: docs/design.md) | last (the last batch or record) | mean | p50 | p95 | max")(
+      "format", po::value(&opts.format)->default_value("table"), "table | json | csv | markdown")(
+      "out", po::value(&opts.out), "write check's report to FILE (atomically) instead of stdout")(
       "update-baseline", po::bool_switch(&update),
       "rewrite --baseline with this run's results; nothing is written when an expect: bound fails")(
       "force", po::bool_switch(&force), "with --update-baseline: write the baseline even when a bound fails")(
@@ -86,6 +146,14 @@ int cmd_check(int argc, char** argv) {
   if (parse_or_help(argc, argv, desc, "file", -1, help)) return kExitOk;
   if (opts.files.empty()) throw InputError("check: expected at least one experiment file");
   if (!(rtol >= 0) || !(atol >= 0)) throw InputError("--rtol/--atol: expected non-negative numbers");
+  const ReportFormat format = parse_report_format(opts.format);
+  {
+    const auto& aggs = baseline_aggregates();
+    if (std::find(aggs.begin(), aggs.end(), aggregate) == aggs.end())
+      throw InputError("--aggregate: expected value, last, mean, p50, p95 or max, got '" + aggregate + "'");
+    if (aggregate != "value" && baseline.empty())
+      throw InputError("--aggregate: expected --baseline FILE (it selects what a baseline comparison reads)");
+  }
   if (update && baseline.empty()) throw InputError("--update-baseline: expected --baseline FILE to write");
   if (force && !update) throw InputError("--force: expected --update-baseline (it only forces writing the baseline)");
   if (baseline.empty() && (!metrics_list.empty() || !allow_change.empty()))
@@ -154,26 +222,26 @@ int cmd_check(int argc, char** argv) {
     }
     failures.insert(failures.end(), f.begin(), f.end());
     if (b != baselines.end()) {
-      auto g = check_against_baseline(run, b->second, metrics, rtol, atol);
+      auto g = check_against_baseline(run, b->second, metrics, rtol, atol, aggregate);
       failures.insert(failures.end(), g.begin(), g.end());
     }
     checked += e.expect.size();
     runs.push_back(run_to_json(run));
   }
+  std::string written;
   if (update && !failures.empty() && !force) {
-    std::cout << "check: the baseline " << baseline << " was not written: " << failures.size()
-              << " expect: bound(s) fail (--force writes it anyway)\n";
+    written = "check: the baseline " + baseline + " was not written: " + std::to_string(failures.size()) +
+              " expect: bound(s) fail (--force writes it anyway)\n";
   } else if (update) {
     const nlohmann::json out =
         runs.size() == 1
             ? runs[0]
             : nlohmann::json{{"schema_version", kReportSchemaVersion}, {"provenance", provenance_json()}, {"runs", runs}};
     write_file_atomic(baseline, out.dump(2) + "\n");
-    std::cout << "check: wrote the baseline " << baseline << " (" << runs.size() << " run(s))\n";
+    written = "check: wrote the baseline " + baseline + " (" + std::to_string(runs.size()) + " run(s))\n";
   }
-  for (const CheckFailure& f : failures) std::cout << "FAIL " << f.line() << "\n";
-  std::cout << "check: " << opts.files.size() << " file(s), " << checked << " expectation(s)"
-            << (baselines.empty() ? "" : ", baseline " + baseline) << ": " << failures.size() << " failure(s)\n";
+  emit(opts, check_report(format, failures, opts.files.size(), checked, baselines.empty() ? "" : baseline, aggregate,
+                          written));
   return failures.empty() ? kExitOk : kExitCheckFailed;
 }
 

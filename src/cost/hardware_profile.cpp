@@ -307,6 +307,20 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
   return parse_impl(yaml_text, source_name, true, !builtin);
 }
 
+std::string hardware_profile_file(const HardwareRef& ref, const std::string& experiment_file) {
+  namespace fs = std::filesystem;
+  if (!ref.inline_yaml.empty() || ref.name.empty()) return "";
+  if (embedded_files().count(kHardwareDir + ref.name + ".yaml")) return "";
+  std::vector<fs::path> candidates = {ref.name};
+  const fs::path exp(experiment_file);
+  if (fs::path(ref.name).is_relative() && exp.has_parent_path()) candidates.push_back(exp.parent_path() / ref.name);
+  for (const fs::path& p : candidates) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return "";
+}
+
 HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string& experiment_file) {
   if (!ref.inline_yaml.empty()) {
     HardwareProfile hw = parse_impl(ref.inline_yaml, experiment_file, false, true);
@@ -322,15 +336,9 @@ HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string&
   }
   namespace fs = std::filesystem;
   const std::string origin = ref.origin.empty() ? experiment_file + ": hardware" : ref.origin;
-  std::vector<fs::path> candidates;
-  if (!ref.name.empty()) {
-    candidates.push_back(ref.name);
-    const fs::path exp(experiment_file);
-    if (fs::path(ref.name).is_relative() && exp.has_parent_path()) candidates.push_back(exp.parent_path() / ref.name);
-  }
-  for (const fs::path& p : candidates) {
-    std::error_code ec;
-    if (!fs::is_regular_file(p, ec)) continue;
+  const std::string file = hardware_profile_file(ref, experiment_file);
+  if (!file.empty()) {
+    const fs::path p(file);
     HardwareProfile hw = parse_hardware_profile(read_file(p, origin), p.string());
     if (hw.name.empty()) hw.name = p.stem().string();
     return hw;
@@ -357,7 +365,7 @@ std::vector<std::string> builtin_hardware_names() {
 double critical_batch(const HardwareProfile& hw, const ExpertFormat& format) {
   const std::optional<double> f = peak_flops_per_s(hw, format.dtype);
   if (!f || hw.memory_bandwidth_bytes_per_s <= 0) return 0.0;
-  // DESIGN.md "Cost model": B* = F * bytes_per_weight / (2 * BW). A weight GEMM with n tokens does 2 n
+  // docs/design.md "Cost model": B* = F * bytes_per_weight / (2 * BW). A weight GEMM with n tokens does 2 n
   // FLOPs per weight it loads, so it turns compute-bound once 2 n / bytes_per_weight > F / BW.
   return *f * bytes_per_weight(format) / (2.0 * hw.memory_bandwidth_bytes_per_s);
 }

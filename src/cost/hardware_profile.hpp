@@ -111,6 +111,10 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
 // YAML file, got 'NAME'", ORIGIN being ref.origin, or "EXPERIMENT_FILE: hardware" when that is empty.
 HardwareProfile load_hardware_profile(const HardwareRef& ref, const std::string& experiment_file);
 
+// The profile YAML file `ref` names, as load_hardware_profile finds it (the name as a path, then beside the
+// experiment file); "" for an inline table, a built-in name or no readable file.
+std::string hardware_profile_file(const HardwareRef& ref, const std::string& experiment_file);
+
 // The digest (common/digest.hpp) of every value of the profile the cost model reads: the name, the
 // peaks, bandwidths, sizes, tiles, efficiencies, overlap and `calibrated`, each printed to 17
 // significant digits. The description and source notes are left out, so editing a note keeps it.
@@ -119,7 +123,7 @@ std::string hardware_digest(const HardwareProfile& hw);
 // Names of the built-in profiles (configs/hardware/*.yaml compiled into the binary), sorted.
 std::vector<std::string> builtin_hardware_names();
 
-// The weights-only critical batch (DESIGN.md "Cost model"): F * bytes_per_weight / (2 * BW), at peak
+// The weights-only critical batch (docs/design.md "Cost model"): F * bytes_per_weight / (2 * BW), at peak
 // (no efficiency factors). 0 when the profile has no peak for `dtype`.
 double critical_batch(const HardwareProfile& hw, const ExpertFormat& format);
 

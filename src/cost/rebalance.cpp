@@ -71,7 +71,8 @@ RebalanceRun model_rebalancing(const HardwareProfile& hw, const std::vector<Laye
       sum_layer += rs.layer_s;
       sum_static_layer += rs.static_layer_s;
     }
-    if (b + 1 == steps.size()) run.last = std::move(c);
+    if (b + 1 == steps.size()) run.last = c;
+    run.step_costs.push_back(std::move(c));
     run.steps.push_back(rs);
     observed.push_back(steps[b].load);
   }

@@ -46,7 +46,8 @@ struct PlanEpoch {
 struct RebalanceRun {
   std::vector<PlanEpoch> epochs;
   std::vector<RebalanceStep> steps;
-  LayerCost last;                      // the last step on its epoch's plan (the run's headline cost)
+  std::vector<LayerCost> step_costs;   // every step on its epoch's plan, in step order
+  LayerCost last;                      // the last step on its epoch's plan (step_costs.back())
   // Means over the steps from the first re-plan on (gain_steps of them; 0 without a re-plan).
   int gain_steps = 0;
   double rank_imbalance = 1, static_rank_imbalance = 1, layer_s = 0, static_layer_s = 0;

@@ -269,7 +269,13 @@ RunResult as_run_result(const EpRunResult& r) {
   run.num_tokens = r.num_tokens;
   VariantResult v;
   v.variant = own_variant(r.experiment).front();
-  for (const EpStep& s : r.steps) v.per_batch.push_back(s.metrics);
+  for (const EpStep& s : r.steps) {
+    v.per_batch.push_back(s.metrics);
+    // The headline's per-expert sums over the steps, as a single-process batch run keeps them.
+    StepRecord rec;
+    rec.num_tokens = r.num_tokens;
+    add_to_totals(v.totals, rec, s.metrics);
+  }
   // Without a peak for model.dtype the profile cannot cost the real size; the last step at the executed
   // size stands in (expert_parallel.modeled_model_size is then absent).
   const LayerCost cost = r.has_model_size || r.steps.empty() ? r.modeled_model_size : r.steps.back().modeled;

@@ -155,9 +155,13 @@ struct VariantResult {
   std::vector<PhaseSummary> phases;       // decoder: prefill, decode; trace: per recorded phase; profile
   std::vector<float> final_bias;          // aux_free_bias: the bias after the last batch (last layer)
   std::vector<BiasUpdate> bias_updates;   // aux_free_bias: the bias after every update, in routing order
-  // Cost of the last batch's routing, per placement; for step-structured runs the mean over the decode
-  // records (all records when there is no decode phase), so that variants rank on typical steps.
+  // The headline modeled cost per placement (docs/design.md "One number per metric"): a batch run's mean
+  // over its batches (a single batch: that batch's), a step run's mean over the decode records (all records
+  // when there is no decode phase), so that variants rank on typical batches and steps. The expert-parallel
+  // entry of a mean carries the last batch's plan (placement, device_plan_load, predicted_balancedness).
   std::vector<ModeledPlacement> modeled;
+  // Batch runs: the last batch's own cost per placement (aggregate "last"; one batch: modeled).
+  std::vector<ModeledPlacement> last_modeled;
   bool executed = false;
   MeasuredTimes measured;
   // Measured balanced counterfactual: the same executed layer with `balanced` routing (median, and the
@@ -174,11 +178,37 @@ struct VariantResult {
   std::string final_hidden_digest;
   std::string verify_message;             // --verify: "ok" or the first mismatch
   // placement.rebalance_every > 0 (synthetic and logits workloads): every batch modeled on its epoch's
-  // plan at the model's size; modeled's expert_parallel entry is then its last batch.
+  // plan at the model's size; modeled's expert_parallel entry is then the mean of those costs.
   bool has_rebalance = false;
   RebalanceRun rebalance;
   const BalanceMetrics& last() const { return per_batch.back(); }
 };
+
+// The weight of each entry `which` of v.per_batch in a headline mean (docs/design.md "One number per metric"):
+// a record's num_tokens; every entry weighs 1 when those records routed no token at all, and in a batch run
+// (its batches are of one size). One formula for the reports (src/report metric_value) and the sweep rows.
+inline std::vector<double> headline_weights(const VariantResult& v, const std::vector<size_t>& which) {
+  if (v.records.empty()) return std::vector<double>(which.size(), 1.0);
+  double total = 0;
+  for (size_t i : which) total += static_cast<double>(v.records[i].num_tokens);
+  std::vector<double> w;
+  for (size_t i : which) w.push_back(total > 0 ? static_cast<double>(v.records[i].num_tokens) : 1.0);
+  return w;
+}
+
+// The headline mean of one rate of every entry of v.per_batch under headline_weights (imbalance, drop_rate:
+// the sweep rows' columns; the reports' headline of every rate, src/report/report.cpp).
+inline double headline_mean(const VariantResult& v, double BalanceMetrics::*rate) {
+  std::vector<size_t> all(v.per_batch.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const std::vector<double> w = headline_weights(v, all);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    num += w[i] * (v.per_batch[i].*rate);
+    den += w[i];
+  }
+  return den > 0 ? num / den : 0.0;
+}
 
 // The variant's modeled placement of that name ("single", "expert_parallel"); null when not modeled.
 inline const ModeledPlacement* find_placement(const VariantResult& v, const std::string& name) {

@@ -28,10 +28,11 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens);
 
-// placement.rebalance_every: every routed batch of vr modeled on its epoch's plan (src/cost/rebalance.hpp);
-// the last batch's cost replaces vr.modeled's expert_parallel entry.
-void model_rebalanced(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
-                      VariantResult& vr);
+// A batch run's modeled cost: every routed batch of vr.per_batch modeled per placement (the expert-parallel
+// one on its epoch's plan when placement.rebalance_every re-plans: src/cost/rebalance.hpp, vr.rebalance), then
+// vr.modeled = their mean (PlacementMean; one batch: its own cost) and vr.last_modeled = the last batch's.
+void model_batches(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
+                   VariantResult& vr);
 
 // Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median, fastest and
 // slowest time of each phase (CUDA: CUDA-event times, `dtype` the GEMM precision).

@@ -71,19 +71,44 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
                           undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
 }
 
-void model_rebalanced(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
-                      VariantResult& vr) {
-  std::vector<LayerCostInput> steps;
-  for (const BalanceMetrics& m : vr.per_batch) {
-    LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, m.load, m.capacity);
-    in.undelivered = undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k);
-    in.placement = resolve_placement(e.placement, router);
-    steps.push_back(std::move(in));
+void model_batches(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
+                   VariantResult& vr) {
+  const size_t n = vr.per_batch.size();
+  if (n == 0) return;
+  if (e.placement.kind == PlacementKind::expert_parallel && e.placement.rebalance_every > 0) {
+    std::vector<LayerCostInput> steps;
+    for (const BalanceMetrics& m : vr.per_batch) {
+      LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, m.load, m.capacity);
+      in.undelivered = undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k);
+      in.placement = resolve_placement(e.placement, router);
+      steps.push_back(std::move(in));
+    }
+    vr.rebalance = model_rebalancing(hw, steps);
+    vr.has_rebalance = true;
   }
-  vr.rebalance = model_rebalancing(hw, steps);
-  vr.has_rebalance = true;
-  for (ModeledPlacement& p : vr.modeled)
-    if (p.placement == "expert_parallel") p.cost = vr.rebalance.last;
+  PlacementMean mean(n);
+  std::vector<ModeledPlacement> batch;
+  for (size_t b = 0; b < n; ++b) {
+    batch = model_placements(e, hw, router, vr.per_batch[b], num_tokens);
+    if (vr.has_rebalance)
+      for (ModeledPlacement& p : batch)
+        if (p.placement == "expert_parallel") p.cost = vr.rebalance.step_costs[b];
+    if (n > 1) mean.add(batch);
+  }
+  if (n == 1) {
+    vr.modeled = batch;
+    vr.last_modeled = std::move(batch);
+    return;
+  }
+  vr.modeled = mean.finish();
+  // The plan a mean ran on is no one batch's: the last batch's is shown (each batch plans from its own loads).
+  for (size_t p = 0; p < vr.modeled.size() && p < batch.size(); ++p) {
+    LayerCost& c = vr.modeled[p].cost;
+    c.placement = batch[p].cost.placement;
+    c.device_plan_load = batch[p].cost.device_plan_load;
+    c.predicted_balancedness = batch[p].cost.predicted_balancedness;
+  }
+  vr.last_modeled = std::move(batch);
 }
 
 // First difference between two routings, or "" when identical (weights within 1e-5 relative:
@@ -274,9 +299,15 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
         vr.bias_updates.push_back({static_cast<int64_t>(b), static_cast<int>(b), 0, state.expert_bias});
     }
     vr.final_bias = state.expert_bias;
-    vr.modeled = model_placements(e, result.hardware, v.router, vr.last(), result.num_tokens);
-    if (e.placement.kind == PlacementKind::expert_parallel && e.placement.rebalance_every > 0)
-      model_rebalanced(e, result.hardware, v.router, result.num_tokens, vr);
+    model_batches(e, result.hardware, v.router, result.num_tokens, vr);
+    // The headline's per-expert sums (load, demand, utilization), as a step run keeps them.
+    if (vr.per_batch.size() > 1) {
+      for (const BalanceMetrics& m : vr.per_batch) {
+        StepRecord rec;
+        rec.num_tokens = result.num_tokens;
+        add_to_totals(vr.totals, rec, m);
+      }
+    }
 
     if (execute && !batches.empty()) {
       // The executed layer replays the last batch with a fresh router state (time_layer).

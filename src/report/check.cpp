@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -50,20 +51,21 @@ const nlohmann::json kAbsent = nlohmann::json::value_t::discarded;
 std::string value_text(const nlohmann::json& v) { return v.is_discarded() ? "absent" : shown(v); }
 
 // The first differing key under two config (sub)trees, in key order; maps recurse, anything else is
-// one value.
+// one value. Keys in `by_content` (files compared by their digests instead) are skipped.
 std::optional<ExperimentDifference> first_difference(const nlohmann::json& a, const nlohmann::json& b,
                                                      const std::string& prefix,
-                                                     const std::vector<std::string>& allowed) {
+                                                     const std::vector<std::string>& allowed,
+                                                     const std::set<std::string>& by_content) {
   if (a.is_object() && b.is_object()) {
     std::set<std::string> keys;
     for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
     for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
     for (const std::string& k : keys) {
       const std::string path = prefix.empty() ? k : prefix + "." + k;
-      if (skipped_key(path) || allowed_key(path, allowed)) continue;
+      if (skipped_key(path) || allowed_key(path, allowed) || by_content.count(path)) continue;
       const nlohmann::json& x = a.contains(k) ? a[k] : kAbsent;
       const nlohmann::json& y = b.contains(k) ? b[k] : kAbsent;
-      if (auto d = first_difference(x, y, path, allowed)) return d;
+      if (auto d = first_difference(x, y, path, allowed, by_content)) return d;
     }
     return std::nullopt;
   }
@@ -132,11 +134,44 @@ std::vector<std::string> baseline_metrics(const Experiment& e, const std::vector
   return out.empty() ? default_baseline_metrics() : out;
 }
 
+namespace {
+
+// The digest of each file of a result's `inputs` block, by key; malformed entries are left out.
+std::map<std::string, nlohmann::json> input_digests(const nlohmann::json& run) {
+  std::map<std::string, nlohmann::json> out;
+  const nlohmann::json& inputs = at_path(run, {"inputs"});
+  if (!inputs.is_array()) return out;
+  for (const nlohmann::json& f : inputs)
+    if (f.is_object() && f.contains("key") && f["key"].is_string() && f.contains("digest"))
+      out[f["key"].get<std::string>()] = f["digest"];
+  return out;
+}
+
+}  // namespace
+
 std::optional<ExperimentDifference> experiment_difference(const nlohmann::json& baseline, const nlohmann::json& run,
                                                           const std::vector<std::string>& allowed) {
+  // A file an experiment key names is compared by its contents (the inputs block), not by its path, which
+  // moves with the checkout.
+  const std::map<std::string, nlohmann::json> was_files = input_digests(baseline), now_files = input_digests(run);
+  std::set<std::string> by_content;
+  for (const auto& [key, digest] : now_files) by_content.insert(key);
+  for (const auto& [key, digest] : was_files) by_content.insert(key);
   if (auto d = first_difference(at_path(baseline, {"experiment", "config"}), at_path(run, {"experiment", "config"}),
-                                "", allowed))
+                                "", allowed, by_content))
     return d;
+  // The workload's file is compared by workload.file_digest below, a hardware profile file by its values
+  // (hardware.digest: its notes may change).
+  by_content.erase("workload.path");
+  by_content.erase("hardware");
+  for (const std::string& key : by_content) {
+    if (allowed_key(key, allowed)) continue;
+    const auto w = was_files.find(key), n = now_files.find(key);
+    const nlohmann::json& was = w == was_files.end() ? kAbsent : w->second;
+    const nlohmann::json& now = n == now_files.end() ? kAbsent : n->second;
+    if (was != now || was.is_discarded() != now.is_discarded())
+      return ExperimentDifference{key + " (the file's contents)", value_text(was), value_text(now)};
+  }
   if (!allowed_key("workload.path", allowed)) {
     const nlohmann::json& was = at_path(baseline, {"workload", "file_digest"});
     const nlohmann::json& now = at_path(run, {"workload", "file_digest"});
@@ -159,7 +194,7 @@ std::string CheckFailure::line() const {
 int metric_direction(const std::string& m) {
   static const std::set<std::string> higher = {"entropy_norm", "active_experts", "bottom20_share",
                                                "batching_efficiency"};
-  static const std::set<std::string> lower = {"imbalance",      "demand_imbalance", "cv",
+  static const std::set<std::string> lower = {"imbalance",      "max_vio",          "demand_imbalance", "cv",
                                               "dead_experts",   "dropped",          "drop_rate",
                                               "tokens_unrouted", "padding_waste",   "top20_share",
                                               "aux_loss",       "aux_loss_switch",  "aux_loss_gshard",
@@ -273,19 +308,47 @@ std::map<std::string, nlohmann::json> parse_baselines(const std::string& text, c
   return by_name;
 }
 
+const std::vector<std::string>& baseline_aggregates() {
+  static const std::vector<std::string> a = {"value", "last", "mean", "p50", "p95", "max"};
+  return a;
+}
+
+namespace {
+
+// The baseline's value of `metric` under `aggregate` in one strategies[] entry (check_against_baseline).
+const nlohmann::json& baseline_value(const nlohmann::json& s, const std::string& metric, const std::string& aggregate) {
+  const nlohmann::json& headline = s["metrics"].contains(metric) ? s["metrics"][metric] : kAbsent;
+  if (aggregate == "value") return headline;
+  if (aggregate == "last") {
+    const nlohmann::json& last = at_path(s, {"last_record_metrics"});
+    return last.is_object() ? (last.contains(metric) ? last[metric] : kAbsent) : headline;
+  }
+  const nlohmann::json& agg = at_path(s, {"aggregates"});
+  if (agg.is_object() && agg.contains(metric) && agg[metric].is_object() && agg[metric].contains(aggregate))
+    return agg[metric][aggregate];
+  return headline;  // one batch or record, or a run-level metric: every aggregate is its one value
+}
+
+}  // namespace
+
 std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline,
-                                                 const std::vector<std::string>& metrics, double rtol, double atol) {
+                                                 const std::vector<std::string>& metrics, double rtol, double atol,
+                                                 const std::string& aggregate) {
   std::vector<CheckFailure> failures;
+  if (std::find(baseline_aggregates().begin(), baseline_aggregates().end(), aggregate) == baseline_aggregates().end())
+    fail("--aggregate: expected value, last, mean, p50, p95 or max, got '" + aggregate + "'");
   for (const auto& s : baseline["strategies"]) {
     const std::string label = s["strategy"].get<std::string>();
     for (const VariantResult& v : run.variants) {
       if (v.variant.label != label) continue;
-      for (const std::string& metric : metrics) {
-        const nlohmann::json& base = s["metrics"].contains(metric) ? s["metrics"][metric] : kAbsent;
-        const std::optional<double> now = metric_value(run, v, metric, "value");
+      for (const std::string& name : metrics) {
+        const std::string& metric = name;
+        const std::string shown_name = aggregate == "value" ? name : name + "." + aggregate;
+        const nlohmann::json& base = baseline_value(s, metric, aggregate);
+        const std::optional<double> now = metric_value(run, v, metric, aggregate);
         if (!base.is_number() && !now) continue;  // the metric does not apply to this strategy
         if (!base.is_number() || !now) {
-          failures.push_back({run.experiment.source_file, label, metric, now ? *now : NAN,
+          failures.push_back({run.experiment.source_file, label, shown_name, now ? *now : NAN,
                               std::string(now ? "no value, as in the baseline" : "a value, as in the baseline (") +
                                   (now ? "" : num(base.get<double>()) + ")")});
           continue;
@@ -298,7 +361,7 @@ std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlo
         if (!worse) continue;
         const std::string how = dir < 0 ? "at most" : dir > 0 ? "at least" : "equal to";
         const std::string tolerance = exact ? "exact count" : "rtol " + num(rtol) + ", atol " + num(atol);
-        failures.push_back({run.experiment.source_file, label, metric, *now,
+        failures.push_back({run.experiment.source_file, label, shown_name, *now,
                             how + " baseline " + num(was) + " (" + tolerance + ")"});
       }
     }

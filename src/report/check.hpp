@@ -48,12 +48,13 @@ bool is_count_metric(const std::string& metric);
 
 // Where a baseline's experiment differs from a run's: the first differing key of experiment.config in
 // key order, with both values as JSON text. Keys that cannot move a gated metric are skipped (name,
-// expect, execute.enabled, execute.repeats); a file the workload read is compared by its bytes'
-// digest (workload.file_digest), not its path; a hardware profile by its contents (hardware.digest).
+// expect, execute.enabled, execute.repeats); a file an experiment key names (model.hf_config, the
+// workload's file, a hardware profile YAML: the `inputs` block) is compared by its bytes' digest, not its
+// path, so a baseline moves with its experiment; a hardware profile also by its values (hardware.digest).
 struct ExperimentDifference {
   std::string key, baseline_value, run_value;
 };
-// `run` needs experiment.config, hardware.digest and workload.file_digest (when a file was read), as
+// `run` needs experiment.config, inputs, hardware.digest and workload.file_digest (when a file was read), as
 // run_to_json writes them. A key in `allowed`, or under one (a section), is skipped.
 std::optional<ExperimentDifference> experiment_difference(const nlohmann::json& baseline_run,
                                                           const nlohmann::json& run,
@@ -74,12 +75,19 @@ std::vector<RouterVariant> check_variants(const Experiment& e, const std::vector
 // Bounds of the experiment's expect: block against the run.
 std::vector<CheckFailure> check_expectations(const RunResult& run);
 
-// The run against one baseline run JSON: `metrics` of every strategy present in both. Counts compare
-// exactly, other metrics within atol + rtol |baseline|; a metric with a good direction fails only when
-// it moves the bad way, one without (capacity, critical_batch) when it moves either way.
+// The aggregates a baseline comparison may read (check --aggregate): "value" (the headline, the default),
+// "last" (the last batch or record), "mean", "p50", "p95", "max" (over the batches or records).
+const std::vector<std::string>& baseline_aggregates();
+
+// The run against one baseline run JSON: `metrics` of every strategy present in both, under `aggregate`
+// (baseline_aggregates(): the run's metric_value against the baseline's metrics, last_record_metrics or
+// aggregates.METRIC.AGG; a baseline of one batch or record, or a run-level metric, has one value for every
+// aggregate, its metrics). Counts compare exactly, other metrics within atol + rtol |baseline|; a metric
+// with a good direction fails only when it moves the bad way, one without (capacity, critical_batch) when
+// it moves either way. A failure names the metric as METRIC.AGG for an aggregate other than value.
 std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline_run,
                                                  const std::vector<std::string>& metrics, double rtol,
-                                                 double atol);
+                                                 double atol, const std::string& aggregate = "value");
 
 // Strategy labels in a run JSON; throws InputError (naming `name`) when it is not one: another
 // schema_version, a shape that is not a run's (schema_version, experiment.config, strategies[]).

@@ -52,8 +52,9 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.roofline_efficiency = p.cost.roofline_efficiency;
   row.time_per_token_s = run.num_tokens > 0 ? row.actual.quantized_s / static_cast<double>(run.num_tokens) : 0.0;
   row.compute_bound_experts = p.cost.compute_bound_experts;
-  row.imbalance = v.last().imbalance;
-  row.drop_rate = v.last().drop_rate;
+  // The headline values, as the modeled cost above is (a mean over the point's batches or records).
+  row.imbalance = v.per_batch.size() > 1 ? headline_mean(v, &BalanceMetrics::imbalance) : v.last().imbalance;
+  row.drop_rate = v.per_batch.size() > 1 ? headline_mean(v, &BalanceMetrics::drop_rate) : v.last().drop_rate;
   row.plan = p.cost.placement;
   row.device_plan_load = p.cost.device_plan_load;
   row.predicted_balancedness = p.cost.predicted_balancedness;

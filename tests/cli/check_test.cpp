@@ -230,5 +230,62 @@ TEST(Check, BadInputIsExitTwo) {
   }
 }
 
+TEST(Check, TheGatedValueIsTheMeanOverTheBatchesAndAFlagChoosesAnother) {
+  // 4 batches: the baseline's metrics are their headline (the mean of imbalance), the last batch under
+  // last_record_metrics; --aggregate reads the others, and names them in a failure.
+  const std::string dir = testing::make_temp_dir();
+  write_text(dir + "/exp.yaml", "name: four\nworkload: {batch: 256, batches: 4, skew: 1.5, seed: 3}\n"
+                                "router: {gating: aux_free_bias, bias_update_rate: 0.05}\nexecute: {enabled: false}\n");
+  const std::string b = dir + "/b.json";
+  ASSERT_EQ(run_cli("check " + dir + "/exp.yaml --baseline " + b + " --update-baseline").exit_code, 0);
+  const nlohmann::json j = nlohmann::json::parse(testing::read_text(b));
+  const auto& s = j["strategies"][0];
+  const std::vector<double> series = s["series"]["imbalance"].get<std::vector<double>>();
+  ASSERT_EQ(series.size(), 4u);
+  const double mean = (series[0] + series[1] + series[2] + series[3]) / 4;
+  EXPECT_DOUBLE_EQ(s["metrics"]["imbalance"].get<double>(), mean);
+  EXPECT_DOUBLE_EQ(s["aggregates"]["imbalance"]["mean"].get<double>(), mean);
+  EXPECT_DOUBLE_EQ(s["last_record_metrics"]["imbalance"].get<double>(), series[3]);
+  EXPECT_NE(series[3], mean);  // the bias moves: the last batch is not the mean
+  for (const char* agg : {"value", "last", "mean", "p50", "p95", "max"}) {
+    const auto r = run_cli("check " + dir + "/exp.yaml --baseline " + b + " --aggregate " + agg);
+    EXPECT_EQ(r.exit_code, 0) << agg << ": " << r.out << r.err;
+  }
+  // A worse last batch fails under last, named imbalance.last; a bad aggregate is refused.
+  const auto worse = run_cli("check " + dir + "/exp.yaml --baseline " + b +
+                             " --aggregate last --set router.bias_update_rate=0 --allow-change router.bias_update_rate");
+  EXPECT_EQ(worse.exit_code, 1) << worse.out << worse.err;
+  EXPECT_NE(worse.out.find("aux_free_bias: imbalance.last = "), std::string::npos) << worse.out;
+  const auto bad = run_cli("check " + dir + "/exp.yaml --baseline " + b + " --aggregate median");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--aggregate: expected value, last, mean, p50, p95 or max, got 'median'"), std::string::npos)
+      << bad.err;
+  // The table reads the same headline as the baseline.
+  const auto table = run_cli("run " + dir + "/exp.yaml --format csv");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  const nlohmann::json run = nlohmann::json::parse(run_cli("run " + dir + "/exp.yaml --format json").out);
+  EXPECT_DOUBLE_EQ(run["strategies"][0]["metrics"]["imbalance"].get<double>(), mean);
+}
+
+TEST(Check, ItsReportInEveryFormat) {
+  const std::string dir = testing::make_temp_dir();
+  write_text(dir + "/bad.yaml", std::string(kBase) + "expect:\n  imbalance: {max: 1.05}\n");
+  const auto json = run_cli("check " + dir + "/bad.yaml --format json");
+  EXPECT_EQ(json.exit_code, 1);
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_FALSE(j["passed"].get<bool>());
+  ASSERT_EQ(j["failures"].size(), 1u);
+  EXPECT_EQ(j["failures"][0]["metric"], "imbalance");
+  EXPECT_EQ(j["failures"][0]["strategy"], "token_choice");
+  EXPECT_EQ(j["failures"][0]["bound"], "max 1.05");
+  const auto csv = run_cli("check " + dir + "/bad.yaml --format csv");
+  EXPECT_EQ(csv.exit_code, 1);
+  EXPECT_EQ(csv.out.rfind("file,strategy,metric,value,bound\n", 0), 0u) << csv.out;
+  const auto md = run_cli("check " + dir + "/bad.yaml --format markdown --out " + dir + "/r.md");
+  EXPECT_EQ(md.exit_code, 1);
+  EXPECT_NE(testing::read_text(dir + "/r.md").find("| token_choice | imbalance |"), std::string::npos);
+  EXPECT_EQ(run_cli("check " + dir + "/bad.yaml --format yaml").exit_code, 2);
+}
+
 }  // namespace
 }  // namespace moesim

@@ -97,20 +97,71 @@ std::vector<ConsoleStep> console_steps(const std::string& doc) {
   return steps;
 }
 
-TEST(DocsExamples, GateYourCiRunsAsWritten) {
-  const std::vector<ConsoleStep> steps = console_steps(testing::read_text(kRoot + "/docs/gate-your-ci.md"));
-  ASSERT_GE(steps.size(), 6u);
-  // A scratch folder where the page's relative paths (docs/examples/...) resolve.
+// A scratch folder where the page's relative paths (docs/examples/..., and the config.json
+// docs/examples/gate-hf.yaml names under tests/data) resolve.
+std::string scratch_checkout() {
   const std::string dir = testing::make_temp_dir();
   std::filesystem::create_directory_symlink(kRoot + "/docs", dir + "/docs");
+  std::filesystem::create_directory_symlink(kRoot + "/tests", dir + "/tests");
+  return dir;
+}
+
+void run_step(const std::string& dir, const ConsoleStep& step, const std::string& where) {
+  const std::string cmd = "cd '" + dir + "' && '" MOESIM_BINARY "' " + step.args + " > out.txt 2> err.txt";
+  const int status = std::system(cmd.c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const std::string output = testing::read_text(dir + "/out.txt") + testing::read_text(dir + "/err.txt");
+  EXPECT_EQ(code, step.exit_code) << where << ": $ moesim " << step.args << "\n" << output;
+  EXPECT_EQ(output, step.output) << where << ": $ moesim " << step.args;
+}
+
+TEST(DocsExamples, GateYourCiRunsAsWritten) {
+  const std::vector<ConsoleStep> steps = console_steps(testing::read_text(kRoot + "/docs/gate-your-ci.md"));
+  ASSERT_GE(steps.size(), 9u);
+  const std::string first = scratch_checkout();
+  std::vector<std::string> baselines;
   for (const ConsoleStep& step : steps) {
-    const std::string cmd = "cd '" + dir + "' && '" MOESIM_BINARY "' " + step.args + " > out.txt 2> err.txt";
-    const int status = std::system(cmd.c_str());
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    const std::string output = testing::read_text(dir + "/out.txt") + testing::read_text(dir + "/err.txt");
-    EXPECT_EQ(code, step.exit_code) << "$ moesim " << step.args << "\n" << output;
-    EXPECT_EQ(output, step.output) << "$ moesim " << step.args;
+    run_step(first, step, "first folder");
+    std::smatch m;
+    if (step.args.find("--update-baseline") != std::string::npos &&
+        std::regex_search(step.args, m, std::regex("--baseline ([^ ]+)")))
+      baselines.push_back(m[1].str());
   }
+  ASSERT_EQ(baselines.size(), 2u);
+  // The baselines alone, moved to a checkout in another folder: every line that reads them prints the same.
+  const std::string second = scratch_checkout();
+  for (const std::string& b : baselines) std::filesystem::copy_file(first + "/" + b, second + "/" + b);
+  const std::string recorded = testing::read_text(first + "/" + baselines.back());
+  EXPECT_EQ(recorded.find("\"path\": \"" + first), std::string::npos) << "the baseline's inputs hold the first folder";
+  size_t rerun = 0;
+  for (const ConsoleStep& step : steps) {
+    if (step.args.find("--update-baseline") != std::string::npos) continue;
+    run_step(second, step, "second folder");
+    ++rerun;
+  }
+  EXPECT_GE(rerun, 7u);
+}
+
+TEST(DocsExamples, ABaselineRefusesAnEditedHfConfig) {
+  // The contents, not the path, identify the model: the same folder with an edited config.json exits 2.
+  const std::string dir = testing::make_temp_dir();
+  std::filesystem::create_directories(dir + "/hf");
+  std::filesystem::copy_file(kRoot + "/tests/data/hf/mixtral-8x7b/config.json", dir + "/hf/config.json");
+  testing::write_text(dir + "/e.yaml", "name: e\nmodel: {hf_config: hf/config.json}\nworkload: {batch: 256}\n");
+  const auto w = run_cli("check " + dir + "/e.yaml --baseline " + dir + "/b.json --update-baseline");
+  ASSERT_EQ(w.exit_code, 0) << w.out << w.err;
+  const nlohmann::json b = nlohmann::json::parse(testing::read_text(dir + "/b.json"));
+  ASSERT_EQ(b["inputs"].size(), 1u);
+  EXPECT_EQ(b["inputs"][0]["key"], "model.hf_config");
+  EXPECT_EQ(b["inputs"][0]["path"], "hf/config.json");
+  std::string text = testing::read_text(dir + "/hf/config.json");
+  const size_t at = text.find("\"vocab_size\": 32000");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 19, "\"vocab_size\": 32001");
+  testing::write_text(dir + "/hf/config.json", text);
+  const auto c = run_cli("check " + dir + "/e.yaml --baseline " + dir + "/b.json --allow-change model.vocab");
+  EXPECT_EQ(c.exit_code, 2) << c.out << c.err;
+  EXPECT_NE(c.err.find("model.hf_config (the file's contents) is \"fnv1a64:"), std::string::npos) << c.err;
 }
 
 // The markdown rows of `text` whose first cell is a strategy: header cells -> row cells, per strategy.

@@ -97,8 +97,10 @@ void check_batches_round_trip(const std::vector<std::string>& sets, const std::s
     dropped += w.per_batch[i].dropped;
   }
   EXPECT_EQ(dropped > 0, expect_drops) << tag << ": the fixture should " << (expect_drops ? "" : "not ") << "drop";
-  // A batch run models its last batch; the replay models each record.
-  expect_same_cost(w.modeled, g.records.back().modeled, tag);
+  // A batch run models every batch, the replay each record: the last ones agree, and so do their means (the
+  // headline of both).
+  expect_same_cost(w.last_modeled, g.records.back().modeled, tag + " last");
+  expect_same_cost(w.modeled, g.modeled, tag + " mean");
 }
 
 TEST(DumpRouting, SyntheticRoundTripDropless) {

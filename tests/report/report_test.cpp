@@ -38,6 +38,7 @@ BalanceMetrics batch(std::vector<int64_t> load, int64_t num_tokens, int64_t drop
   m.demand[0] += dropped;
   m.imbalance = imbalance;
   m.demand_imbalance = imbalance;
+  m.max_vio = imbalance - 1.0;
   m.dropped = dropped;
   m.drop_rate = static_cast<double>(dropped) / static_cast<double>(num_tokens * kTopK);
   m.active_experts = 0;
@@ -156,31 +157,34 @@ TEST(HeadlineValue, StepRunWeightsRatesByTokensAndSumsCounts) {
   EXPECT_NE(html.find("summed over the 3 records"), std::string::npos);
 }
 
-TEST(HeadlineValue, OneRecordAndBatchRunsAreTheLastBatch) {
+TEST(HeadlineValue, OneRecordIsItselfAndABatchRunAggregatesItsBatches) {
   VariantResult one = step_variant();
   one.per_batch.resize(1);
   one.records.resize(1);
   fill_totals(one);
   one.modeled = one.records[0].modeled;  // the mean of one record's cost is that cost
   VariantResult batches = step_variant();
-  batches.records.clear();  // synthetic batches: no step records
+  batches.records.clear();  // synthetic batches: no step records, every batch of one size
   const RunResult run = run_of({one, batches});
   const nlohmann::json j = run_to_json(run);
-  for (size_t i = 0; i < 2; ++i) {
-    const VariantResult& v = run.variants[i];
-    for (const std::string& m : scalar_metric_names()) {
-      EXPECT_EQ(metric_value(run, v, m, "value"), metric_value(run, v, m, "last")) << i << " " << m;
-    }
-    EXPECT_EQ(*metric_value(run, v, "imbalance", "value"), v.per_batch.back().imbalance);
-    // The JSON metrics are the last batch's, as metrics_to_json writes them.
-    const nlohmann::json& m = j["strategies"][i]["metrics"];
-    const nlohmann::json want = metrics_to_json(v.per_batch.back());
-    for (auto it = want.begin(); it != want.end(); ++it) EXPECT_EQ(m[it.key()], it.value()) << i << " " << it.key();
-  }
+  // One record: every aggregate is that record, and the JSON metrics are its own.
+  for (const std::string& m : scalar_metric_names())
+    EXPECT_EQ(metric_value(run, one, m, "value"), metric_value(run, run.variants[0], m, "last")) << m;
+  const nlohmann::json want = metrics_to_json(one.per_batch.back());
+  for (auto it = want.begin(); it != want.end(); ++it)
+    EXPECT_EQ(j["strategies"][0]["metrics"][it.key()], it.value()) << it.key();
   EXPECT_EQ(*metric_value(run, run.variants[0], "imbalance", "value"), 1.1);
-  EXPECT_EQ(*metric_value(run, run.variants[1], "imbalance", "value"), 2.0);
+  // Three batches: rates are their plain mean (batches weigh alike), counts their sum; the last batch keeps
+  // its own values under last_record_metrics and aggregate last.
+  const VariantResult& b = run.variants[1];
+  EXPECT_DOUBLE_EQ(*metric_value(run, b, "imbalance", "value"), (1.1 + 1.5 + 2.0) / 3);
+  EXPECT_DOUBLE_EQ(*metric_value(run, b, "max_vio", "value"), (0.1 + 0.5 + 1.0) / 3);
+  EXPECT_EQ(*metric_value(run, b, "dropped", "value"), 14.0);
+  EXPECT_EQ(*metric_value(run, b, "imbalance", "last"), 2.0);
+  EXPECT_DOUBLE_EQ(j["strategies"][1]["metrics"]["imbalance"].get<double>(), (1.1 + 1.5 + 2.0) / 3);
+  ASSERT_TRUE(j["strategies"][1].contains("last_record_metrics"));
+  EXPECT_EQ(j["strategies"][1]["last_record_metrics"]["imbalance"].get<double>(), 2.0);
   EXPECT_TRUE(j["strategies"][0].contains("last_record_metrics"));
-  EXPECT_FALSE(j["strategies"][1].contains("last_record_metrics"));
 }
 
 TEST(HeadlineValue, RecordsWithoutTokensWeighAlike) {

@@ -551,24 +551,89 @@ std::vector<std::string> user_set_keys(const Experiment& e) {
   return out;
 }
 
+bool is_model_description_key(const std::string& key) {
+  static const char* const kDescription[] = {"model.layers", "model.moe_layers", "model.heads", "model.kv_heads",
+                                             "model.head_dim", "model.vocab"};
+  return std::any_of(std::begin(kDescription), std::end(kDescription), [&](const char* k) { return key == k; });
+}
+
+namespace {
+
+// Whether `key` acts in some row under `ctx`; the first row's reason otherwise.
+std::string inert_in_rows(const std::string& key, const std::vector<Experiment>& rows, const EffectContext& ctx) {
+  const KeyEffect* ke = find_effect(key);
+  if (!ke) return kActs;
+  std::string first;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string why = ke->inert(rows[i], ctx);
+    if (why.empty()) return kActs;
+    if (i == 0) first = why;
+  }
+  return first;
+}
+
+// The rows with every gating in turn: a file's router parameters of one strategy (noise_std, sinkhorn_*,
+// groups, bias_update_*, ...) are its settings for that strategy whenever it runs (compare --gating all).
+std::vector<Experiment> every_gating(const std::vector<Experiment>& rows) {
+  std::vector<Experiment> out;
+  for (const Experiment& row : rows) {
+    for (Gating g : all_gatings()) {
+      out.push_back(row);
+      out.back().router.gating = g;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<InertKey> inert_user_keys(const std::vector<Experiment>& rows, const EffectContext& ctx) {
   std::vector<InertKey> out;
   if (rows.empty()) return out;
   std::vector<std::string> keys;
+  std::vector<bool> by_set;
   for (const Experiment& row : rows) {
-    for (const std::string& k : user_set_keys(row))
-      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
-  }
-  for (const std::string& key : keys) {
-    std::string first;
-    bool acts = false;
-    for (size_t i = 0; i < rows.size() && !acts; ++i) {
-      const KeyEffect* ke = find_effect(key);
-      const std::string why = ke ? ke->inert(rows[i], ctx) : kActs;
-      acts = why.empty();
-      if (i == 0) first = why;
+    for (const std::string& k : user_set_keys(row)) {
+      const bool set = std::find(row.set_keys.begin(), row.set_keys.end(), k) != row.set_keys.end();
+      const auto at = std::find(keys.begin(), keys.end(), k);
+      if (at == keys.end()) {
+        keys.push_back(k);
+        by_set.push_back(set);
+      } else if (set) {
+        by_set[static_cast<size_t>(at - keys.begin())] = true;
+      }
     }
-    if (!acts) out.push_back({key, first});
+  }
+  // A key an experiment file gives (no --set or --vary) is one of the file's settings, which many runs
+  // share: it is named only when no run of that file could use it. So it is judged as if the run executed
+  // and were `moesim run` (a --no-execute, a modeling-only command or `route` is the command's choice, not
+  // the file's mistake), a router key under every gating, and the file's model description and expect:
+  // block not at all. A --set or --vary key is judged by this run as it is.
+  // The file's own runs: the file as written (a --set that moves another key, such as workload.source, does
+  // not make the file's keys wrong), under `moesim run` with the executed layer.
+  const Experiment& own = rows.front().as_written ? *rows.front().as_written : rows.front();
+  const std::vector<Experiment> own_rows = {own};
+  EffectContext file_ctx = ctx;
+  file_ctx.command = "run";
+  file_ctx.executes = true;
+  file_ctx.cuda = true;
+  file_ctx.dumps_routing = false;
+  if (own.workload.source != rows.front().workload.source) file_ctx.replays_recorded = false;
+  std::vector<Experiment> all_gatings_rows;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string& key = keys[i];
+    if (by_set[i]) {
+      const std::string why = inert_in_rows(key, rows, ctx);
+      if (!why.empty()) out.push_back({key, why});
+      continue;
+    }
+    if (is_model_description_key(key) || key == "expect") continue;
+    std::string why = inert_in_rows(key, own_rows, file_ctx);
+    if (!why.empty() && key.rfind("router.", 0) == 0 && key != "router.gating") {
+      if (all_gatings_rows.empty()) all_gatings_rows = every_gating(own_rows);
+      if (inert_in_rows(key, all_gatings_rows, file_ctx).empty()) why.clear();
+    }
+    if (!why.empty()) out.push_back({key, why});
   }
   return out;
 }

@@ -4,7 +4,7 @@
 // in none of a run's rows ("moesim: router.noise_std has no effect with router.gating=token_choice"),
 // and --strict makes that exit 2. Host only, deterministic.
 // Covered by tests/config/key_effects_test.cpp (the table against the schema, and every key's effect on
-// computed results) and tests/cli/key_effects_cli_test.cpp.
+// computed results) and tests/cli/key_effects_cli_test.cpp (every documented command and shipped config).
 #pragma once
 
 #include <string>
@@ -49,8 +49,16 @@ struct InertKey {
   std::string reason;  // "with router.gating=token_choice"
 };
 
+// The model description keys (model.layers, model.moe_layers, model.heads, model.kv_heads, model.head_dim,
+// model.vocab): what a model is, which an experiment file states whole whatever runs it. inert_user_keys names
+// one only when a --set or --vary gives it.
+bool is_model_description_key(const std::string& key);
+
 // The user-set keys (of any row) that act in none of `rows` (the experiments a run runs: one per
-// compare row or sweep point), each with the reason the first row gives.
+// compare row or sweep point), each with the reason the first row gives. A --set or --vary key is judged by
+// this run (`ctx`); a key only an experiment file gives is one of the file's settings, named only when no
+// run of the file could use it: judged as `moesim run` with the executed layer (on CUDA for execute.dtype),
+// a router key under every gating, and never a model description key or expect.
 std::vector<InertKey> inert_user_keys(const std::vector<Experiment>& rows, const EffectContext& ctx);
 
 // One line: "moesim: KEY has no effect REASON".

@@ -40,95 +40,180 @@ double as_number(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
 }
 
+const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                               "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
+
+// A tick step of 1, 2 or 5 times a power of ten giving at most `ticks` ticks over `range` (> 0).
+double nice_step(double range, int ticks) {
+  if (!(range > 0) || !std::isfinite(range)) return 1.0;
+  const double raw = range / std::max(1, ticks);
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * p >= raw) return m * p;
+  return 10.0 * p;
+}
+
+// A tick's text: as many decimals as the step needs.
+std::string tick_text(double v, double step) {
+  const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
+  return num(std::fabs(v) < step * 1e-9 ? 0.0 : v, std::min(decimals, 6));
+}
+
+// A plot area [x0, x1] x [y0 (top), y1 (bottom)] in pixels with a value range on each axis, and the SVG
+// of its axes: lines, ticks with their values, and a label for each axis.
+struct Plot {
+  double x0, x1, y0, y1;
+  double xlo, xhi, ylo, yhi;
+  double x(double v) const { return x0 + (x1 - x0) * (xhi > xlo ? (v - xlo) / (xhi - xlo) : 0.5); }
+  double y(double v) const { return y1 - (y1 - y0) * (yhi > ylo ? (v - ylo) / (yhi - ylo) : 0.5); }
+};
+
+// The y axis of `p` (ticks at nice values of [ylo, yhi]) with its label written up the left side.
+std::string y_axis(const Plot& p, const std::string& label) {
+  std::ostringstream os;
+  os << "<g class=\"axis y-axis\"><line x1=\"" << num(p.x0, 1) << "\" x2=\"" << num(p.x0, 1) << "\" y1=\"" << num(p.y0, 1)
+     << "\" y2=\"" << num(p.y1, 1) << "\" stroke=\"#333\"/>";
+  const double step = nice_step(p.yhi - p.ylo, 5);
+  for (double v = std::ceil(p.ylo / step) * step; v <= p.yhi + step * 1e-9; v += step) {
+    os << "<line x1=\"" << num(p.x0 - 4, 1) << "\" x2=\"" << num(p.x0, 1) << "\" y1=\"" << num(p.y(v), 1) << "\" y2=\""
+       << num(p.y(v), 1) << "\" stroke=\"#333\"/><text x=\"" << num(p.x0 - 6, 1) << "\" y=\"" << num(p.y(v) + 4, 1)
+       << "\" text-anchor=\"end\">" << tick_text(v, step) << "</text>";
+  }
+  const double mid = (p.y0 + p.y1) / 2;
+  os << "<text class=\"axis-label\" x=\"12\" y=\"" << num(mid, 1) << "\" transform=\"rotate(-90 12 " << num(mid, 1)
+     << ")\" text-anchor=\"middle\">" << esc(label) << "</text></g>";
+  return os.str();
+}
+
+// The x axis of `p`: ticks at nice values (integers when `integer`), or the given (value, text) ticks, and
+// its label under them.
+std::string x_axis(const Plot& p, const std::string& label, bool integer,
+                   const std::vector<std::pair<double, std::string>>& given = {}) {
+  std::ostringstream os;
+  os << "<g class=\"axis x-axis\"><line x1=\"" << num(p.x0, 1) << "\" x2=\"" << num(p.x1, 1) << "\" y1=\"" << num(p.y1, 1)
+     << "\" y2=\"" << num(p.y1, 1) << "\" stroke=\"#333\"/>";
+  std::vector<std::pair<double, std::string>> ticks = given;
+  if (ticks.empty()) {
+    double step = nice_step(p.xhi - p.xlo, std::max(2, static_cast<int>((p.x1 - p.x0) / 60)));
+    if (integer) step = std::max(1.0, std::round(step));
+    for (double v = std::ceil(p.xlo / step) * step; v <= p.xhi + step * 1e-9; v += step)
+      ticks.push_back({v, tick_text(v, step)});
+  }
+  for (const auto& [v, t] : ticks) {
+    os << "<line x1=\"" << num(p.x(v), 1) << "\" x2=\"" << num(p.x(v), 1) << "\" y1=\"" << num(p.y1, 1) << "\" y2=\""
+       << num(p.y1 + 4, 1) << "\" stroke=\"#333\"/><text x=\"" << num(p.x(v), 1) << "\" y=\"" << num(p.y1 + 16, 1)
+       << "\" text-anchor=\"middle\">" << esc(t) << "</text>";
+  }
+  os << "<text class=\"axis-label\" x=\"" << num((p.x0 + p.x1) / 2, 1) << "\" y=\"" << num(p.y1 + 32, 1)
+     << "\" text-anchor=\"middle\">" << esc(label) << "</text></g>";
+  return os.str();
+}
+
+std::string svg_open(const std::string& css_class, double w, double h) {
+  std::ostringstream os;
+  os << "<svg class=\"" << css_class << "\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h
+     << "\" role=\"img\">";
+  return os.str();
+}
+
 // Vertical bars of one strategy's per-expert load, with the mean as a dashed line. `over` says what the
-// load covers ("" for one batch).
+// load covers ("" for one batch). Any expert count: the bars narrow to a pixel, the x ticks thin out.
 std::string load_bars(const std::string& label, const std::vector<double>& load, const std::string& over) {
-  const double w = 640, h = 160, pad = 30;
+  const double w = 680, h = 210;
   const double max_load = std::max(1.0, *std::max_element(load.begin(), load.end()));
   double mean = 0;
   for (double x : load) mean += x;
   mean /= std::max<size_t>(1, load.size());
-  const double bw = (w - 2 * pad) / std::max<size_t>(1, load.size());
+  const double E = static_cast<double>(load.size());
+  const Plot p{60, w - 16, 12, h - 44, -0.5, E - 0.5, 0, max_load * 1.05};
+  const double bw = (p.x1 - p.x0) / std::max(1.0, E);
   std::ostringstream os;
-  os << "<figure class=\"load\"><figcaption>" << esc(label) << ": assignments per expert" << esc(over) << "</figcaption>"
-     << "<svg class=\"load-bars\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h
-     << "\" role=\"img\">";
+  os << "<figure class=\"load\"><figcaption>" << esc(label) << ": assignments per expert" << esc(over)
+     << "</figcaption>" << svg_open("load-bars", w, h);
   for (size_t e = 0; e < load.size(); ++e) {
-    const double bh = (h - 2 * pad) * load[e] / max_load;
-    os << "<rect class=\"bar\" x=\"" << num(pad + e * bw + 1, 1) << "\" y=\"" << num(h - pad - bh, 1) << "\" width=\""
-       << num(std::max(1.0, bw - 2), 1) << "\" height=\"" << num(bh, 1) << "\"><title>expert " << e << ": "
-       << num(load[e], 0) << "</title></rect>";
+    const double top = p.y(load[e]);
+    os << "<rect class=\"bar\" x=\"" << num(p.x(double(e)) - bw / 2 + (bw > 3 ? 0.5 : 0), 1) << "\" y=\"" << num(top, 1)
+       << "\" width=\"" << num(std::max(0.6, bw - (bw > 3 ? 1 : 0)), 2) << "\" height=\"" << num(p.y1 - top, 1)
+       << "\"><title>expert " << e << ": " << num(load[e], 0) << "</title></rect>";
   }
-  const double my = h - pad - (h - 2 * pad) * mean / max_load;
-  os << "<line class=\"mean\" x1=\"" << pad << "\" x2=\"" << w - pad << "\" y1=\"" << num(my, 1) << "\" y2=\""
-     << num(my, 1) << "\"/><text x=\"" << w - pad << "\" y=\"" << num(my - 4, 1)
+  os << "<line class=\"mean\" x1=\"" << num(p.x0, 1) << "\" x2=\"" << num(p.x1, 1) << "\" y1=\"" << num(p.y(mean), 1)
+     << "\" y2=\"" << num(p.y(mean), 1) << "\"/><text x=\"" << num(p.x1, 1) << "\" y=\"" << num(p.y(mean) - 4, 1)
      << "\" text-anchor=\"end\">mean " << num(mean, 1) << "</text>"
-     << "<text x=\"" << pad << "\" y=\"" << h - 8 << "\">expert 0.." << load.size() - 1 << "; max " << num(max_load, 0)
-     << "</text></svg></figure>\n";
+     << y_axis(p, "assignments") << x_axis(p, "expert (" + std::to_string(load.size()) + ")", true) << "</svg></figure>\n";
   return os.str();
 }
 
-// Horizontal bars of one value per strategy, with a reference line at 1.
-std::string value_bars(const std::string& css_class, const std::string& title,
+// Horizontal bars of one value per strategy, with a reference line at 1; `quantity` labels the value axis.
+std::string value_bars(const std::string& css_class, const std::string& title, const std::string& quantity,
                        const std::vector<std::pair<std::string, double>>& values) {
-  const double w = 640, row = 22, left = 220, pad = 10;
-  const double h = values.size() * row + 2 * pad + 16;
+  const double w = 680, row = 22, left = 230;
+  const double h = values.size() * row + 60;
   double max_v = 1.0;
   for (const auto& [l, v] : values)
     if (std::isfinite(v)) max_v = std::max(max_v, v);
-  const double scale = (w - left - 60) / max_v;
+  const Plot p{left, w - 60, 8, h - 44, 0, max_v * 1.05, 0, 1};
   std::ostringstream os;
-  os << "<figure><figcaption>" << esc(title) << "</figcaption><svg class=\"" << css_class << "\" width=\"" << w
-     << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\">";
+  os << "<figure><figcaption>" << esc(title) << "</figcaption>" << svg_open(css_class, w, h);
   for (size_t i = 0; i < values.size(); ++i) {
-    const double y = pad + i * row;
+    const double y = p.y0 + i * row;
     const double v = std::isfinite(values[i].second) ? values[i].second : 0;
     os << "<text x=\"" << left - 6 << "\" y=\"" << y + 15 << "\" text-anchor=\"end\">" << esc(values[i].first)
-       << "</text><rect class=\"bar\" x=\"" << left << "\" y=\"" << y + 3 << "\" width=\"" << num(v * scale, 1)
-       << "\" height=\"" << row - 6 << "\"/><text x=\"" << num(left + v * scale + 4, 1) << "\" y=\"" << y + 15
-       << "\">" << num(values[i].second) << "</text>";
+       << "</text><rect class=\"bar\" x=\"" << left << "\" y=\"" << y + 3 << "\" width=\"" << num(p.x(v) - left, 1)
+       << "\" height=\"" << row - 6 << "\"/><text x=\"" << num(p.x(v) + 4, 1) << "\" y=\"" << y + 15 << "\">"
+       << num(values[i].second) << "</text>";
   }
-  const double x1 = left + scale;
-  os << "<line class=\"mean\" x1=\"" << num(x1, 1) << "\" x2=\"" << num(x1, 1) << "\" y1=\"" << pad << "\" y2=\""
-     << h - pad - 16 << "\"/><text x=\"" << num(x1, 1) << "\" y=\"" << h - 6 << "\" text-anchor=\"middle\">1</text>"
-     << "</svg></figure>\n";
+  os << "<line class=\"mean\" x1=\"" << num(p.x(1), 1) << "\" x2=\"" << num(p.x(1), 1) << "\" y1=\"" << p.y0 << "\" y2=\""
+     << p.y1 << "\"/>" << x_axis(p, quantity, false) << "</svg></figure>\n";
   return os.str();
 }
 
-// Polyline of the per-batch imbalance series of each strategy that has one.
-std::string series_chart(const std::vector<std::pair<std::string, std::vector<double>>>& series) {
-  const double w = 780, h = 220, pad = 36, legend = 150;  // the legend sits right of the plot
+// What the x axis of a series over a run's batches or records counts: "batch", or a step run's records with
+// their steps when the report knows how many records a step has (the decoder: its executed layers).
+struct SeriesAxis {
+  std::string label = "batch";
+  size_t per_step = 0;  // records a step has; 0: the entries are batches (or records of unknown steps)
+};
+
+// Polyline of the per-batch (or per-record) imbalance series of each strategy that has one.
+std::string series_chart(const std::vector<std::pair<std::string, std::vector<double>>>& series, const SeriesAxis& axis) {
+  const double w = 780, h = 240, legend = 150;  // the legend sits right of the plot
   size_t n = 0;
   double max_v = 1.0;
   for (const auto& [l, s] : series) {
     n = std::max(n, s.size());
     for (double v : s) max_v = std::max(max_v, v);
   }
+  const Plot p{60, w - legend - 10, 12, h - 44, 1, std::max(2.0, double(n)), 0, max_v * 1.05};
   std::ostringstream os;
-  os << "<figure><figcaption>imbalance (max/mean load) per batch</figcaption><svg class=\"series\" width=\"" << w
-     << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\">";
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
+  os << "<figure><figcaption>imbalance (max/mean load) per " << esc(axis.label) << "</figcaption>"
+     << svg_open("series", w, h);
   size_t c = 0;
   for (const auto& [label, s] : series) {
-    os << "<polyline fill=\"none\" stroke=\"" << colors[c % 9] << "\" stroke-width=\"2\" points=\"";
-    for (size_t i = 0; i < s.size(); ++i) {
-      const double x = pad + (w - legend - 2 * pad) * (n > 1 ? double(i) / (n - 1) : 0.5);
-      const double y = h - pad - (h - 2 * pad) * (s[i] / max_v);
-      os << num(x, 1) << "," << num(y, 1) << " ";
-    }
+    os << "<polyline fill=\"none\" stroke=\"" << kColors[c % 9] << "\" stroke-width=\"2\" points=\"";
+    for (size_t i = 0; i < s.size(); ++i) os << num(p.x(double(i + 1)), 1) << "," << num(p.y(s[i]), 1) << " ";
     os << "\"><title>" << esc(label) << "</title></polyline><text x=\"" << w - legend + 6 << "\" y=\"" << 14 + 14 * c
-       << "\" fill=\"" << colors[c % 9] << "\">" << esc(label) << "</text>";
+       << "\" fill=\"" << kColors[c % 9] << "\">" << esc(label) << "</text>";
     ++c;
   }
-  os << "<text x=\"" << pad << "\" y=\"" << h - 10 << "\">batch 1.." << n << "; top " << num(max_v, 2)
-     << "</text></svg></figure>\n";
+  std::vector<std::pair<double, std::string>> ticks;
+  std::string xlabel = axis.label;
+  if (axis.per_step > 0) {
+    // Ticks at the first record of every k-th step (k so that ticks stay 60 px apart), labelled by the step.
+    const size_t steps = (n + axis.per_step - 1) / axis.per_step;
+    size_t every = 1;
+    while (steps / every > static_cast<size_t>((p.x1 - p.x0) / 60)) every = every < 5 ? every + 1 : every * 2;
+    for (size_t st = 0; st < steps; st += every) ticks.push_back({double(st * axis.per_step + 1), std::to_string(st)});
+    xlabel = "step (0: prefill), each of " + std::to_string(axis.per_step) + " layer records";
+  }
+  os << y_axis(p, "max / mean") << x_axis(p, xlabel, true, ticks) << "</svg></figure>\n";
   return os.str();
 }
 
-// The expert bias of one strategy's layer after each of its updates: one polyline per expert, over the
-// updates in order (batches, or steps of a step-structured run), on a signed axis through 0.
+// The expert bias of one strategy's layer after each of its updates, over the updates in order (batches, or
+// steps of a step-structured run), on a signed axis through 0. Up to 12 experts: a line and a legend entry
+// each; more: every expert a thin grey line, and the 3 highest and 3 lowest final biases drawn and named.
 std::string bias_chart(const std::string& label, int layer, const std::vector<std::vector<double>>& updates) {
-  const double w = 780, h = 220, pad = 36, legend = 150;
+  const double w = 780, h = 240, legend = 150;
   const size_t n = updates.size();
   size_t experts = 0;
   double lo = 0.0, hi = 0.0;
@@ -140,29 +225,45 @@ std::string bias_chart(const std::string& label, int layer, const std::vector<st
     }
   }
   if (hi - lo <= 0) hi = lo + 1e-3;
-  auto y_of = [&](double v) { return h - pad - (h - 2 * pad) * ((v - lo) / (hi - lo)); };
+  const Plot p{68, w - legend - 10, 12, h - 44, 1, std::max(2.0, double(n)), lo, hi};
   std::ostringstream os;
-  os << "<figure><figcaption>" << esc(label) << ": expert bias of layer " << layer
-     << " after each update</figcaption><svg class=\"bias\" width=\"" << w << "\" height=\"" << h
-     << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\">";
-  os << "<line x1=\"" << pad << "\" x2=\"" << w - legend - pad << "\" y1=\"" << num(y_of(0.0), 1) << "\" y2=\""
-     << num(y_of(0.0), 1) << "\" stroke=\"#999\"/>";
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
-  for (size_t e = 0; e < experts; ++e) {
-    os << "<polyline fill=\"none\" stroke=\"" << colors[e % 9] << "\" stroke-width=\"1.5\" points=\"";
-    for (size_t i = 0; i < n; ++i) {
-      if (e >= updates[i].size()) continue;
-      const double x = pad + (w - legend - 2 * pad) * (n > 1 ? double(i) / (n - 1) : 0.5);
-      os << num(x, 1) << "," << num(y_of(updates[i][e]), 1) << " ";
-    }
-    os << "\"><title>expert " << e << "</title></polyline>";
-    if (e < 12) {
-      os << "<text x=\"" << w - legend + 6 << "\" y=\"" << 14 + 14 * e << "\" fill=\"" << colors[e % 9] << "\">expert "
-         << e << "</text>";
-    }
+  os << "<figure><figcaption>" << esc(label) << ": expert bias of layer " << layer << " after each update</figcaption>"
+     << svg_open("bias", w, h);
+  os << "<line x1=\"" << num(p.x0, 1) << "\" x2=\"" << num(p.x1, 1) << "\" y1=\"" << num(p.y(0.0), 1) << "\" y2=\""
+     << num(p.y(0.0), 1) << "\" stroke=\"#999\"/>";
+  // The experts named in the legend: all of them up to 12, else the extremes of the last update.
+  std::vector<size_t> named;
+  if (experts <= 12) {
+    for (size_t e = 0; e < experts; ++e) named.push_back(e);
+  } else {
+    std::vector<size_t> order(experts);
+    for (size_t e = 0; e < experts; ++e) order[e] = e;
+    const std::vector<double>& last = updates.back();
+    auto final_bias = [&](size_t e) { return e < last.size() ? last[e] : 0.0; };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return final_bias(a) > final_bias(b); });
+    for (size_t i = 0; i < 3; ++i) named.push_back(order[i]);
+    for (size_t i = 0; i < 3; ++i) named.push_back(order[experts - 3 + i]);
   }
-  os << "<text x=\"" << pad << "\" y=\"" << h - 10 << "\">update 1.." << n << "; bias " << num(lo, 4) << " to "
-     << num(hi, 4) << "</text></svg></figure>\n";
+  auto line = [&](size_t e, const std::string& color, double width) {
+    os << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << width << "\" points=\"";
+    for (size_t i = 0; i < n; ++i)
+      if (e < updates[i].size()) os << num(p.x(double(i + 1)), 1) << "," << num(p.y(updates[i][e]), 1) << " ";
+    os << "\"><title>expert " << e << "</title></polyline>";
+  };
+  if (experts > 12)
+    for (size_t e = 0; e < experts; ++e) line(e, "#ccc", 0.7);
+  for (size_t j = 0; j < named.size(); ++j) {
+    line(named[j], kColors[j % 9], 1.5);
+    os << "<text x=\"" << w - legend + 6 << "\" y=\"" << 14 + 14 * j << "\" fill=\"" << kColors[j % 9] << "\">expert "
+       << named[j] << "</text>";
+  }
+  if (experts > 12) {
+    os << "<text x=\"" << w - legend + 6 << "\" y=\"" << 14 + 14 * named.size() << "\" fill=\"#999\">"
+       << experts - named.size() << " others (grey)</text><text x=\"" << w - legend + 6 << "\" y=\""
+       << 28 + 14 * named.size() << "\" fill=\"#999\">named: 3 highest,</text><text x=\"" << w - legend + 6
+       << "\" y=\"" << 42 + 14 * named.size() << "\" fill=\"#999\">3 lowest at the end</text>";
+  }
+  os << y_axis(p, "bias") << x_axis(p, "update (" + std::to_string(n) + ")", true) << "</svg></figure>\n";
   return os.str();
 }
 
@@ -191,39 +292,124 @@ std::string bias_charts(const nlohmann::json& run) {
 }
 
 // One strategy's expert-parallel plan: a column per device, its slots stacked by the planner's load and
-// coloured by logical expert (the golden-angle hue of its id), the device's planned load beneath.
+// coloured by logical expert (the golden-angle hue of its id), on a planned-load axis. Device labels thin out
+// to one every 40 px (every device's load is in its tooltip), so 32 or 64 devices never overprint.
 std::string plan_chart(const std::string& label, const nlohmann::json& plan) {
   const auto expert = plan["expert"].get<std::vector<int>>();
   const auto device = plan["device"].get<std::vector<int>>();
   const auto slot_load = plan["slot_load"].get<std::vector<double>>();
   const auto device_load = plan["device_load"].get<std::vector<double>>();
   if (expert.size() != device.size() || expert.size() != slot_load.size() || device_load.empty()) return "";
-  const double w = 640, h = 200, pad = 30;
+  const double w = 680, h = 230;
   const double top = std::max(1e-9, *std::max_element(device_load.begin(), device_load.end()));
-  const double cw = (w - 2 * pad) / device_load.size();
+  const double D = static_cast<double>(device_load.size());
+  const Plot p{60, w - 16, 12, h - 44, -0.5, D - 0.5, 0, top * 1.05};
+  const double cw = (p.x1 - p.x0) / D;
   std::vector<double> filled(device_load.size(), 0.0);
   std::ostringstream os;
   os << "<figure class=\"plan\"><figcaption>" << esc(label) << ": slots per device, coloured by expert (predicted "
      << "balancedness " << num(plan.value("predicted_balancedness", 1.0)) << ", realised "
      << num(plan.value("realised_balancedness", 1.0)) << ", colocated replicas " << plan.value("colocated_replicas", 0)
-     << ")</figcaption><svg class=\"plan-slots\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
-     << " " << h << "\" role=\"img\">";
+     << ")</figcaption>" << svg_open("plan-slots", w, h);
   for (size_t i = 0; i < expert.size(); ++i) {
     const int d = device[i];
     if (d < 0 || static_cast<size_t>(d) >= device_load.size()) continue;
-    const double sh = (h - 2 * pad) * slot_load[i] / top;
-    const double y = h - pad - filled[d] - sh;
-    filled[d] += sh;
-    os << "<rect class=\"slot\" x=\"" << num(pad + d * cw + 2, 1) << "\" y=\"" << num(y, 1) << "\" width=\""
-       << num(std::max(1.0, cw - 4), 1) << "\" height=\"" << num(sh, 1) << "\" fill=\"hsl("
-       << num(std::fmod(expert[i] * 137.508, 360.0), 1) << ",55%,55%)\" stroke=\"#fff\"><title>slot " << i
-       << ": expert " << expert[i] << ", device " << d << ", load " << num(slot_load[i], 1) << "</title></rect>";
+    const double y_bottom = p.y(filled[d]);
+    filled[d] += slot_load[i];
+    const double y_top = p.y(filled[d]);
+    os << "<rect class=\"slot\" x=\"" << num(p.x(d) - cw / 2 + std::min(2.0, cw * 0.1), 1) << "\" y=\"" << num(y_top, 1)
+       << "\" width=\"" << num(std::max(1.0, cw - 2 * std::min(2.0, cw * 0.1)), 1) << "\" height=\""
+       << num(y_bottom - y_top, 1) << "\" fill=\"hsl(" << num(std::fmod(expert[i] * 137.508, 360.0), 1)
+       << ",55%,55%)\" stroke=\"#fff\" stroke-width=\"" << (cw > 8 ? 1 : 0.3) << "\"><title>slot " << i << ": expert "
+       << expert[i] << ", device " << d << ", load " << num(slot_load[i], 1) << "</title></rect>";
   }
+  const size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(40.0 / cw)));
+  std::vector<std::pair<double, std::string>> ticks;
+  for (size_t d = 0; d < device_load.size(); d += every) ticks.push_back({double(d), "d" + std::to_string(d)});
+  // The planned load per device above its column, where there is room for it; else in each column's tooltip.
   for (size_t d = 0; d < device_load.size(); ++d) {
-    os << "<text x=\"" << num(pad + (d + 0.5) * cw, 1) << "\" y=\"" << h - 10 << "\" text-anchor=\"middle\">d" << d
-       << " " << num(device_load[d], 0) << "</text>";
+    os << "<rect class=\"device\" x=\"" << num(p.x(d) - cw / 2, 1) << "\" y=\"" << num(p.y0, 1) << "\" width=\""
+       << num(cw, 1) << "\" height=\"" << num(p.y1 - p.y0, 1) << "\" fill=\"none\" pointer-events=\"all\"><title>device "
+       << d << ": planned load " << num(device_load[d], 0) << "</title></rect>";
+    if (every == 1 && cw >= 36)
+      os << "<text x=\"" << num(p.x(d), 1) << "\" y=\"" << num(p.y(filled[d]) - 3, 1) << "\" text-anchor=\"middle\">"
+         << num(device_load[d], 0) << "</text>";
   }
-  os << "</svg></figure>\n";
+  os << y_axis(p, "planned load") << x_axis(p, "device (" + std::to_string(device_load.size()) + ")", true, ticks)
+     << "</svg></figure>\n";
+  return os.str();
+}
+
+// "Where the time goes" as a chart: per strategy one horizontal bar of its modeled MoE layer (primary
+// placement) cut into the erosion's parts in order (reference, imbalance, imbalance in tiles, tiles, padding,
+// all-to-all: they sum to the modeled time); a negative part (skew left idle experts whose weights balanced
+// routing reads) is drawn back over the bar, hatched.
+std::string time_chart(const nlohmann::json& run) {
+  struct Row {
+    std::string label;
+    std::vector<double> parts;  // us
+    double total = 0;
+  };
+  static const char* const kParts[] = {"reference", "imbalance", "imbalance in tiles", "tiles, waves, launches",
+                                       "padding", "all-to-all"};
+  static const char* const kFill[] = {"#9ecae1", "#d62728", "#ff9896", "#7f7f7f", "#bcbd22", "#9467bd"};
+  std::vector<Row> rows;
+  std::string placement;
+  for (const auto& s : run["strategies"]) {
+    if (!s.contains("modeled") || !s["modeled"].is_object()) continue;
+    const auto& modeled = s["modeled"];
+    const char* name = modeled.contains("expert_parallel") ? "expert_parallel" : "single";
+    if (!modeled.contains(name) || !modeled[name].contains("erosion")) continue;
+    placement = name;
+    const auto& x = modeled[name]["erosion"];
+    const auto& parts = x["parts"];
+    auto us = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() * 1e6 : 0.0; };
+    Row r{s["strategy"].get<std::string>(),
+          {us(x["reference_s"]), us(parts["imbalance_s"]), us(parts.value("imbalance_tiles_s", nlohmann::json(0.0))),
+           us(parts["quantization_s"]), us(parts["padding_s"]), us(parts["communication_s"])},
+          us(x["actual_s"])};
+    rows.push_back(r);
+  }
+  if (rows.empty()) return "";
+  double hi = 1e-9;
+  for (const Row& r : rows) {
+    double at = 0;
+    for (double v : r.parts) {
+      at += v;
+      hi = std::max(hi, at);
+    }
+    hi = std::max(hi, r.total);
+  }
+  const double row = 24, left = 230, w = 780, legend_h = 22;
+  const double h = rows.size() * row + 56 + legend_h;
+  const Plot p{left, w - 70, 8 + legend_h, h - 44, 0, hi * 1.05, 0, 1};
+  std::ostringstream os;
+  os << "<figure><figcaption>where each strategy's modeled MoE layer goes (" << placement
+     << "): the parts sum to the modeled time</figcaption>" << svg_open("time-split", w, h)
+     << "<defs><pattern id=\"neg\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,4 L4,0\" "
+        "stroke=\"#333\" stroke-width=\"1\"/></pattern></defs>";
+  for (size_t k = 0; k < 6; ++k) {
+    const double lx = 8 + k * 128;
+    os << "<rect x=\"" << lx << "\" y=\"4\" width=\"12\" height=\"12\" fill=\"" << kFill[k] << "\"/><text x=\"" << lx + 16
+       << "\" y=\"14\">" << kParts[k] << "</text>";
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double y = p.y0 + i * row;
+    os << "<text x=\"" << left - 6 << "\" y=\"" << y + 16 << "\" text-anchor=\"end\">" << esc(rows[i].label) << "</text>";
+    double at = 0;
+    for (size_t k = 0; k < rows[i].parts.size(); ++k) {
+      const double v = rows[i].parts[k];
+      if (v == 0) continue;
+      const double a = std::min(at, at + v), b = std::max(at, at + v);
+      os << "<rect class=\"part\" x=\"" << num(p.x(a), 1) << "\" y=\"" << y + 3 << "\" width=\""
+         << num(std::max(0.5, p.x(b) - p.x(a)), 1) << "\" height=\"" << row - 6 << "\" fill=\""
+         << (v < 0 ? "url(#neg)" : kFill[k]) << "\"><title>" << kParts[k] << ": " << num(v, 1) << " us</title></rect>";
+      at += v;
+    }
+    os << "<text x=\"" << num(p.x(rows[i].total) + 4, 1) << "\" y=\"" << y + 16 << "\">" << num(rows[i].total, 1)
+       << "</text>";
+  }
+  os << x_axis(p, "modeled time of one MoE layer (us)", false) << "</svg></figure>\n";
   return os.str();
 }
 
@@ -266,7 +452,7 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
      << "</title>\n<style>body{font:14px sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
         ".bar{fill:#4c78a8}.mean{stroke:#d62728;stroke-dasharray:4 3}svg text{font:11px sans-serif}"
-        "figure{margin:1em 0}</style></head><body>\n";
+        ".axis-label{font-weight:bold}figure{margin:1em 0}</style></head><body>\n";
   os << "<h1>moesim: " << esc(name) << "</h1>\n<p id=\"summary\">";
   if (run.contains("model")) {
     const auto& m = run["model"];
@@ -277,12 +463,24 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
   if (run.contains("workload")) os << "; " << run["workload"].value("num_tokens", 0) << " tokens per batch";
   bool stepped = false;
   for (const auto& s : run["strategies"]) stepped = stepped || record_count(s) > 1;
+  const int batches = run.contains("workload") ? run["workload"].value("batches", 1) : 1;
   if (stepped)
     os << "; step-structured run: rates and ratios are means over the records weighted by the tokens each routed, "
           "counts are sums, the modeled time the mean MoE layer of the decode records (all records without "
           "a decode phase)";
+  else if (batches > 1)
+    os << "; " << batches << " batches: rates and ratios are means over them, counts sums, the modeled time the "
+       << "mean of their MoE layers";
+  // What the series' x axis counts: batches, or a step run's records (the decoder's: its executed layers a step).
+  SeriesAxis axis;
+  if (stepped) {
+    axis.label = "record";
+    const auto& w = run.value("workload", nlohmann::json::object());
+    if (w.contains("executed_decoder") && w["executed_decoder"].is_object())
+      axis.per_step = static_cast<size_t>(std::max(1, w["executed_decoder"].value("layers", 1)));
+  }
   os << "</p>\n<h2>Balance and cost per strategy</h2>\n<table id=\"metrics\"><thead><tr><th>strategy</th>"
-        "<th>imbalance</th><th>cv</th><th>entropy_norm</th><th>drop_rate</th><th>aux_loss</th>"
+        "<th>imbalance</th><th>max_vio</th><th>cv</th><th>entropy_norm</th><th>drop_rate</th><th>aux_loss</th>"
         "<th>modeled time (us)</th><th>batching_efficiency</th><th>rank</th></tr></thead><tbody>\n";
   std::vector<std::pair<std::string, double>> efficiency, imbalance;
   std::vector<std::pair<std::string, std::vector<double>>> series;
@@ -290,7 +488,7 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
     const std::string label = s["strategy"].get<std::string>();
     const auto& m = s["metrics"];
     os << "<tr><td>" << esc(label) << "</td><td>" << num(as_number(m, "imbalance")) << "</td><td>"
-       << num(as_number(m, "cv")) << "</td><td>" << num(as_number(m, "entropy_norm")) << "</td><td>"
+       << num(as_number(m, "max_vio")) << "</td><td>" << num(as_number(m, "cv")) << "</td><td>" << num(as_number(m, "entropy_norm")) << "</td><td>"
        << num(as_number(m, "drop_rate"), 4) << "</td><td>" << num(as_number(m, "aux_loss")) << "</td><td>"
        << num(as_number(m, "modeled_time_s") * 1e6, 1) << "</td><td>" << num(as_number(m, "batching_efficiency"))
        << "</td><td>" << s.value("rank", 0) << "</td></tr>\n";
@@ -299,14 +497,18 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
     if (s.contains("series") && s["series"].contains("imbalance"))
       series.push_back({label, s["series"]["imbalance"].get<std::vector<double>>()});
   }
-  os << "</tbody></table>\n<h2>Batching efficiency</h2>\n"
+  os << "</tbody></table>\n";
+  const std::string split = time_chart(run);
+  const std::string table = erosion_table(run);
+  if (!split.empty()) os << table.substr(0, table.find("<table")) << split << table.substr(table.find("<table"));
+  os << "<h2>Batching efficiency</h2>\n"
      << value_bars("efficiency",
                    "the balanced counterfactual's time over the routing's: what imbalance costs, drops held out "
                    "(above 1: skew left experts idle whose weights balanced routing reads)",
-                   efficiency)
-     << erosion_table(run)
-     << "<h2>Imbalance</h2>\n" << value_bars("imbalance", "max load / mean load (1 is perfect)", imbalance);
-  if (!series.empty()) os << series_chart(series);
+                   "batching efficiency (1: imbalance costs nothing)", efficiency)
+     << "<h2>Imbalance</h2>\n"
+     << value_bars("imbalance", "max load / mean load (1 is perfect)", "imbalance: max / mean load", imbalance);
+  if (!series.empty()) os << series_chart(series, axis);
   os << bias_charts(run);
   os << "<h2>Per-expert load</h2>\n";
   for (const auto& s : run["strategies"]) {

@@ -48,6 +48,8 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
          "json report (default: aggregates, phases and headline only); spooled through a temporary file (TMPDIR), "
          "so it costs disk, not memory")
         ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline")
+        ("wide", po::bool_switch(&opts.wide),
+         "table: every column (by default the table keeps to 120 characters and names the columns it leaves out)")
         ("backend", po::value(&opts.backend)->default_value("auto"),
          "executed layer on: auto (cuda when a device is present) | cpu | cuda")
         ("repeats", po::value(&opts.repeats)->default_value(0),
@@ -56,6 +58,9 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
 }
 
 void check_records_option(const CommonOptions& opts, const Experiment& e, ReportFormat format) {
+  if (opts.wide && format != ReportFormat::table)
+    throw InputError("--wide: expected together with --format table (csv, json and markdown have every column), got "
+                     "--format " + opts.format);
   if (!opts.records) return;
   if (format != ReportFormat::json) {
     throw InputError("--records: expected together with --format json (the " + opts.format +
@@ -88,8 +93,11 @@ Experiment load_experiment_for(const CommonOptions& opts, size_t file_index) {
   }
   std::vector<std::string> overrides = opts.overrides;
   if (opts.repeats > 0) overrides.push_back("execute.repeats=" + std::to_string(opts.repeats));
-  if (opts.files.size() > file_index) return load_experiment_file(opts.files[file_index], overrides);
-  return default_experiment(overrides);
+  Experiment e = opts.files.size() > file_index ? load_experiment_file(opts.files[file_index], overrides)
+                                                : default_experiment(overrides);
+  for (const std::string& note : e.load_notes) std::cerr << "moesim: " << note << "\n";
+  e.load_notes.clear();
+  return e;
 }
 
 std::string base_profile_text(const std::string& base) {
@@ -111,8 +119,14 @@ std::string base_profile_text(const std::string& base) {
   return it->second;
 }
 
+std::function<void(const std::vector<InertKey>&)> inert_keys_observer;
+
 void warn_inert_keys(const std::vector<Experiment>& rows, const EffectContext& ctx, bool strict) {
   const std::vector<InertKey> inert = inert_user_keys(rows, ctx);
+  if (inert_keys_observer) {
+    inert_keys_observer(inert);
+    throw KeysChecked{};
+  }
   if (inert.empty()) return;
   if (strict) {
     std::string all;
@@ -153,7 +167,7 @@ int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat forma
       file.commit();
     }
   } else {
-    emit(opts, format_run(run, format));
+    emit(opts, format_run(run, format, opts.wide));
   }
   for (const VariantResult& v : run.variants) {
     if (!v.verify_message.empty() && v.verify_message != "ok") {

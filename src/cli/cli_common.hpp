@@ -34,6 +34,7 @@ struct CommonOptions {
   int repeats = 0;                      // --repeats R: execute.repeats (0 = the experiment's own)
   bool strict = false;                  // --strict: a key set to no effect is an error (exit 2)
   bool records = false;                 // --records (run, compare): list every step record in the report
+  bool wide = false;                    // --wide (run, compare): every column in the table, past 120 characters
 };
 
 // --records acts on the json report of a step-structured run (decoder, trace, load_profile) only: anywhere
@@ -91,6 +92,12 @@ std::function<void(size_t, size_t)> progress_bar(const std::string& label);
 // experiments of a run: one per row or point), "moesim: KEY has no effect REASON"; under --strict the
 // first such key is a ConfigError (exit 2) instead.
 void warn_inert_keys(const std::vector<Experiment>& rows, const EffectContext& ctx, bool strict);
+
+// A seam for tests/cli/key_effects_cli_test.cpp: while set, warn_inert_keys hands the command's inert keys to
+// it and throws KeysChecked instead of warning, so a command's warnings are known without running it. Unset
+// (the binary): no effect.
+struct KeysChecked {};
+extern std::function<void(const std::vector<InertKey>&)> inert_keys_observer;
 
 // What a command does beyond its experiment (--no-execute, --backend; a trace without logits replays), for
 // warn_inert_keys.

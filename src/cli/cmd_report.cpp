@@ -13,14 +13,22 @@ namespace moesim::cli {
 int cmd_report(int argc, char** argv) {
   bool help = false;
   std::vector<std::string> files;
-  std::string html;
+  std::string html, out, format = "html";
   po::options_description desc("moesim report FILE.json --html OUT.html");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&files), "a run/compare JSON (moesim run --format json --out FILE)")(
-      "html", po::value(&html), "write a self-contained HTML page here (atomically)");
+      "html", po::value(&html), "write a self-contained HTML page here (atomically)")(
+      "format", po::value(&format)->default_value("html"), "html (the one format of the page)")(
+      "out", po::value(&out), "the same as --html FILE");
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   if (files.empty()) throw InputError("report: expected a run JSON file");
-  if (html.empty()) throw InputError("--html: expected an output file for the HTML page");
+  if (format != "html")
+    throw InputError("--format: expected html (report draws a page; the table, json, csv and markdown of a run "
+                     "come from moesim run and compare), got '" + format + "'");
+  if (!html.empty() && !out.empty() && html != out)
+    throw InputError("--out: expected the same file as --html, or one of the two, got '" + out + "' and '" + html + "'");
+  if (html.empty()) html = out;
+  if (html.empty()) throw InputError("--html: expected an output file for the HTML page (or --out FILE)");
   std::ifstream in(files.front());
   if (!in) throw InputError(files.front() + ": cannot open for reading");
   nlohmann::json run;

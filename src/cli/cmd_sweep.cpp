@@ -1,4 +1,4 @@
-// `moesim sweep [FILE] --vary KEY=v1,v2|START..END*F [--vary ...] [--measure] [--format table|csv|json]
+// `moesim sweep [FILE] --vary KEY=v1,v2|START..END*F [--vary ...] [--measure] [--format table|json|csv|markdown]
 // [--out FILE]`: the experiment at every point of the cartesian product of the --vary axes (any config
 // key), modeled (and executed with --measure). A progress bar goes to stderr only when stderr is a
 // terminal. Covered by tests/sweep/run_sweep_test.cpp (through the binary).
@@ -26,14 +26,17 @@ int cmd_sweep(int argc, char** argv) {
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
       "vary", po::value(&varies)->composing(), "an axis: --vary workload.batch=1..4096*2 (repeatable; cartesian product)")(
       "measure", po::bool_switch(&measure), "also run the executed CPU pipeline at each point (measured columns)")(
-      "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)");
+      "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)")(
+      "wide", po::bool_switch(&opts.wide),
+      "table: every column (by default the table keeps to 120 characters and names the columns it leaves out)");
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   if (varies.empty()) throw InputError("sweep: expected at least one --vary KEY=VALUES");
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
-  if (format == ReportFormat::markdown)
-    throw InputError("--format: expected table, csv or json for sweep, got '" + opts.format + "'");
+  if (opts.wide && format != ReportFormat::table)
+    throw InputError("--wide: expected together with --format table (csv, json and markdown have every column), got "
+                     "--format " + opts.format);
   const std::vector<SweepAxis> axes = parse_varies(varies);
   const Experiment base = load_experiment_for(opts);
   SweepOptions sweep_opts;
@@ -47,7 +50,7 @@ int cmd_sweep(int argc, char** argv) {
     warn_inert_keys(points, ctx, opts.strict);
   };
   const SweepResult result = run_sweep(base, axes, sweep_opts);
-  emit(opts, format_sweep(result, format));
+  emit(opts, format_sweep(result, format, opts.wide));
   return kExitOk;
 }
 

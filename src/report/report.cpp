@@ -13,6 +13,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "src/common/digest.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/report/provenance.hpp"
@@ -41,6 +42,7 @@ const std::vector<BatchMetric>& batch_metrics() {
   constexpr Combine sum = Combine::sum;
   static const std::vector<BatchMetric> table = {
       {"imbalance", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.imbalance); }},
+      {"max_vio", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.max_vio); }},
       {"demand_imbalance", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.demand_imbalance); }},
       {"cv", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.cv); }},
       {"entropy_norm", mean, [](const BalanceMetrics& m) { return std::optional<double>(m.entropy_norm); }},
@@ -64,17 +66,12 @@ const std::vector<BatchMetric>& batch_metrics() {
   return table;
 }
 
-// A step-structured run with more than one record: its headline is an aggregate, not one batch.
-bool headline_aggregates(const VariantResult& v) { return v.records.size() > 1; }
+// A run of more than one batch or record (a batch run's consecutive batches, a step run's records): its
+// headline is an aggregate over them, not one batch.
+bool headline_aggregates(const VariantResult& v) { return v.per_batch.size() > 1; }
 
-// Weight of record i in the headline mean: its num_tokens; every record weighs 1 when the records that
-// carry the metric routed no token at all.
 std::vector<double> record_weights(const VariantResult& v, const std::vector<size_t>& which) {
-  double total = 0;
-  for (size_t i : which) total += static_cast<double>(v.records[i].num_tokens);
-  std::vector<double> w;
-  for (size_t i : which) w.push_back(total > 0 ? static_cast<double>(v.records[i].num_tokens) : 1.0);
-  return w;
+  return headline_weights(v, which);
 }
 
 // The headline aggregate of one batch metric (report.hpp, metric_value "value"). Batch runs and step
@@ -408,6 +405,24 @@ nlohmann::json experiment_json(const Experiment& e, const std::string& file_read
   return {{"name", e.name}, {"source", e.source_file}, {"config", config}};
 }
 
+nlohmann::json input_files_json(const Experiment& e, const std::string& file_read) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool has_file = !e.source_file.empty() && e.source_file.front() != '<';
+  const fs::path base = has_file ? fs::absolute(fs::path(e.source_file).parent_path(), ec) : fs::current_path(ec);
+  nlohmann::json out = nlohmann::json::array();
+  auto add = [&](const char* key, const std::string& path) {
+    const fs::path abs = fs::absolute(path, ec).lexically_normal();
+    out.push_back({{"key", key}, {"path", abs.lexically_relative(base.lexically_normal()).generic_string()},
+                   {"digest", file_digest(path)}});
+  };
+  if (!e.model.hf_config.empty()) add("model.hf_config", e.model.hf_config);
+  if (!file_read.empty()) add("workload.path", file_read);
+  const std::string hw = hardware_profile_file(e.hardware, e.source_file);
+  if (!hw.empty()) add("hardware", hw);
+  return out;
+}
+
 ReportFormat parse_report_format(const std::string& s) {
   if (s == "table") return ReportFormat::table;
   if (s == "json") return ReportFormat::json;
@@ -447,7 +462,10 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
   }
   // Run-level metrics have one value, and every aggregate of one value is that value; "last" of a step
   // run is the last record's own modeled cost.
-  const ModeledPlacement* last_record = agg == "last" && !v.records.empty() ? primary_of(v.records.back().modeled) : nullptr;
+  const ModeledPlacement* last_record = agg != "last"           ? nullptr
+                                        : !v.records.empty()      ? primary_of(v.records.back().modeled)
+                                        : !v.last_modeled.empty() ? primary_of(v.last_modeled)
+                                                                  : nullptr;
   const ModeledPlacement& p = last_record ? *last_record : primary_placement(v);
   if (metric == "batching_efficiency") return p.cost.batching_efficiency;
   if (metric == "modeled_time_s") return p.cost.actual.quantized_s;
@@ -510,6 +528,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["moesim_version"] = MOESIM_VERSION;
   j["provenance"] = provenance_json();
   j["experiment"] = experiment_json(e, run.workload_path);
+  j["inputs"] = input_files_json(e, run.workload_path);
   j["model"] = {{"hidden", e.model.hidden}, {"ffn", e.model.ffn},       {"experts", e.model.experts},
                 {"top_k", e.model.top_k},   {"shared_experts", e.model.shared_experts},
                 {"layers", e.model.layers}, {"moe_layers", moe_layer_count(e.model)},
@@ -552,7 +571,8 @@ nlohmann::json run_to_json(const RunResult& run) {
       return metrics;
     };
     r["metrics"] = scalars(headline_json(v), "value");
-    if (!v.records.empty()) r["last_record_metrics"] = scalars(metrics_to_json(v.last()), "last");
+    if (!v.records.empty() || v.per_batch.size() > 1)
+      r["last_record_metrics"] = scalars(metrics_to_json(v.last()), "last");
     if (v.per_batch.size() > 1) {
       nlohmann::json agg, series;
       for (const BatchMetric& bm : batch_metrics()) {

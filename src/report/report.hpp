@@ -40,7 +40,7 @@ std::optional<double> metric_value(const RunResult& run, const VariantResult& v,
 // The two columns of a modeled time as JSON: ideal_s, quantized_s (the kernel model).
 nlohmann::json cost_json(const CostBreakdown& c);
 
-// A modeled layer's erosion block (DESIGN.md "erosion"): reference_s, actual_s, parts {imbalance_s,
+// A modeled layer's erosion block (docs/design.md "erosion"): reference_s, actual_s, parts {imbalance_s,
 // quantization_s, padding_s, communication_s}, dropped_work_s and the assignment counts behind the ranking.
 nlohmann::json erosion_json(const Erosion& x);
 // An expert-parallel plan (docs/json-schema.md `plan`): per physical slot its logical expert, device, node
@@ -65,11 +65,21 @@ nlohmann::json metrics_to_json(const BalanceMetrics& m);
 // absolute path of `file_read` when the run read a file.
 nlohmann::json experiment_json(const Experiment& e, const std::string& file_read);
 
+// The files a result was computed from (docs/json-schema.md `inputs`): one {"key", "path", "digest"} per file,
+// key the experiment key that names it (model.hf_config, workload.path: `file_read`, hardware: a profile
+// YAML file), path relative to the experiment file's folder (the current folder for the built-in or an
+// experiment without a file), digest of its bytes (common/digest.hpp file_digest). check compares a baseline
+// by these digests, so a baseline moves with its experiment to another folder or machine.
+nlohmann::json input_files_json(const Experiment& e, const std::string& file_read);
+
 // One step record as the json report lists it (strategies[].records[], docs/json-schema.md): phase, step,
 // layer, num_tokens, its metrics, the decoder's figures when `d` is given, and its modeled cost.
 nlohmann::json record_to_json(const StepRecord& s, const BalanceMetrics& m, const DecoderStepFigures* d);
 
 nlohmann::json run_to_json(const RunResult& run);
-std::string format_run(const RunResult& run, ReportFormat format);
+// The run as `format`. The table keeps to 120 columns (text::kTerminalWidth: the columns it leaves out are
+// named under it) unless `wide`; CSV has every column of every run under the same names, empty where a value
+// does not apply; Markdown every column that applies, with the table's legends as bullets.
+std::string format_run(const RunResult& run, ReportFormat format, bool wide = false);
 
 }  // namespace moesim

@@ -23,71 +23,88 @@ using namespace report_detail;
 
 std::string fmt(double v, int precision = 3) { return text::fixed(v, precision); }
 
-std::string fmt_opt(const std::optional<double>& v, int precision = 3) { return v ? fmt(*v, precision) : "-"; }
-
 struct Column {
-  std::string header;  // with its unit
+  std::string header;  // with its unit; the same name in the table, Markdown and CSV, whatever the run's values
+  // The cell's text: "" where the value does not apply to the run (a column empty in every row is left out of
+  // the table and Markdown), "-" where it applies but has no value to show (noisy measured times); CSV leaves
+  // both empty.
   std::function<std::string(size_t)> cell;
+  // Which columns the terminal table keeps within kTerminalWidth (text::fit_columns): 0 always, then the
+  // smaller numbers first; --wide, Markdown and CSV show every column.
+  int priority = 0;
 };
 
+// Every column of a run's table, CSV and Markdown, in order: the same set for every run (a column that does
+// not apply, such as ep_us on one device, has empty cells), so that scripts read the same names.
 std::vector<Column> columns(const RunResult& run) {
   const std::vector<int> ranks = rank_variants(run);
   std::vector<Column> cols;
   const auto& vs = run.variants;
   auto metric = [&](const std::string& name, int precision) {
-    // The headline value, as JSON `metrics` and check have it (an aggregate over a step run's records).
-    return [&, name, precision](size_t i) { return fmt_opt(metric_value(run, vs[i], name, "value"), precision); };
+    // The headline value, as JSON `metrics` and check have it (an aggregate over a run's batches or records).
+    return [&, name, precision](size_t i) {
+      const std::optional<double> v = metric_value(run, vs[i], name, "value");
+      return v ? fmt(*v, precision) : std::string();
+    };
   };
-  cols.push_back({"strategy", [&](size_t i) { return vs[i].variant.label; }});
-  cols.push_back({"imbalance", metric("imbalance", 3)});
-  cols.push_back({"entropy_norm", metric("entropy_norm", 3)});
-  cols.push_back({"drop_rate", metric("drop_rate", 4)});
-  cols.push_back({"unrouted", metric("tokens_unrouted", 0)});
-  cols.push_back({"aux_loss", metric("aux_loss", 3)});
   const bool ep = run.experiment.placement.kind == PlacementKind::expert_parallel;
-  const std::string d = std::to_string(run.experiment.placement.devices);
+  const bool comm = ep || run.experiment.placement.tensor_parallel > 1;
   auto us = [](double s) { return fmt(s * 1e6, 1); };
   // Copied into the cells (they outlive this function); each holds a reference to the run's variants.
   auto single = [&vs](size_t i) -> const LayerCost& { return find_placement(vs[i], "single")->cost; };
   auto primary = [&vs](size_t i) -> const Erosion& { return primary_placement(vs[i]).cost.erosion; };
-  cols.push_back({"model_us", [single, us](size_t i) { return us(single(i).actual.quantized_s); }});
-  if (ep) {
-    cols.push_back({"ep" + d + "_us", [&, us](size_t i) {
-                      return us(find_placement(vs[i], "expert_parallel")->cost.actual.quantized_s);
-                    }});
-    cols.push_back({"rank_imb", [&](size_t i) { return fmt(find_placement(vs[i], "expert_parallel")->cost.rank_imbalance, 3); }});
-  }
-  // The primary placement's time, split: ref + imb + tile + pad (+ comm) = model_us (ep*_us).
-  cols.push_back({"ref_us", [primary, us](size_t i) { return us(primary(i).reference_s); }});
-  cols.push_back({"imb_us", [primary, us](size_t i) { return us(primary(i).imbalance_s); }});
-  cols.push_back({"imb_tile_us", [primary, us](size_t i) { return us(primary(i).imbalance_tiles_s); }});
-  cols.push_back({"tile_us", [primary, us](size_t i) { return us(primary(i).quantization_s); }});
-  cols.push_back({"pad_us", [primary, us](size_t i) { return us(primary(i).padding_s); }});
-  const bool comm = ep || run.experiment.placement.tensor_parallel > 1;
-  if (comm) cols.push_back({"comm_us", [primary, us](size_t i) { return us(primary(i).communication_s); }});
-  cols.push_back({"drop_us", [primary, us](size_t i) { return us(primary(i).dropped_work_s); }});
-  cols.push_back({"batch_eff", [&](size_t i) { return fmt(primary_placement(vs[i]).cost.batching_efficiency, 3); }});
-  cols.push_back({"measured_ms", [&](size_t i) { return vs[i].executed ? fmt(vs[i].measured.layer_s * 1e3, 2) : "-"; }});
+  auto ep_cost = [&vs](size_t i) { return find_placement(vs[i], "expert_parallel"); };
+  cols.push_back({"strategy", [&](size_t i) { return vs[i].variant.label; }, 0});
+  cols.push_back({"imbalance", metric("imbalance", 3), 0});
+  cols.push_back({"max_vio", metric("max_vio", 3), 4});
+  cols.push_back({"entropy_norm", metric("entropy_norm", 3), 7});
+  cols.push_back({"drop_rate", metric("drop_rate", 4), 0});
+  cols.push_back({"unrouted", metric("tokens_unrouted", 0), 6});
+  cols.push_back({"aux_loss", metric("aux_loss", 3), 8});
+  cols.push_back({"model_us", [single, us](size_t i) { return us(single(i).actual.quantized_s); }, ep ? 3 : 0});
+  const int devices = run.experiment.placement.devices;
+  cols.push_back({"devices", [ep, devices](size_t) { return ep ? std::to_string(devices) : std::string(); }, 9});
+  cols.push_back({"ep_us", [ep_cost, us](size_t i) { return ep_cost(i) ? us(ep_cost(i)->cost.actual.quantized_s) : ""; },
+                  ep ? 0 : 10});
+  cols.push_back({"rank_imb", [ep_cost](size_t i) { return ep_cost(i) ? fmt(ep_cost(i)->cost.rank_imbalance, 3) : ""; },
+                  ep ? 5 : 10});
+  // The primary placement's time, split: ref + imb + imb_tile + tile + pad (+ comm) = model_us (ep_us).
+  cols.push_back({"ref_us", [primary, us](size_t i) { return us(primary(i).reference_s); }, 0});
+  cols.push_back({"imb_us", [primary, us](size_t i) { return us(primary(i).imbalance_s); }, 0});
+  cols.push_back({"imb_tile_us", [primary, us](size_t i) { return us(primary(i).imbalance_tiles_s); }, 0});
+  cols.push_back({"tile_us", [primary, us](size_t i) { return us(primary(i).quantization_s); }, 0});
+  cols.push_back({"pad_us", [primary, us](size_t i) { return us(primary(i).padding_s); }, 0});
+  cols.push_back({"comm_us", [primary, us, comm](size_t i) { return comm ? us(primary(i).communication_s) : ""; },
+                  comm ? 0 : 10});
+  cols.push_back({"drop_us", [primary, us](size_t i) { return us(primary(i).dropped_work_s); }, 2});
+  cols.push_back({"batch_eff", [&](size_t i) { return fmt(primary_placement(vs[i]).cost.batching_efficiency, 3); }, 0});
+  cols.push_back({"measured_ms", [&](size_t i) { return vs[i].executed ? fmt(vs[i].measured.layer_s * 1e3, 2) : ""; },
+                  1});
   // Noisy measured times show no efficiency; noise_legend says why (the JSON keeps the number).
   cols.push_back({"meas_eff", [&](size_t i) {
-                    return vs[i].executed && vs[i].measured.layer_s > 0 && !vs[i].measured_noise.noisy
+                    if (!vs[i].executed) return std::string();
+                    return vs[i].measured.layer_s > 0 && !vs[i].measured_noise.noisy
                                ? fmt(vs[i].measured_balanced_layer_s / vs[i].measured.layer_s, 2)
-                               : "-";
-                  }});
-  cols.push_back({"rank", [ranks](size_t i) { return std::to_string(ranks[i]); }});
+                               : std::string("-");
+                  }, 1});
+  cols.push_back({"rank", [ranks](size_t i) { return std::to_string(ranks[i]); }, 0});
   return cols;
 }
 
-// What the modeled columns mean, and what the split compares.
+// What the columns mean, and what the split compares; one line per subject (wrapped by the caller).
 std::string erosion_legend(const RunResult& run) {
   const bool ep = run.experiment.placement.kind == PlacementKind::expert_parallel;
   const int tp = run.experiment.placement.tensor_parallel;
   const bool comm = ep || tp > 1;
-  const std::string total = ep ? "ep" + std::to_string(run.experiment.placement.devices) + "_us" : "model_us";
+  const std::string total = ep ? "ep_us" : "model_us";
   std::ostringstream os;
+  os << "imbalance: max/mean kept assignments per expert; max_vio: (max - mean) / mean, MaxVio; drop_rate: dropped / "
+        "(N k); unrouted: tokens with no expert\n";
   os << "model_us: modeled MoE layer on one device (the kernel model: row tiles in waves, the K-step floor, the "
         "profile's efficiencies and the layer's launches)"
-     << (ep ? "; " + total + ": on the expert-parallel placement, all-to-all included; rank_imb: max/mean tokens per device" : "")
+     << (ep ? "; ep_us: on the expert-parallel placement over " + std::to_string(run.experiment.placement.devices) +
+                  " devices (the devices column), all-to-all included; rank_imb: max/mean tokens per device"
+            : "")
      << (tp > 1 ? "; each expert's ffn split over " + std::to_string(tp) + " GPUs (placement.tensor_parallel)" : "")
      << "\n"
      << total << " = ref_us + imb_us + imb_tile_us + tile_us + pad_us" << (comm ? " + comm_us" : "")
@@ -302,7 +319,7 @@ std::vector<std::vector<std::string>> phase_rows(const RunResult& run) {
   return rows;
 }
 
-std::string phase_section(const RunResult& run, ReportFormat format) {
+std::string phase_section(const RunResult& run, ReportFormat format, bool wide = false) {
   const std::vector<std::vector<std::string>> rows = phase_rows(run);
   std::ostringstream os;
   if (format == ReportFormat::markdown) {
@@ -320,13 +337,24 @@ std::string phase_section(const RunResult& run, ReportFormat format) {
     std::vector<size_t> width(rows[0].size(), 0);
     for (const auto& row : rows)
       for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    // strategy, phase, steps, tokens, imb_p50, imb_p95, imb_max, unrouted, attn_us, moe_us, batch_eff,
+    // model_tok/s, meas_tok/s, kv_cache_MiB: the columns the table keeps first within the width.
+    const std::vector<int> priority = {0, 0, 3, 2, 0, 0, 1, 4, 0, 0, 0, 0, 2, 3};
+    const std::vector<size_t> fit = text::fit_columns(width, priority, wide ? 0 : text::kTerminalWidth);
     os << "\nper phase:\n";
     for (const auto& row : rows) {
-      for (size_t c = 0; c < row.size(); ++c) {
+      for (size_t j = 0; j < fit.size(); ++j) {
+        const size_t c = fit[j];
         const std::string pad(width[c] - row[c].size(), ' ');
-        os << (c ? "  " : "") << (c < 2 ? row[c] + pad : pad + row[c]);
+        os << (j ? "  " : "") << (c < 2 ? row[c] + pad : pad + row[c]);
       }
       os << "\n";
+    }
+    if (fit.size() < rows[0].size()) {
+      std::string left;
+      for (size_t c = 0; c < rows[0].size(); ++c)
+        if (std::find(fit.begin(), fit.end(), c) == fit.end()) left += (left.empty() ? "" : ", ") + rows[0][c];
+      os << "(--wide adds " << left << ")\n";
     }
   }
   const bool decoder = run.has_decoder;
@@ -336,10 +364,12 @@ std::string phase_section(const RunResult& run, ReportFormat format) {
                                                                                 : "loads summed over the run, per layer")
      << " (max/mean, cv, entropy_norm):\n";
   for (const VariantResult& v : run.variants) {
-    os << (format == ReportFormat::markdown ? "- " : "  ") << v.variant.label << ":";
+    std::ostringstream layers;
+    layers << (format == ReportFormat::markdown ? "- " : "  ") << v.variant.label << ":";
     for (const auto& [layer, m] : per_layer_totals(run, v))
-      os << "  L" << layer << " " << fmt(m.imbalance, 3) << " / " << fmt(m.cv, 3) << " / " << fmt(m.entropy_norm, 3);
-    os << "\n";
+      layers << "  L" << layer << " " << fmt(m.imbalance, 3) << " / " << fmt(m.cv, 3) << " / " << fmt(m.entropy_norm, 3);
+    // Many layers (32, 61) fill many lines: each one within the width, indented under its strategy.
+    os << (format == ReportFormat::markdown ? layers.str() : text::wrap(layers.str(), text::kTerminalWidth, "    ")) << "\n";
   }
   const char* unit = decoder ? "per step and layer"
                      : run.experiment.workload.source == WorkloadSource::load_profile      ? "per recorded layer"
@@ -356,24 +386,74 @@ std::string phase_section(const RunResult& run, ReportFormat format) {
                        "at the phase's end (model dtype)"
                  : "")
      << "\n";
+  return format == ReportFormat::markdown ? os.str() : text::wrap(os.str());
+}
+
+}  // namespace
+
+namespace {
+
+// The rows of every column; `shown`: the columns with at least one cell (a column that applies to no row, such
+// as ep_us on one device, is left out of the table and Markdown; CSV keeps every column).
+struct Cells {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<size_t> shown;
+};
+Cells fill(const RunResult& run, const std::vector<Column>& cols) {
+  Cells c;
+  c.rows.resize(run.variants.size());
+  for (size_t i = 0; i < run.variants.size(); ++i)
+    for (const Column& col : cols) c.rows[i].push_back(col.cell(i));
+  for (size_t k = 0; k < cols.size(); ++k)
+    if (std::any_of(c.rows.begin(), c.rows.end(), [&](const auto& r) { return !r[k].empty(); })) c.shown.push_back(k);
+  return c;
+}
+
+// What the report says under its table, one subject a line: the strategies, the columns, the placement, the
+// noise, and how a run of many batches or records makes each number.
+std::string legends(const RunResult& run, const std::string& bullet) {
+  const Experiment& e = run.experiment;
+  std::ostringstream os;
+  if (run.variants.size() > 1) os << bullet << "strategies:\n" << strategy_notes(run, bullet.empty() ? "  " : "  " + bullet);
+  std::istringstream erosion(erosion_legend(run));
+  for (std::string line; std::getline(erosion, line);) os << bullet << line << "\n";
+  os << bullet << "measured_ms: executed layer, median of " << e.execute.repeats
+     << "; meas_eff: measured balanced / actual (the executed layer under `balanced` routing of the same tokens)\n";
+  std::istringstream placement(placement_section(run));
+  for (std::string line; std::getline(placement, line);)
+    os << (line.rfind("  ", 0) == 0 && !bullet.empty() ? "  " + bullet + line.substr(2) : bullet + line) << "\n";
+  os << noise_legend(run, bullet);
+  const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
+  const bool batches = !stepped && !run.variants.empty() && run.variants.front().per_batch.size() > 1;
+  if (stepped) {
+    const std::vector<StepRecord>& recs = run.variants.front().records;
+    const bool decode = std::any_of(recs.begin(), recs.end(), [](const StepRecord& r) { return r.phase == "decode"; });
+    os << bullet << "step-structured run: imbalance .. aux_loss are means over every step and layer weighted by the tokens "
+          "each routed, unrouted a sum; the modeled columns the mean "
+       << (decode ? "decode-step MoE layer" : "MoE layer of the records")
+       << (run.has_decoder ? "; measured_ms: the last step's last MoE layer re-timed on its hidden states" : "")
+       << " (docs/design.md, \"One number per metric\"; check --aggregate last reads the last record)\n";
+  } else if (batches) {
+    os << bullet << e.workload.batches << " batches: imbalance .. aux_loss are means over the batches, unrouted a sum; "
+       << "the modeled columns the mean of the batches' MoE layers; measured_ms: the last batch executed (docs/design.md, "
+          "\"One number per metric\"; check --aggregate last reads the last batch)\n";
+  }
   return os.str();
 }
 
 }  // namespace
 
-std::string format_run(const RunResult& run, ReportFormat format) {
+std::string format_run(const RunResult& run, ReportFormat format, bool wide) {
   if (format == ReportFormat::json) return run_to_json(run).dump(2) + "\n";
   const std::vector<Column> cols = columns(run);
-  const size_t n = run.variants.size();
-  std::vector<std::vector<std::string>> cells(n);
-  for (size_t i = 0; i < n; ++i)
-    for (const Column& c : cols) cells[i].push_back(c.cell(i));
+  const Cells cells = fill(run, cols);
   std::ostringstream os;
   if (format == ReportFormat::csv) {
+    // Every column, whatever applies: the names and their order are the same for every run.
     for (size_t c = 0; c < cols.size(); ++c) os << (c ? "," : "") << cols[c].header;
     os << "\n";
-    for (const auto& row : cells) {
-      for (size_t c = 0; c < row.size(); ++c) os << (c ? "," : "") << text::csv_cell(row[c]);
+    for (const auto& row : cells.rows) {
+      for (size_t c = 0; c < row.size(); ++c) os << (c ? "," : "") << (row[c] == "-" ? "" : text::csv_cell(row[c]));
       os << "\n";
     }
     return os.str();
@@ -383,61 +463,67 @@ std::string format_run(const RunResult& run, ReportFormat format) {
   title << e.name << ": " << run.num_tokens << " tokens x " << e.workload.batches << " batch(es), E=" << e.model.experts
         << ", k=" << e.model.top_k << ", modeled on " << run.hardware.name << " (" << format_label(expert_format(e.model))
         << ", hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", critical batch "
-        << fmt(critical_batch(run.hardware, expert_format(e.model)), 0) << "), executed at hidden " << e.execute.hidden
-        << ", ffn " << e.execute.ffn << " on " << (run.backend == ExecBackend::cuda ? run.device : "the CPU");
+        << fmt(critical_batch(run.hardware, expert_format(e.model)), 0) << ")";
+  if (e.placement.kind == PlacementKind::expert_parallel)
+    title << " and over " << e.placement.devices << " devices (ep_us)";
+  title << ", executed at hidden " << e.execute.hidden << ", ffn " << e.execute.ffn << " on "
+        << (run.backend == ExecBackend::cuda ? run.device : "the CPU");
   const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
   if (stepped) {
     title.str("");
     title << phase_title(run);
   }
+  auto cell = [&](size_t row, size_t c) { return cells.rows[row][c].empty() ? std::string("-") : cells.rows[row][c]; };
   if (format == ReportFormat::markdown) {
     os << "**" << title.str() << "**\n\n|";
-    for (const Column& c : cols) os << " " << c.header << " |";
+    for (size_t c : cells.shown) os << " " << cols[c].header << " |";
     os << "\n|";
-    for (size_t c = 0; c < cols.size(); ++c) os << (c == 0 ? " :--- |" : " ---: |");
+    for (size_t c : cells.shown) os << (c == 0 ? " :--- |" : " ---: |");
     os << "\n";
-    for (const auto& row : cells) {
+    for (size_t r = 0; r < cells.rows.size(); ++r) {
       os << "|";
-      for (const auto& cell : row) os << " " << cell << " |";
+      for (size_t c : cells.shown) os << " " << cell(r, c) << " |";
       os << "\n";
     }
-    const std::string noise = noise_legend(run, "- ");
-    if (!noise.empty()) os << "\n" << noise;
+    os << "\n" << legends(run, "- ");
     if (stepped) os << phase_section(run, format);
     return os.str();
   }
-  std::vector<size_t> width(cols.size());
-  for (size_t c = 0; c < cols.size(); ++c) {
-    width[c] = cols[c].header.size();
-    for (const auto& row : cells) width[c] = std::max(width[c], row[c].size());
+  // The table: within kTerminalWidth unless --wide; the columns left out are named under it.
+  std::vector<size_t> width;
+  std::vector<int> prio;
+  for (size_t c : cells.shown) {
+    size_t w = cols[c].header.size();
+    for (size_t r = 0; r < cells.rows.size(); ++r) w = std::max(w, cell(r, c).size());
+    width.push_back(w);
+    prio.push_back(cols[c].priority);
   }
-  os << title.str() << "\n";
+  const std::vector<size_t> fit = text::fit_columns(width, prio, wide ? 0 : text::kTerminalWidth);
+  os << text::wrap(title.str()) << "\n";
   auto line = [&](const std::vector<std::string>& row) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      const std::string pad(width[c] - row[c].size(), ' ');
-      os << (c ? "  " : "") << (c == 0 ? row[c] + pad : pad + row[c]);
+    for (size_t j = 0; j < fit.size(); ++j) {
+      const size_t k = fit[j];
+      const std::string pad(width[k] - row[k].size(), ' ');
+      os << (j ? "  " : "") << (k == 0 ? row[k] + pad : pad + row[k]);
     }
     os << "\n";
   };
   std::vector<std::string> header;
-  for (const Column& c : cols) header.push_back(c.header);
+  for (size_t c : cells.shown) header.push_back(cols[c].header);
   line(header);
-  for (const auto& row : cells) line(row);
-  if (run.variants.size() > 1) os << "strategies:\n" << strategy_notes(run, "  ");
-  os << erosion_legend(run) << "measured_ms: executed layer, median of " << e.execute.repeats
-     << "; meas_eff: measured balanced / actual (the executed layer under `balanced` routing of the same tokens)\n";
-  os << placement_section(run);
-  os << noise_legend(run, "");
-  if (stepped) {
-    const std::vector<StepRecord>& recs = run.variants.front().records;
-    const bool decode = std::any_of(recs.begin(), recs.end(), [](const StepRecord& r) { return r.phase == "decode"; });
-    os << "step-structured run: imbalance .. aux_loss are means over every step and layer weighted by the tokens "
-          "each routed, unrouted a sum; the modeled columns the mean "
-       << (decode ? "decode-step MoE layer" : "MoE layer of the records")
-       << (run.has_decoder ? "; measured_ms: the last step's last MoE layer re-timed on its hidden states" : "")
-       << "\n";
-    os << phase_section(run, format);
+  for (size_t r = 0; r < cells.rows.size(); ++r) {
+    std::vector<std::string> row;
+    for (size_t c : cells.shown) row.push_back(cell(r, c));
+    line(row);
   }
+  if (fit.size() < cells.shown.size()) {
+    std::string left;
+    for (size_t k = 0; k < cells.shown.size(); ++k)
+      if (std::find(fit.begin(), fit.end(), k) == fit.end()) left += (left.empty() ? "" : ", ") + header[k];
+    os << text::wrap("(--wide adds " + left + "; --format csv, json and markdown have every column)") << "\n";
+  }
+  os << text::wrap(legends(run, ""));
+  if (stepped) os << phase_section(run, format, wide);
   return os.str();
 }
 

@@ -56,6 +56,7 @@ std::string noise_legend(const SweepResult& s) {
 struct Column {
   std::string header;
   std::function<std::string(const SweepRow&)> cell;
+  int priority = 0;  // text::fit_columns: 0 always in the table, then the smaller numbers first
 };
 
 // The table's columns: times in microseconds (whole model), measured in milliseconds (one layer).
@@ -66,23 +67,23 @@ std::vector<Column> table_columns(const SweepResult& s) {
   auto us = [](double CostBreakdown::*col, bool balanced) {
     return [col, balanced](const SweepRow& r) { return fixed((balanced ? r.balanced : r.actual).*col * 1e6, 1); };
   };
-  cols.push_back({"tokens", [](const SweepRow& r) { return std::to_string(r.num_tokens); }});
-  cols.push_back({"crit_batch", [](const SweepRow& r) { return fixed(r.critical_batch, 1); }});
-  cols.push_back({"ideal_us", us(&CostBreakdown::ideal_s, false)});
-  cols.push_back({"quant_us", us(&CostBreakdown::quantized_s, false)});
-  cols.push_back({"bal_ideal_us", us(&CostBreakdown::ideal_s, true)});
-  cols.push_back({"bal_quant_us", us(&CostBreakdown::quantized_s, true)});
-  cols.push_back({"ref_us", [](const SweepRow& r) { return fixed(r.erosion.reference_s * 1e6, 1); }});
-  cols.push_back({"imb_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_s * 1e6, 1); }});
-  cols.push_back({"imb_tile_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_tiles_s * 1e6, 1); }});
-  cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }});
-  cols.push_back({"us_per_token", [](const SweepRow& r) { return fixed(r.time_per_token_s * 1e6, 3); }});
-  cols.push_back({"imbalance", [](const SweepRow& r) { return fixed(r.imbalance, 3); }});
-  cols.push_back({"drop_rate", [](const SweepRow& r) { return fixed(r.drop_rate, 4); }});
+  cols.push_back({"tokens", [](const SweepRow& r) { return std::to_string(r.num_tokens); }, 2});
+  cols.push_back({"crit_batch", [](const SweepRow& r) { return fixed(r.critical_batch, 1); }, 6});
+  cols.push_back({"ideal_us", us(&CostBreakdown::ideal_s, false), 4});
+  cols.push_back({"quant_us", us(&CostBreakdown::quantized_s, false), 0});
+  cols.push_back({"bal_ideal_us", us(&CostBreakdown::ideal_s, true), 5});
+  cols.push_back({"bal_quant_us", us(&CostBreakdown::quantized_s, true), 1});
+  cols.push_back({"ref_us", [](const SweepRow& r) { return fixed(r.erosion.reference_s * 1e6, 1); }, 3});
+  cols.push_back({"imb_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_s * 1e6, 1); }, 0});
+  cols.push_back({"imb_tile_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_tiles_s * 1e6, 1); }, 0});
+  cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }, 0});
+  cols.push_back({"us_per_token", [](const SweepRow& r) { return fixed(r.time_per_token_s * 1e6, 3); }, 0});
+  cols.push_back({"imbalance", [](const SweepRow& r) { return fixed(r.imbalance, 3); }, 0});
+  cols.push_back({"drop_rate", [](const SweepRow& r) { return fixed(r.drop_rate, 4); }, 1});
   if (any_measured(s)) {
-    cols.push_back({"meas_experts_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_experts_s * 1e3, 3) : "-"; }});
-    cols.push_back({"meas_layer_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_layer_s * 1e3, 3) : "-"; }});
-    cols.push_back({"meas_eff", [](const SweepRow& r) { return fixed(shown_measured_efficiency(r), 3); }});
+    cols.push_back({"meas_experts_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_experts_s * 1e3, 3) : "-"; }, 3});
+    cols.push_back({"meas_layer_ms", [](const SweepRow& r) { return r.measured ? fixed(r.measured_layer_s * 1e3, 3) : "-"; }, 2});
+    cols.push_back({"meas_eff", [](const SweepRow& r) { return fixed(shown_measured_efficiency(r), 3); }, 2});
   }
   return cols;
 }
@@ -113,11 +114,18 @@ std::string knee_lines(const SweepResult& s) {
   return os.str();
 }
 
-std::string format_table(const SweepResult& s) {
+// The table's columns as a Markdown table, then the same legend and knee lines as the table.
+std::string format_markdown(const SweepResult& s);
+
+std::string format_table(const SweepResult& s, bool wide) {
   const std::vector<Column> cols = table_columns(s);
   std::vector<std::vector<std::string>> cells;
   std::vector<size_t> width(cols.size());
-  for (size_t c = 0; c < cols.size(); ++c) width[c] = cols[c].header.size();
+  std::vector<int> priority;
+  for (size_t c = 0; c < cols.size(); ++c) {
+    width[c] = cols[c].header.size();
+    priority.push_back(c < s.axes.size() ? 0 : cols[c].priority);
+  }
   for (const SweepRow& r : s.rows) {
     std::vector<std::string> line;
     for (size_t c = 0; c < cols.size(); ++c) {
@@ -126,11 +134,13 @@ std::string format_table(const SweepResult& s) {
     }
     cells.push_back(std::move(line));
   }
+  const std::vector<size_t> fit = text::fit_columns(width, priority, wide ? 0 : text::kTerminalWidth);
   std::ostringstream os;
   auto emit_line = [&](const std::vector<std::string>& line) {
-    for (size_t c = 0; c < line.size(); ++c) {
+    for (size_t j = 0; j < fit.size(); ++j) {
+      const size_t c = fit[j];
       const std::string pad(width[c] - line[c].size(), ' ');
-      os << (c ? "  " : "") << (c < s.axes.size() ? line[c] + pad : pad + line[c]);
+      os << (j ? "  " : "") << (c < s.axes.size() ? line[c] + pad : pad + line[c]);
     }
     os << "\n";
   };
@@ -138,6 +148,12 @@ std::string format_table(const SweepResult& s) {
   for (const Column& c : cols) header.push_back(c.header);
   emit_line(header);
   for (const auto& line : cells) emit_line(line);
+  if (fit.size() < cols.size()) {
+    std::string left;
+    for (size_t c = 0; c < cols.size(); ++c)
+      if (std::find(fit.begin(), fit.end(), c) == fit.end()) left += (left.empty() ? "" : ", ") + header[c];
+    os << text::wrap("(--wide adds " + left + "; --format csv, json and markdown have every column)") << "\n";
+  }
   const SweepRow* first = s.rows.empty() ? nullptr : &s.rows.front();
   os << "\n" << s.experiment << " (" << s.source_file << "), " << s.rows.size() << " points";
   if (first) {
@@ -158,6 +174,31 @@ std::string format_table(const SweepResult& s) {
   if (any_measured(s))
     os << "meas_*: one executed layer at the execute: size on this CPU (not x layers); meas_eff = balanced / actual\n"
        << noise_legend(s);
+  return os.str();
+}
+
+std::string format_markdown(const SweepResult& s) {
+  const std::vector<Column> cols = table_columns(s);
+  std::ostringstream os;
+  os << "|";
+  for (const Column& c : cols) os << " " << c.header << " |";
+  os << "\n|";
+  for (size_t c = 0; c < cols.size(); ++c) os << (c < s.axes.size() ? " :--- |" : " ---: |");
+  os << "\n";
+  for (const SweepRow& r : s.rows) {
+    os << "|";
+    for (const Column& c : cols) os << " " << c.cell(r) << " |";
+    os << "\n";
+  }
+  // The legend of the table, as bullets.
+  const std::string table = format_table(s, true);
+  const size_t legend = table.find("\n\n");
+  if (legend != std::string::npos) {
+    std::istringstream lines(table.substr(legend + 2));
+    os << "\n";
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty()) os << (line.rfind("  ", 0) == 0 ? "  - " + line.substr(2) : "- " + line) << "\n";
+  }
   return os.str();
 }
 
@@ -290,14 +331,14 @@ std::string format_json(const SweepResult& s) {
 
 }  // namespace
 
-std::string format_sweep(const SweepResult& sweep, ReportFormat format) {
+std::string format_sweep(const SweepResult& sweep, ReportFormat format, bool wide) {
   switch (format) {
-    case ReportFormat::table: return format_table(sweep);
+    case ReportFormat::table: return format_table(sweep, wide);
     case ReportFormat::csv: return format_csv(sweep);
     case ReportFormat::json: return format_json(sweep);
-    case ReportFormat::markdown: break;
+    case ReportFormat::markdown: return format_markdown(sweep);
   }
-  throw InputError("--format: expected table, csv or json for sweep, got 'markdown'");
+  throw InputError("--format: expected table, json, csv or markdown");
 }
 
 }  // namespace moesim

@@ -11,6 +11,6 @@ namespace moesim {
 
 // table (aligned, units in headers), csv (one header line, SI units) or json (schema_version, axes, rows).
 // markdown is an InputError.
-std::string format_sweep(const SweepResult& sweep, ReportFormat format);
+std::string format_sweep(const SweepResult& sweep, ReportFormat format, bool wide = false);
 
 }  // namespace moesim

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace moesim::text {
 
@@ -40,6 +42,63 @@ inline std::string csv_cell(const std::string& s) {
     out += c;
   }
   return out + "\"";
+}
+
+// The terminal width every table and legend of a report keeps to by default (--wide lifts it for tables).
+constexpr size_t kTerminalWidth = 120;
+
+// `text` with every line longer than `width` broken at spaces; continuation lines start with the line's own
+// leading spaces and then `indent`. A word longer than the width stays whole on its own line.
+inline std::string wrap(const std::string& text, size_t width = kTerminalWidth, const std::string& indent = "  ") {
+  std::string out;
+  size_t from = 0;
+  while (from <= text.size()) {
+    size_t nl = text.find('\n', from);
+    const bool last = nl == std::string::npos;
+    if (last) nl = text.size();
+    std::string line = text.substr(from, nl - from);
+    const size_t own = std::min(line.size(), line.find_first_not_of(' '));  // the line's leading spaces
+    const std::string next = std::string(own, ' ') + indent;
+    while (line.size() > width) {
+      const size_t lead = std::min(line.size(), line.find_first_not_of(' '));
+      size_t cut = line.rfind(' ', width);
+      if (cut == std::string::npos || cut <= lead) cut = line.find(' ', width);
+      if (cut == std::string::npos) break;
+      out += line.substr(0, cut) + "\n";
+      line = next + line.substr(cut + 1);
+    }
+    out += line;
+    if (last) break;
+    out += "\n";
+    from = nl + 1;
+  }
+  return out;
+}
+
+// The columns a table shows within `limit` characters: every column of priority 0, then the others by
+// priority (a smaller number first; equal ones left to right) while they fit, each cell `gap` from the next.
+// `width`: each column's widest cell. Returned in their original order. Without a limit (0): all.
+inline std::vector<size_t> fit_columns(const std::vector<size_t>& width, const std::vector<int>& priority, size_t limit,
+                                       size_t gap = 2) {
+  std::vector<size_t> order(width.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<bool> keep(width.size(), false);
+  size_t used = 0, shown = 0;
+  auto add = [&](size_t c) {
+    keep[c] = true;
+    used += width[c] + (shown++ ? gap : 0);
+  };
+  for (size_t c : order)
+    if (limit == 0 || priority[c] == 0) add(c);
+  if (limit > 0) {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return priority[a] < priority[b]; });
+    for (size_t c : order)
+      if (!keep[c] && used + gap + width[c] <= limit) add(c);
+  }
+  std::vector<size_t> out;
+  for (size_t c = 0; c < width.size(); ++c)
+    if (keep[c]) out.push_back(c);
+  return out;
 }
 
 }  // namespace moesim::text

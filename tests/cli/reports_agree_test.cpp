@@ -105,7 +105,7 @@ void expect_check_reads(const std::string& file, const std::string& args, const 
 void expect_reports_agree(const std::string& file, const std::string& args, const std::string& name) {
   SCOPED_TRACE(name);
   const std::string dir = testing::make_temp_dir();
-  const auto table = run_cli("run " + file + args + " --no-execute");
+  const auto table = run_cli("run " + file + args + " --no-execute --wide");
   ASSERT_EQ(table.exit_code, 0) << table.err;
   const auto json = run_cli("run " + file + args + " --no-execute --format json --records --out " + dir + "/run.json");
   ASSERT_EQ(json.exit_code, 0) << json.err;

@@ -219,7 +219,11 @@ TEST(SweepFormat, CsvAndJsonHaveOneRowPerPoint) {
   const std::string table = format_sweep(s, ReportFormat::table);
   EXPECT_NE(table.find("quant_us"), std::string::npos);
   EXPECT_NE(table.find("model.layers = 8"), std::string::npos);
-  EXPECT_THROW(format_sweep(s, ReportFormat::markdown), InputError);
+  // Markdown: the same columns (all of them) as a table, and the legend as bullets.
+  const std::string md = format_sweep(s, ReportFormat::markdown);
+  EXPECT_EQ(md.rfind("| workload.batch | tokens |", 0), 0u) << md;
+  EXPECT_NE(md.find("| crit_batch |"), std::string::npos) << md;
+  EXPECT_NE(md.find("\n- crit_batch = peak_flops"), std::string::npos) << md;
 }
 
 TEST(SweepCli, CsvToStdoutQuietStderr) {
@@ -250,7 +254,7 @@ TEST(SweepReport, NoisyPointsShowNoMeasEffAndSayWhy) {
   SweepResult s = run_sweep(e, parse_varies({"workload.batch=8,16"}), opts);
   ASSERT_EQ(s.rows.size(), 2u);
   for (const SweepRow& r : s.rows) EXPECT_TRUE(r.measured_noise.noisy);
-  const std::string table = format_sweep(s, ReportFormat::table);
+  const std::string table = format_sweep(s, ReportFormat::table, true);  // --wide: every column
   EXPECT_NE(table.find("meas_eff -: 2 of 2 point(s) with noisy measured times"), std::string::npos) << table;
   EXPECT_NE(table.find("workload.batch=8: execute.repeats 1 < 3"), std::string::npos) << table;
   // The last cell of each data row is meas_eff: "-".
@@ -274,7 +278,7 @@ TEST(SweepReport, NoisyPointsShowNoMeasEffAndSayWhy) {
 
   // A quiet point shows its ratio and no legend.
   for (SweepRow& r : s.rows) r.measured_noise = MeasuredNoise{};
-  const std::string quiet = format_sweep(s, ReportFormat::table);
+  const std::string quiet = format_sweep(s, ReportFormat::table, true);
   EXPECT_EQ(quiet.find("meas_eff -:"), std::string::npos) << quiet;
   EXPECT_NE(quiet.find(text::fixed(s.rows[0].measured_balanced_layer_s / s.rows[0].measured_layer_s, 3)),
             std::string::npos)
@@ -284,7 +288,7 @@ TEST(SweepReport, NoisyPointsShowNoMeasEffAndSayWhy) {
 TEST(SweepCli, BadVaryExitsTwo) {
   for (const char* args : {"sweep --vary workload.batch=0..8*2", "sweep --vary workload.batch", "sweep",
                            "sweep --vary model.nope=1", "sweep --vary workload.batch=1 --vary workload.batch=2",
-                           "sweep --vary workload.batch=1 --format markdown"}) {
+                           "sweep --vary workload.batch=1 --format yaml", "sweep --vary workload.batch=1 --format csv --wide"}) {
     const auto r = testing::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": one line, got\n" << r.err;

@@ -128,8 +128,8 @@ std::string load_bars(const std::string& label, const std::vector<double>& load,
   const Plot p{60, w - 16, 12, h - 44, -0.5, E - 0.5, 0, max_load * 1.05};
   const double bw = (p.x1 - p.x0) / std::max(1.0, E);
   std::ostringstream os;
-  os << "<figure class=\"load\"><figcaption>" << esc(label) << ": assignments per expert" << esc(over)
-     << "</figcaption>" << svg_open("load-bars", w, h);
+  os << "<figure class=\"load\"><figcaption>" << esc(label) << ": assignments per expert" << esc(over) << " (mean "
+     << num(mean, 1) << ", dashed)</figcaption>" << svg_open("load-bars", w, h);
   for (size_t e = 0; e < load.size(); ++e) {
     const double top = p.y(load[e]);
     os << "<rect class=\"bar\" x=\"" << num(p.x(double(e)) - bw / 2 + (bw > 3 ? 0.5 : 0), 1) << "\" y=\"" << num(top, 1)
@@ -137,8 +137,7 @@ std::string load_bars(const std::string& label, const std::vector<double>& load,
        << "\"><title>expert " << e << ": " << num(load[e], 0) << "</title></rect>";
   }
   os << "<line class=\"mean\" x1=\"" << num(p.x0, 1) << "\" x2=\"" << num(p.x1, 1) << "\" y1=\"" << num(p.y(mean), 1)
-     << "\" y2=\"" << num(p.y(mean), 1) << "\"/><text x=\"" << num(p.x1, 1) << "\" y=\"" << num(p.y(mean) - 4, 1)
-     << "\" text-anchor=\"end\">mean " << num(mean, 1) << "</text>"
+     << "\" y2=\"" << num(p.y(mean), 1) << "\"><title>mean " << num(mean, 1) << "</title></line>"
      << y_axis(p, "assignments") << x_axis(p, "expert (" + std::to_string(load.size()) + ")", true) << "</svg></figure>\n";
   return os.str();
 }
@@ -388,10 +387,11 @@ std::string time_chart(const nlohmann::json& run) {
      << "): the parts sum to the modeled time</figcaption>" << svg_open("time-split", w, h)
      << "<defs><pattern id=\"neg\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,4 L4,0\" "
         "stroke=\"#333\" stroke-width=\"1\"/></pattern></defs>";
+  double lx = 8;  // each legend entry after the last one's text (11 px sans: about 6.5 px a character)
   for (size_t k = 0; k < 6; ++k) {
-    const double lx = 8 + k * 128;
-    os << "<rect x=\"" << lx << "\" y=\"4\" width=\"12\" height=\"12\" fill=\"" << kFill[k] << "\"/><text x=\"" << lx + 16
-       << "\" y=\"14\">" << kParts[k] << "</text>";
+    os << "<rect x=\"" << num(lx, 1) << "\" y=\"4\" width=\"12\" height=\"12\" fill=\"" << kFill[k] << "\"/><text x=\""
+       << num(lx + 16, 1) << "\" y=\"14\">" << kParts[k] << "</text>";
+    lx += 16 + 6.5 * std::string(kParts[k]).size() + 14;
   }
   for (size_t i = 0; i < rows.size(); ++i) {
     const double y = p.y0 + i * row;

@@ -76,6 +76,7 @@ std::string check_report(ReportFormat format, const std::vector<CheckFailure>& f
     case ReportFormat::json: {
       nlohmann::json j;
       j["schema_version"] = kReportSchemaVersion;
+      j["moesim_version"] = MOESIM_VERSION;
       j["provenance"] = provenance_json();
       j["files"] = files;
       j["expectations"] = expectations;

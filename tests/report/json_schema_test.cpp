@@ -153,6 +153,15 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
   ASSERT_EQ(runs["runs"].size(), 2u);
   for (const auto& r : runs["runs"]) expect_documented("check baseline run", r, {kEvery, kRun}, {});
 
+  // check's own report: one that passes, and one with a failure (exit 1).
+  const auto passed = run_cli("check " MOESIM_SOURCE_DIR "/configs/regression/uniform.yaml --format json");
+  ASSERT_EQ(passed.exit_code, 0) << passed.err;
+  expect_documented("check report", nlohmann::json::parse(passed.out), {"check --format json"}, {});
+  testing::write_text(dir + "/bad.yaml", "name: bad\nworkload: {batch: 64}\nexpect:\n  imbalance: {max: 1.0}\n");
+  const auto failed = run_cli("check " + dir + "/bad.yaml --format json");
+  ASSERT_EQ(failed.exit_code, 1) << failed.err;
+  expect_documented("check report with a failure", nlohmann::json::parse(failed.out), {"check --format json"},
+                    {"a failure"});
   expect_documented("sweep", json_of("sweep --measure --vary workload.batch=32,64" + kSmall), {kEvery, "sweep"},
                     {"--measure"});
   expect_documented("validate", json_of("validate --batches 16,32" + kSmall), {kEvery, "validate"}, {});

@@ -131,8 +131,6 @@ int cmd_validate(int argc, char** argv) {
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
-  if (format == ReportFormat::markdown)
-    throw InputError("--format: expected table, csv or json for validate, got '" + opts.format + "'");
   // `--published all` and `--published FILE`: an option with an implicit value leaves the next word to the
   // positional argument, so take it back from there.
   if (published == "all" && opts.files.size() == 1) {

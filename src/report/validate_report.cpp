@@ -305,9 +305,10 @@ std::string format_validation(const ValidateResult& r, ReportFormat format) {
     case ReportFormat::table: return format_table(r);
     case ReportFormat::csv: return format_csv(r);
     case ReportFormat::json: return format_json(r);
-    case ReportFormat::markdown: break;
+    // The aligned table is the report, with its notes: in Markdown, a preformatted block.
+    case ReportFormat::markdown: return "```text\n" + format_table(r) + "```\n";
   }
-  throw InputError("--format: expected table, csv or json for validate, got 'markdown'");
+  throw InputError("--format: expected table, json, csv or markdown");
 }
 
 }  // namespace moesim
@@ -319,9 +320,9 @@ std::string format_published(const PublishedValidation& v, ReportFormat format) 
     case ReportFormat::table: return published_table(v);
     case ReportFormat::csv: return published_csv(v);
     case ReportFormat::json: return published_json(v);
-    case ReportFormat::markdown: break;
+    case ReportFormat::markdown: return "```text\n" + published_table(v) + "```\n";
   }
-  throw InputError("--format: expected table, csv or json for validate, got 'markdown'");
+  throw InputError("--format: expected table, json, csv or markdown");
 }
 
 }  // namespace moesim

@@ -164,11 +164,19 @@ TEST(ValidateCli, AnotherMachinesProfileIsRecalibratedIntoTheUserCache) {
 
 TEST(ValidateCli, BadArgumentsExitTwo) {
   for (const char* args : {"validate --batches 0..4*2", "validate --hardware no-such-profile --batches 1",
-                           "validate --batches 1 --format markdown", "validate --batches 1 --hardware t4 --set hardware=t4"}) {
+                           "validate --batches 1 --format yaml", "validate --batches 1 --hardware t4 --set hardware=t4"}) {
     const auto r = testing::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
     EXPECT_TRUE(r.out.empty()) << args;
   }
+}
+
+TEST(ValidateCli, MarkdownIsTheTableAsAPreformattedBlock) {
+  const auto r = testing::run_cli("validate --batches 16 --set execute.hidden=32 --set execute.ffn=64 --format markdown");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("```text\nvalidate: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("median absolute percentage error"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.size() - 4), "```\n");
 }
 
 }  // namespace

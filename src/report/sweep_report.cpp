@@ -155,21 +155,23 @@ std::string format_table(const SweepResult& s, bool wide) {
     os << text::wrap("(--wide adds " + left + "; --format csv, json and markdown have every column)") << "\n";
   }
   const SweepRow* first = s.rows.empty() ? nullptr : &s.rows.front();
-  os << "\n" << s.experiment << " (" << s.source_file << "), " << s.rows.size() << " points";
+  std::ostringstream legend;  // wrapped within the width unless --wide (the knee lines stay whole: one a curve)
+  legend << "\n" << s.experiment << " (" << s.source_file << "), " << s.rows.size() << " points";
   if (first) {
-    os << "; hardware " << first->hardware << ", placement " << first->placement;
-    if (first->placement == "expert_parallel") os << " over " << first->devices << " devices";
+    legend << "; hardware " << first->hardware << ", placement " << first->placement;
+    if (first->placement == "expert_parallel") legend << " over " << first->devices << " devices";
   }
-  os << "\n";
+  legend << "\n";
   if (first)
-    os << "modeled times (*_us) cover the " << first->moe_layers << " MoE layers of model.layers = " << first->layers
+    legend << "modeled times (*_us) cover the " << first->moe_layers << " MoE layers of model.layers = " << first->layers
        << ", each costed as the simulated MoE layer (same loads): the expert FFNs of one forward pass\n";
-  os << "ideal: roofline at the profile's achieved rates; quant: the kernel model (row tiles in waves, the K-step "
+  legend << "ideal: roofline at the profile's achieved rates; quant: the kernel model (row tiles in waves, the K-step "
         "floor, the profile's efficiencies and the layer's launches), the number run prints;\n"
         "bal_*: the same tokens under perfectly balanced routing; ref_us: the delivered assignments balanced, ideal; "
         "imb_us: the uneven loads, ideal, minus ref_us; imb_tile_us: the tiles and floors the uneven loads pay beyond "
         "the balanced, less imb_us; batch_eff: the balanced counterfactual's time over the routing's (quant_us);\n"
         "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
+  os << (wide ? legend.str() : text::wrap(legend.str()));
   os << knee_lines(s);
   if (any_measured(s))
     os << "meas_*: one executed layer at the execute: size on this CPU (not x layers); meas_eff = balanced / actual\n"

@@ -128,6 +128,23 @@ TEST(Cli, RouteAgreesWithIndependentTopK) {
   EXPECT_EQ(j["metrics"]["dropped"], 0);
 }
 
+TEST(Cli, RoutePrintsEveryFormat) {
+  // CSV one row of scalars (the arrays are JSON's), Markdown a table of them: neither is the plain text.
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/l.csv", "1,0,2,0\n0,3,0,1\n2,2,0,1\n");
+  const auto csv = run_cli("route --logits " + dir + "/l.csv --top-k 2 --format csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("file,num_tokens,num_experts,top_k,gating,capacity_factor,", 0), 0u) << csv.out;
+  EXPECT_NE(csv.out.find(",imbalance,"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",max_vio,"), std::string::npos) << csv.out;
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 2);
+  EXPECT_EQ(csv.out.find(",-"), std::string::npos) << csv.out;
+  const auto md = run_cli("route --logits " + dir + "/l.csv --top-k 2 --format markdown");
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_NE(md.out.find("| metric | value |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| imbalance | "), std::string::npos) << md.out;
+}
+
 TEST(Cli, RouteRenormalizeFlagsBothAct) {
   const std::string dir = testing::make_temp_dir();
   testing::write_text(dir + "/l.npy", encode_npy_f32(synthetic_logits(20, 4, 1.0, 5), 20, 4));

@@ -21,6 +21,10 @@ namespace moesim {
 namespace {
 
 constexpr const char* kHardwareDir = "configs/hardware/";
+constexpr const char* kA2aFitKeys[] = {
+    "a2a_normal_dispatch_us",           "a2a_normal_combine_us",           "a2a_normal_scale_up_efficiency",
+    "a2a_normal_scale_out_efficiency",  "a2a_low_latency_dispatch_us",     "a2a_low_latency_combine_us",
+    "a2a_low_latency_scale_up_efficiency", "a2a_low_latency_scale_out_efficiency"};
 constexpr Dtype kDtypes[] = {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::int8};
 
 std::optional<double> HardwareProfile::*peak_member(Dtype d) {
@@ -76,6 +80,15 @@ const std::vector<NumericKey>& numeric_keys() {
       {"link_latency_us", 1e-6, Rule::non_negative, &H::link_latency_s, nullptr},
       {"devices_per_node", 1, Rule::positive_int, nullptr, &H::devices_per_node},
       {"inter_node_bandwidth_gbs", 1e9, Rule::positive, &H::inter_node_bandwidth_bytes_per_s, nullptr},
+      {"inter_node_latency_us", 1e-6, Rule::non_negative, &H::inter_node_latency_s, nullptr},
+      {"a2a_normal_dispatch_us", 1e-6, Rule::non_negative, &H::a2a_normal_dispatch_s, nullptr},
+      {"a2a_normal_combine_us", 1e-6, Rule::non_negative, &H::a2a_normal_combine_s, nullptr},
+      {"a2a_normal_scale_up_efficiency", 1, Rule::fraction, &H::a2a_normal_scale_up_efficiency, nullptr},
+      {"a2a_normal_scale_out_efficiency", 1, Rule::fraction, &H::a2a_normal_scale_out_efficiency, nullptr},
+      {"a2a_low_latency_dispatch_us", 1e-6, Rule::non_negative, &H::a2a_low_latency_dispatch_s, nullptr},
+      {"a2a_low_latency_combine_us", 1e-6, Rule::non_negative, &H::a2a_low_latency_combine_s, nullptr},
+      {"a2a_low_latency_scale_up_efficiency", 1, Rule::fraction, &H::a2a_low_latency_scale_up_efficiency, nullptr},
+      {"a2a_low_latency_scale_out_efficiency", 1, Rule::fraction, &H::a2a_low_latency_scale_out_efficiency, nullptr},
       {"tile_m", 1, Rule::positive_int, nullptr, &H::tile_m},
       {"tile_n", 1, Rule::positive_int, nullptr, &H::tile_n},
       {"efficiency_flops", 1, Rule::fraction, &H::efficiency_flops, nullptr},
@@ -269,6 +282,9 @@ HardwareProfile parse_impl(const std::string& yaml_text, const std::string& sour
   for (const char* key : {"efficiency_bw", "efficiency_flops", "launch_overhead_us", "k_step_us"}) {
     if (!hw.sources.count(key) && !(root.IsMap() && root[key])) hw.sources[key] = kPooledFitNote;
   }
+  for (const char* key : kA2aFitKeys) {
+    if (!hw.sources.count(key) && !(root.IsMap() && root[key])) hw.sources[key] = kA2aPooledFitNote;
+  }
   return hw;
 }
 
@@ -287,6 +303,10 @@ std::string read_file(const std::filesystem::path& p, const std::string& origin)
 const char* const kPooledFitNote =
     "pooled fit over every published table (scripts/fit-profiles.sh; docs/cost-model.md "
     "\"Fitted profiles\"): this profile has no table of its own";
+
+const char* const kA2aPooledFitNote =
+    "pooled fit of the all-to-all kernel over every published dispatch/combine table of its family (moesim "
+    "validate --published; docs/cost-model.md \"The all-to-all\"): this profile has no table of its own";
 
 std::optional<double> peak_flops_per_s(const HardwareProfile& hw, Dtype dtype) {
   return hw.*peak_member(dtype);
@@ -403,6 +423,15 @@ std::string hardware_digest(const HardwareProfile& hw) {
   add("link_latency", hw.link_latency_s);
   add("devices_per_node", hw.devices_per_node);
   add("inter_node_bandwidth", hw.inter_node_bandwidth_bytes_per_s);
+  add("inter_node_latency", hw.inter_node_latency_s);
+  add("a2a_normal_dispatch", hw.a2a_normal_dispatch_s);
+  add("a2a_normal_combine", hw.a2a_normal_combine_s);
+  add("a2a_normal_scale_up_efficiency", hw.a2a_normal_scale_up_efficiency);
+  add("a2a_normal_scale_out_efficiency", hw.a2a_normal_scale_out_efficiency);
+  add("a2a_low_latency_dispatch", hw.a2a_low_latency_dispatch_s);
+  add("a2a_low_latency_combine", hw.a2a_low_latency_combine_s);
+  add("a2a_low_latency_scale_up_efficiency", hw.a2a_low_latency_scale_up_efficiency);
+  add("a2a_low_latency_scale_out_efficiency", hw.a2a_low_latency_scale_out_efficiency);
   add("tile_m", hw.tile_m);
   add("tile_n", hw.tile_n);
   add("efficiency_flops", hw.efficiency_flops);

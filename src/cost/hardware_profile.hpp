@@ -49,6 +49,21 @@ struct WeightOnlyFit {
   static constexpr double flops_share = 0.3291;
 };
 
+// The all-to-all kernels' figures (src/cost/all_to_all.hpp), fitted by `moesim validate --published` to the
+// published dispatch/combine tables of each kernel family at once (data/validation, phase column; docs/cost-model.md
+// "The all-to-all"): a floor per phase (the kernel's own fixed cost: launch, notify, synchronisation) and the
+// fraction of each link's bandwidth a copy achieves. A profile that does not set a figure takes it from
+// here; its `sources` note says so. A test refits and compares.
+struct A2aPooledFit {
+  // normal: DeepEP normal (H800) and TensorRT-LLM's one-sided NVLink all-to-all (GB200 NVL72).
+  static constexpr double normal_dispatch_us = 13.16, normal_combine_us = 22.71;
+  static constexpr double normal_scale_up_efficiency = 0.7305, normal_scale_out_efficiency = 0.9552;
+  // low_latency: DeepEP low-latency (H800) and NCCL EP low-latency (H100).
+  static constexpr double low_latency_dispatch_us = 18.97, low_latency_combine_us = 21.67;
+  static constexpr double low_latency_scale_up_efficiency = 0.6457, low_latency_scale_out_efficiency = 0.8768;
+};
+extern const char* const kA2aPooledFitNote;
+
 // One accelerator, in SI units. YAML keys (and their units) in parse_hardware_profile below.
 struct HardwareProfile {
   std::string name;
@@ -69,8 +84,19 @@ struct HardwareProfile {
   double k_step_s = PooledFit::k_step_us * 1e-6;
   double link_bandwidth_bytes_per_s = 0;    // device-to-device, one direction, per device; 0 = none
   double link_latency_s = 0;                // per all-to-all phase
-  int devices_per_node = 0;                 // 0 = every device shares the link (one node)
-  double inter_node_bandwidth_bytes_per_s = 0;  // per device, one direction; 0 = none
+  int devices_per_node = 0;                 // GPUs per scale-up domain; 0 = every device shares the link
+  double inter_node_bandwidth_bytes_per_s = 0;  // per device (its scale-out NIC), one direction; 0 = none
+  double inter_node_latency_s = 0;          // one scale-out (RDMA) hop
+  // The all-to-all kernels' figures (A2aPooledFit): a floor per phase and the achieved fraction of the
+  // scale-up link's and the NIC's bandwidth, for the normal and the low_latency kernels.
+  double a2a_normal_dispatch_s = A2aPooledFit::normal_dispatch_us * 1e-6;
+  double a2a_normal_combine_s = A2aPooledFit::normal_combine_us * 1e-6;
+  double a2a_normal_scale_up_efficiency = A2aPooledFit::normal_scale_up_efficiency;
+  double a2a_normal_scale_out_efficiency = A2aPooledFit::normal_scale_out_efficiency;
+  double a2a_low_latency_dispatch_s = A2aPooledFit::low_latency_dispatch_us * 1e-6;
+  double a2a_low_latency_combine_s = A2aPooledFit::low_latency_combine_us * 1e-6;
+  double a2a_low_latency_scale_up_efficiency = A2aPooledFit::low_latency_scale_up_efficiency;
+  double a2a_low_latency_scale_out_efficiency = A2aPooledFit::low_latency_scale_out_efficiency;
   int tile_m = 128;                         // GEMM tile rows (tokens; the largest row tile, roofline.hpp)
                                             // and columns (outputs)
   int tile_n = 128;
@@ -95,7 +121,9 @@ double require_peak_flops_per_s(const HardwareProfile& hw, Dtype dtype);
 //   peak_tflops: {fp32|tf32|bf16|fp16|fp8|int8: dense TFLOP/s}   (required, at least one)
 //   memory_bandwidth_gbs (required, 1e9 B/s), sm_count (required), memory_gib (2^30 B),
 //   smem_per_sm_kib (2^10 B), l2_mib (2^20 B), launch_overhead_us, k_step_us (>= 0), link_bandwidth_gbs,
-//   link_latency_us (default 0), devices_per_node, inter_node_bandwidth_gbs, tile_m, tile_n (default
+//   link_latency_us (default 0), devices_per_node, inter_node_bandwidth_gbs, inter_node_latency_us (default
+//   0), a2a_{normal,low_latency}_{dispatch,combine}_us (>= 0) and
+//   a2a_{normal,low_latency}_scale_{up,out}_efficiency (in (0, 1]; default A2aPooledFit), tile_m, tile_n (default
 //   128), efficiency_flops, efficiency_bw (in (0, 1]), memory_compute_overlap (default 1, in [0, 1]),
 //   calibrated (default false); launch_overhead_us, k_step_us and the efficiencies default to the
 //   pooled fit (PooledFit), and a profile that takes one gets kPooledFitNote as its source note;

@@ -133,14 +133,12 @@ std::string link_profile_yaml(const LinkCalibration& c, const std::string& base_
   root["name"] = name;
   root["link_bandwidth_gbs"] = YAML::Load(bw.str());
   root["link_latency_us"] = YAML::Load(lat.str());
-  root.remove("devices_per_node");
-  root.remove("inter_node_bandwidth_gbs");
+  // The base's topology (devices_per_node, the NIC's inter_node_* figures) stays: the ranks measured share this
+  // host's link, which says nothing of the scale-out network.
   if (!root["sources"] || !root["sources"].IsMap()) root["sources"] = YAML::Node(YAML::NodeType::Map);
   root["sources"]["link_bandwidth_gbs"] =
       note.str() + ": bytes one rank sends per second, least-squares slope over 64 KiB+ per pair";
   root["sources"]["link_latency_us"] = note.str() + ": median time of an 8-byte-per-pair all-to-all";
-  root["sources"].remove("devices_per_node");
-  root["sources"].remove("inter_node_bandwidth_gbs");
   YAML::Emitter out;
   out << root;
   std::ostringstream os;

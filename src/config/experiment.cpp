@@ -202,6 +202,46 @@ const char* to_string(LoadEstimator v) {
   return "?";
 }
 
+const char* to_string(A2aKernel v) {
+  switch (v) {
+    case A2aKernel::simple: return "simple";
+    case A2aKernel::normal: return "normal";
+    case A2aKernel::low_latency: return "low_latency";
+  }
+  return "?";
+}
+
+const char* to_string(A2aDtype v) {
+  switch (v) {
+    case A2aDtype::model: return "model";
+    case A2aDtype::fp8: return "fp8";
+    case A2aDtype::bf16: return "bf16";
+    case A2aDtype::fp16: return "fp16";
+    case A2aDtype::fp32: return "fp32";
+  }
+  return "?";
+}
+
+const char* to_string(A2aOverlap v) {
+  switch (v) {
+    case A2aOverlap::none: return "none";
+    case A2aOverlap::two_batch: return "two_batch";
+  }
+  return "?";
+}
+
+double a2a_copy_bytes(A2aDtype dtype, Dtype model_dtype, int64_t hidden) {
+  const double h = static_cast<double>(hidden);
+  switch (dtype) {
+    case A2aDtype::model: return h * dtype_bytes(model_dtype);
+    case A2aDtype::fp8: return h + static_cast<double>((hidden + 127) / 128) * 4.0 + 16.0;
+    case A2aDtype::bf16:
+    case A2aDtype::fp16: return 2.0 * h;
+    case A2aDtype::fp32: return 4.0 * h;
+  }
+  return h * dtype_bytes(model_dtype);
+}
+
 int dtype_bytes(Dtype v) {
   switch (v) {
     case Dtype::fp32:

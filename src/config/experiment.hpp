@@ -61,6 +61,18 @@ enum class PlacementPolicy { global, hierarchical, round_robin, map };
 // The loads a re-plan starts from: the sum of the last rebalance_every steps, or an exponential moving
 // average over every step seen.
 enum class LoadEstimator { window, ema };
+// The expert-parallel all-to-all kernels (docs/cost-model.md "The all-to-all"): `simple` one copy per
+// (token, expert) over one link at its full bandwidth; `normal` the high-throughput kernels (DeepEP normal,
+// TensorRT-LLM's one-sided NVLink all-to-all): one copy per destination node over the scale-out NIC and one
+// per destination GPU over the scale-up link; `low_latency` one message per (token, selected expert) (DeepEP
+// low-latency, NCCL EP): the scale-up link within a node, the NIC across nodes.
+enum class A2aKernel { simple, normal, low_latency };
+// The bytes of one copy of a token in dispatch or combine: the model's activation dtype (`model`), fp8 with
+// per-128 scales (hidden + hidden / 128 x 4 + 16 B, as DeepEP's tests count it), or 2 / 4 B a value.
+enum class A2aDtype { model, fp8, bf16, fp16, fp32 };
+// Two-batch overlap (DeepSeek's and SGLang's serving): two micro-batches, one's all-to-all under the other's
+// compute.
+enum class A2aOverlap { none, two_batch };
 
 struct ModelConfig {
   std::string name = "quickstart";
@@ -188,6 +200,10 @@ struct PlacementConfig {
   int rebalance_every = 0;              // re-plan every N steps from past loads (0: plan once)
   LoadEstimator load_estimator = LoadEstimator::window;
   double ema_weight = 0.5;              // load_estimator ema: the newest step's weight, in (0, 1]
+  A2aKernel a2a_kernel = A2aKernel::normal;   // the all-to-all kernel (expert_parallel)
+  A2aDtype dispatch_dtype = A2aDtype::model;  // bytes of a dispatched copy
+  A2aDtype combine_dtype = A2aDtype::model;   // bytes of a combined copy
+  A2aOverlap overlap = A2aOverlap::none;
 };
 
 struct ExecuteConfig {
@@ -256,6 +272,12 @@ const char* to_string(WeightDtype v);
 const char* to_string(PlacementKind v);
 const char* to_string(PlacementPolicy v);
 const char* to_string(LoadEstimator v);
+const char* to_string(A2aKernel v);
+const char* to_string(A2aDtype v);
+const char* to_string(A2aOverlap v);
+// Bytes of one copy of a `hidden`-wide token in `dtype` (A2aDtype::model: `model_dtype`'s width): fp8 counts
+// its per-128 scales and a 16-byte header, hidden + ceil(hidden / 128) x 4 + 16 (DeepEP tests/test_low_latency.py).
+double a2a_copy_bytes(A2aDtype dtype, Dtype model_dtype, int64_t hidden);
 
 // The router keys (names under router.) a semantics preset sets, in the order it resolves them.
 const std::vector<std::string>& semantics_preset_keys();

@@ -62,6 +62,9 @@ template <> struct EnumCount<LoadFormat> { static constexpr int value = 4; };
 template <> struct EnumCount<PlacementKind> { static constexpr int value = 2; };
 template <> struct EnumCount<PlacementPolicy> { static constexpr int value = 4; };
 template <> struct EnumCount<LoadEstimator> { static constexpr int value = 2; };
+template <> struct EnumCount<A2aKernel> { static constexpr int value = 3; };
+template <> struct EnumCount<A2aDtype> { static constexpr int value = 5; };
+template <> struct EnumCount<A2aOverlap> { static constexpr int value = 2; };
 
 template <class E>
 std::string enum_choices() {

@@ -52,54 +52,24 @@ void split_load(const ExpertPlacement& p, const std::vector<int64_t>& load, std:
   }
 }
 
-struct AllToAll {
-  double bandwidth_s = 0;  // dispatch + combine, transfer time only
-  double latency_s = 0;    // dispatch + combine latency
-  double bytes = 0;        // dispatch + combine bytes that leave their device
-};
-
-// docs/design.md: all-to-all = bytes of activations that leave their device / link bandwidth + latency.
-AllToAll all_to_all(const HardwareProfile& hw, const std::vector<int64_t>& device_load, double row_bytes) {
-  AllToAll a;
-  const int num_devices = static_cast<int>(device_load.size());
-  if (num_devices <= 1) return a;
-  if (hw.link_bandwidth_bytes_per_s <= 0) {
-    throw ConfigError(hw.name + ": hardware.link_bandwidth_gbs: expected a positive number for an expert_parallel "
-                                "placement over " + std::to_string(num_devices) + " devices, got nothing");
-  }
-  const int per_node = hw.devices_per_node > 0 ? std::min(hw.devices_per_node, num_devices) : num_devices;
-  const bool multi_node = per_node < num_devices;
-  if (multi_node && hw.inter_node_bandwidth_bytes_per_s <= 0) {
-    throw ConfigError(hw.name + ": hardware.inter_node_bandwidth_gbs: expected a positive number for " +
-                      std::to_string(num_devices) + " devices over nodes of " + std::to_string(per_node) +
-                      " (hardware.devices_per_node), got nothing");
-  }
-  const int num_nodes = static_cast<int>(ceil_div(num_devices, per_node));
-  std::vector<double> node_load(num_nodes, 0.0);
-  double total = 0;
-  for (int d = 0; d < num_devices; ++d) {
-    node_load[d / per_node] += static_cast<double>(device_load[d]);
-    total += static_cast<double>(device_load[d]);
-  }
-  if (total == 0) return a;  // nothing moves: no phase runs
-  const double D = num_devices;
-  double phase_s = 0, sent_rows = 0;
-  for (int d = 0; d < num_devices; ++d) {
-    const int node = d / per_node;
-    const double node_size = std::min(per_node, num_devices - node * per_node);
-    const double own = static_cast<double>(device_load[d]);
-    // Rows device d sends (to experts elsewhere) and receives (for its own experts), 1/D per source.
-    const double intra_sent = (node_load[node] - own) / D, inter_sent = (total - node_load[node]) / D;
-    const double intra_recv = own * (node_size - 1) / D, inter_recv = own * (D - node_size) / D;
-    double t = std::max(intra_sent, intra_recv) * row_bytes / hw.link_bandwidth_bytes_per_s;
-    if (multi_node) t = std::max(t, std::max(inter_sent, inter_recv) * row_bytes / hw.inter_node_bandwidth_bytes_per_s);
-    phase_s = std::max(phase_s, t);
-    sent_rows += intra_sent + inter_sent;
-  }
-  a.bandwidth_s = 2.0 * phase_s;
-  a.latency_s = 2.0 * hw.link_latency_s;
-  a.bytes = 2.0 * sent_rows * row_bytes;
-  return a;
+// The all-to-all traffic of a batch whose assignments sit on the devices as `device_tokens` [devices].
+// The node limit holds only where the placement's nodes are the machine's (a hierarchical placement over
+// placement.nodes nodes of hardware.devices_per_node devices each).
+A2aTraffic traffic_of(const HardwareProfile& hw, const LayerCostInput& in, const std::vector<int64_t>& device_tokens,
+                      int64_t num_tokens) {
+  A2aTraffic t;
+  t.device_assignments = device_tokens;
+  t.num_tokens = num_tokens;
+  t.top_k = in.top_k;
+  t.num_experts = in.num_experts;
+  const int D = static_cast<int>(device_tokens.size());
+  const int per_node = hw.devices_per_node > 0 ? std::min(hw.devices_per_node, D) : D;
+  const bool aligned = in.placement.policy != PlacementPolicy::hierarchical || D == in.placement.nodes * per_node;
+  t.node_limit = aligned ? in.node_limit : 0;
+  t.fanout = in.fanout;
+  t.dispatch_bytes = a2a_copy_bytes(in.placement.dispatch_dtype, in.format.dtype, in.hidden);
+  t.combine_bytes = a2a_copy_bytes(in.placement.combine_dtype, in.format.dtype, in.hidden);
+  return t;
 }
 
 // The all-reduce of tensor parallelism (model_moe_layer): a ring over T GPUs moves 2 (T - 1) / T of the
@@ -124,14 +94,12 @@ void add_to(CostBreakdown& acc, const CostBreakdown& x) {
 
 struct PlacedCost {
   CostBreakdown experts;   // max over devices of each device's grouped kernel (no all-to-all)
-  CostBreakdown cost;      // experts + all-to-all
   std::vector<double> device_time_s;
   std::vector<int64_t> device_tokens;
   double compute_bound = 0;
-  AllToAll a2a;
 };
 
-PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, const ExpertPlacement& p,
+PlacedCost cost_placed(const ExpertRoofline& rm, const ExpertPlacement& p,
                        const LayoutRule& rule, const LayerCostInput& in) {
   const int num_devices = p.num_devices;
   std::vector<GroupedCost> groups(num_devices, GroupedCost(rm));
@@ -157,17 +125,66 @@ PlacedCost cost_placed(const HardwareProfile& hw, const ExpertRoofline& rm, cons
     out.experts.quantized_s = std::max(out.experts.quantized_s, c.quantized_s);
     out.device_time_s[d] = c.quantized_s;
   }
-  out.a2a = all_to_all(hw, out.device_tokens, static_cast<double>(in.hidden) * dtype_bytes(in.format.dtype));
-  out.cost = out.experts;
-  out.cost.ideal_s += out.a2a.bandwidth_s;
-  out.cost.quantized_s += out.a2a.bandwidth_s + out.a2a.latency_s;
   return out;
+}
+
+// One placed batch as the layer runs it: its experts (once, or as two micro-batches) and its all-to-all
+// (exposed: under two-batch overlap, what the other micro-batch's compute does not hide).
+struct RunCost {
+  PlacedCost full;            // the whole batch at once (the erosion's stages)
+  CostBreakdown experts;      // the experts as run: full, or the two micro-batches one after the other
+  A2aCost a2a;                // the whole batch's all-to-all (the JSON's all_to_all)
+  double communication_s = 0, communication_ideal_s = 0;  // the all-to-all as run, both micro-batches
+  double dispatch_s = 0, combine_s = 0;                   // its phases as run
+  double exposed_s = 0, exposed_ideal_s = 0;              // what the layer waits for
+};
+
+// Half of a placement's rows for a micro-batch: slot loads ceil (first) or floor (second) of half.
+ExpertPlacement half_of(const ExpertPlacement& p, bool first) {
+  ExpertPlacement h = p;
+  for (int64_t& l : h.load) l = first ? (l + 1) / 2 : l / 2;
+  return h;
+}
+
+RunCost run_placed(const HardwareProfile& hw, const ExpertRoofline& rm, const ExpertPlacement& p,
+                   const LayoutRule& rule, const LayerCostInput& in) {
+  RunCost r;
+  r.full = cost_placed(rm, p, rule, in);
+  r.a2a = all_to_all(hw, in.placement.a2a_kernel, traffic_of(hw, in, r.full.device_tokens, in.num_tokens));
+  if (in.placement.overlap == A2aOverlap::none || p.num_devices <= 1) {
+    r.experts = r.full.experts;
+    r.communication_s = r.exposed_s = r.a2a.time_s();
+    r.communication_ideal_s = r.exposed_ideal_s = r.a2a.ideal_s();
+    r.dispatch_s = r.a2a.dispatch.time_s;
+    r.combine_s = r.a2a.combine.time_s;
+    return r;
+  }
+  // Two-batch overlap: micro-batch 0 holds ceil(N / 2) tokens and ceil(load / 2) of every slot, micro-batch
+  // 1 the rest; each runs its own grouped kernels and all-to-all. In steady state the compute stream runs
+  // both micro-batches' experts (and the attention the caller names) while the communication stream runs
+  // both all-to-alls: the layer waits for communication only past the compute.
+  for (int b = 0; b < 2; ++b) {
+    LayerCostInput half = in;
+    half.num_tokens = b == 0 ? (in.num_tokens + 1) / 2 : in.num_tokens / 2;
+    LayoutRule half_rule = rule;
+    half_rule.capacity = b == 0 ? (rule.capacity + 1) / 2 : rule.capacity / 2;
+    const PlacedCost c = cost_placed(rm, half_of(p, b == 0), half_rule, half);
+    r.experts.ideal_s += c.experts.ideal_s;
+    r.experts.quantized_s += c.experts.quantized_s;
+    const A2aCost a = all_to_all(hw, in.placement.a2a_kernel, traffic_of(hw, half, c.device_tokens, half.num_tokens));
+    r.communication_s += a.time_s();
+    r.communication_ideal_s += a.ideal_s();
+    r.dispatch_s += a.dispatch.time_s;
+    r.combine_s += a.combine.time_s;
+  }
+  r.exposed_s = std::max(0.0, r.communication_s - r.experts.quantized_s - in.overlap_compute_s);
+  r.exposed_ideal_s = std::max(0.0, r.communication_ideal_s - r.experts.ideal_s - in.overlap_compute_s);
+  return r;
 }
 
 // The time of `assignments` balanced over the experts (the `balanced` gating's loads, uncapped), dropless
 // rows, experts only: on one device, or placed by the placement's rule.
-CostBreakdown balanced_experts(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in,
-                               int64_t assignments) {
+CostBreakdown balanced_experts(const ExpertRoofline& rm, const LayerCostInput& in, int64_t assignments) {
   const BalancedLoads even(assignments, in.num_experts, 0);
   const LayoutRule dropless{Layout::dropless, 1, 0};
   if (in.placement.kind == PlacementKind::single) {
@@ -180,28 +197,33 @@ CostBreakdown balanced_experts(const HardwareProfile& hw, const ExpertRoofline& 
   std::vector<int64_t> loads(in.num_experts);
   for (int e = 0; e < in.num_experts; ++e) loads[e] = even(e);
   const ExpertPlacement p = place_experts(loads, in.placement);
-  return cost_placed(hw, rm, p, dropless, in).experts;
+  return cost_placed(rm, p, dropless, in).experts;
 }
 
 // Fills the erosion stages around the prediction (see Erosion): `loads` the experts-only columns of the
 // loads as routed, dropless rows (T1 ideal, Q(loads) quantized), `layout` those at the layout's rows (T2
-// ideal, T3 quantized), `actual_s` the prediction.
-Erosion erosion_of(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in, int64_t delivered,
-                   const CostBreakdown& loads, const CostBreakdown& layout, double actual_s) {
+// ideal, T3 quantized), `run_s` the experts as run (T3, or the two micro-batches), `communication_s` the
+// communication the layer waits for with the routing's loads and `balanced_communication_s` with the same
+// delivered assignments balanced; actual = run_s + communication_s.
+Erosion erosion_of(const ExpertRoofline& rm, const LayerCostInput& in, int64_t delivered,
+                   const CostBreakdown& loads, const CostBreakdown& layout, double run_s, double communication_s,
+                   double balanced_communication_s) {
   Erosion x;
   x.delivered = static_cast<double>(delivered);
   x.undelivered = static_cast<double>(in.undelivered);
   x.served = static_cast<double>(std::max<int64_t>(0, in.num_tokens * in.top_k - in.undelivered));
-  const CostBreakdown balanced = balanced_experts(hw, rm, in, delivered);
+  const CostBreakdown balanced = balanced_experts(rm, in, delivered);
   x.reference_s = balanced.ideal_s;
-  x.actual_s = actual_s;
+  x.actual_s = run_s + communication_s;
   x.imbalance_s = loads.ideal_s - x.reference_s;
   x.imbalance_tiles_s = (loads.quantized_s - balanced.quantized_s) - x.imbalance_s;
   x.padding_s = layout.ideal_s - loads.ideal_s;
   x.quantization_s = layout.quantized_s - layout.ideal_s - x.imbalance_tiles_s;
-  x.communication_s = actual_s - layout.quantized_s;
+  x.micro_batch_s = run_s - layout.quantized_s;
+  x.communication_s = balanced_communication_s;
+  x.communication_imbalance_s = communication_s - balanced_communication_s;
   if (in.undelivered > 0)
-    x.dropped_work_s = balanced_experts(hw, rm, in, delivered + in.undelivered).ideal_s - x.reference_s;
+    x.dropped_work_s = balanced_experts(rm, in, delivered + in.undelivered).ideal_s - x.reference_s;
   return x;
 }
 
@@ -234,7 +256,9 @@ void add_scaled(Erosion& acc, const Erosion& x, double f) {
   acc.imbalance_tiles_s += f * x.imbalance_tiles_s;
   acc.padding_s += f * x.padding_s;
   acc.quantization_s += f * x.quantization_s;
+  acc.micro_batch_s += f * x.micro_batch_s;
   acc.communication_s += f * x.communication_s;
+  acc.communication_imbalance_s += f * x.communication_imbalance_s;
   acc.dropped_work_s += f * x.dropped_work_s;
   acc.delivered += f * x.delivered;
   acc.undelivered += f * x.undelivered;
@@ -242,7 +266,7 @@ void add_scaled(Erosion& acc, const Erosion& x, double f) {
 }
 
 double efficiency_of(const Erosion& x) {
-  return x.actual_s > 0 ? (x.actual_s - x.imbalance_s - x.imbalance_tiles_s) / x.actual_s : 1.0;
+  return x.actual_s > 0 ? (x.actual_s - imbalance_total_s(x)) / x.actual_s : 1.0;
 }
 
 double roofline_efficiency_of(const Erosion& x) {
@@ -515,6 +539,14 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
   in.layout = router.layout;
   in.capacity = capacity;
   in.block_size = router.block_size;
+  // Group-limited routing picks a token's experts from router.topk_groups groups; the hierarchical policy
+  // packs whole groups onto each of its nodes, so a token's experts span at most that many nodes.
+  const PlacementConfig& pc = e.placement;
+  const int groups = pc.groups > 0 ? pc.groups : router.groups;
+  if (router.gating == Gating::group_limited && pc.kind == PlacementKind::expert_parallel &&
+      pc.policy == PlacementPolicy::hierarchical && pc.nodes > 1 && groups % pc.nodes == 0 && groups == router.groups) {
+    in.node_limit = router.topk_groups;
+  }
   return in;
 }
 
@@ -574,7 +606,8 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
       for (int s = 0; s < in.shared_experts; ++s) plain.add(in.num_tokens);
       loads = plain.time();
     }
-    out.erosion = erosion_of(hw, rm, in, tokens, loads, experts, out.actual.quantized_s);
+    out.erosion = erosion_of(rm, in, tokens, loads, experts, experts.quantized_s, reduce.quantized_s,
+                             reduce.quantized_s);
   } else {
     ExpertPlacement p = place_experts_real(
         in.placement_load.empty() ? std::vector<double>(in.load.begin(), in.load.end()) : in.placement_load,
@@ -582,13 +615,11 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     out.device_plan_load = device_plan_load(p);
     out.predicted_balancedness = balancedness_of(out.device_plan_load);
     assign_load(p, in.load);
-    PlacedCost a = cost_placed(hw, rm, p, rule_actual, in);
+    const RunCost a = run_placed(hw, rm, p, rule_actual, in);
     std::vector<int64_t> even(num_experts);
     for (int e = 0; e < num_experts; ++e) even[e] = balanced(e);
     const ExpertPlacement pb = place_experts(even, in.placement);
-    const PlacedCost b = cost_placed(hw, rm, pb, rule_balanced, in);
-    out.actual = a.cost;
-    out.balanced = b.cost;
+    const RunCost b = run_placed(hw, rm, pb, rule_balanced, in);
     // Each expert-parallel device is a group of T GPUs reducing the rows it holds; the layer waits for the
     // group with the most (shared experts' local tokens included).
     const auto most_rows = [&](const PlacedCost& c) {
@@ -600,21 +631,38 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
       }
       return most;
     };
-    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, most_rows(a), in.hidden, in.format.dtype);
-    add_to(out.actual, reduce);
-    add_to(out.balanced, tensor_parallel_reduce(hw, tp, most_rows(b), in.hidden, in.format.dtype));
+    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, most_rows(a.full), in.hidden, in.format.dtype);
+    const CostBreakdown reduce_b = tensor_parallel_reduce(hw, tp, most_rows(b.full), in.hidden, in.format.dtype);
+    int64_t delivered = 0;
+    for (int64_t l : in.load) delivered += l;
+    // The erosion's communication counterfactual: the delivered assignments balanced over the experts (the
+    // reference's loads), placed by the same rule, at the layout's rows; with nothing dropped under balanced
+    // routing these are the routing's own loads, so communication_imbalance is exactly 0.
+    const BalancedLoads even_delivered(delivered, num_experts, 0);
+    std::vector<int64_t> delivered_loads(num_experts);
+    for (int e = 0; e < num_experts; ++e) delivered_loads[e] = even_delivered(e);
+    const LayoutRule rule_delivered{in.layout, in.block_size, in.capacity > 0 ? in.capacity : even_delivered(0)};
+    const RunCost d = run_placed(hw, rm, place_experts(delivered_loads, in.placement), rule_delivered, in);
+    const CostBreakdown reduce_d = tensor_parallel_reduce(hw, tp, most_rows(d.full), in.hidden, in.format.dtype);
+    out.actual = {a.experts.ideal_s + a.exposed_ideal_s + reduce.ideal_s,
+                  a.experts.quantized_s + a.exposed_s + reduce.quantized_s};
+    out.balanced = {b.experts.ideal_s + b.exposed_ideal_s + reduce_b.ideal_s,
+                    b.experts.quantized_s + b.exposed_s + reduce_b.quantized_s};
     out.tensor_parallel_reduce_s = reduce.quantized_s;
-    out.compute_bound_experts = a.compute_bound;
-    out.device_time_s = std::move(a.device_time_s);
-    out.device_tokens = std::move(a.device_tokens);
-    out.all_to_all_s = a.a2a.bandwidth_s + a.a2a.latency_s;
+    out.compute_bound_experts = a.full.compute_bound;
+    out.device_time_s = a.full.device_time_s;
+    out.device_tokens = a.full.device_tokens;
+    out.a2a = a.a2a;
+    out.all_to_all_s = a.communication_s;
+    out.exposed_communication_s = a.exposed_s;
+    out.dispatch_s = a.dispatch_s;
+    out.combine_s = a.combine_s;
     out.all_to_all_bytes = a.a2a.bytes;
     const LayoutRule dropless{Layout::dropless, 1, 0};
     const CostBreakdown loads =
-        in.layout == Layout::dropless ? a.experts : cost_placed(hw, rm, p, dropless, in).experts;
-    int64_t delivered = 0;
-    for (int64_t l : in.load) delivered += l;
-    out.erosion = erosion_of(hw, rm, in, delivered, loads, a.experts, out.actual.quantized_s);
+        in.layout == Layout::dropless ? a.full.experts : cost_placed(rm, p, dropless, in).experts;
+    out.erosion = erosion_of(rm, in, delivered, loads, a.full.experts, a.experts.quantized_s,
+                             a.exposed_s + reduce.quantized_s, d.exposed_s + reduce_d.quantized_s);
     out.placement = std::move(p);
     int64_t mx = 0, sum = 0;
     for (int64_t t : out.device_tokens) {

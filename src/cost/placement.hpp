@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/config/experiment.hpp"
+#include "src/cost/all_to_all.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/cost/roofline.hpp"
 
@@ -86,6 +87,14 @@ struct LayerCostInput {
   std::vector<double> placement_load;   // [num_experts] loads the placement is planned from; empty = load
   // Assignments the routing owed and did not deliver (undelivered_assignments): costed as dropped work.
   int64_t undelivered = 0;
+  // The all-to-all's fan-out (all_to_all.hpp): nodes a token's experts may span (0: any; layer_cost_input
+  // sets router.topk_groups for group-limited routing whose groups the hierarchical placement packs onto
+  // nodes), and how a token's assignments spread (random: drawn by the loads).
+  int node_limit = 0;
+  A2aFanout fanout = A2aFanout::random;
+  // Compute outside the MoE layer that two-batch overlap also hides the all-to-all under (the decoder's
+  // attention of the layer, both micro-batches); 0: the experts alone.
+  double overlap_compute_s = 0;
 };
 
 // Assignments a routing owed and did not deliver: max(dropped, top_k x tokens_unrouted). Token-choice
@@ -101,21 +110,30 @@ inline int64_t undelivered_assignments(int64_t dropped, int64_t tokens_unrouted,
 //                placed by the placement's rule, ideal roofline, experts only (no all-to-all);
 //   T1         = the routing's loads, same placement, ideal, experts only;
 //   T2         = the layout's rows (capacity, block), ideal, experts only;
-//   T3         = the layout's rows, quantized (tiles, waves, launches), experts only;
-//   actual     = T3 + the all-to-all (quantized, with latency) = LayerCost::actual.quantized_s.
+//   T3         = the layout's rows, quantized (tiles, waves, launches), experts only, the whole batch at once;
+//   X          = the experts as run: T3, or under two-batch overlap the two micro-batches one after the other;
+//   actual     = X + the communication the layer waits for (the all-to-all, exposed past the other
+//                micro-batch's compute under two-batch overlap, and the tensor-parallel all-reduce)
+//              = LayerCost::actual.quantized_s.
 // parts: imbalance = T1 - reference, padding = T2 - T1, quantization = T3 - T2 - imbalance_tiles,
-// communication = actual - T3; they sum to actual - reference up to rounding.
+// micro_batch = X - T3, communication = the waited-for communication of the same delivered assignments
+// balanced over the experts (placed by the same rule), communication_imbalance = the routing's waited-for
+// communication minus that; they sum to actual - reference up to rounding.
 //   imbalance_tiles = (Q(loads) - Q(balanced)) - imbalance: Q the quantized experts-only time of dropless
 //   rows (the kernel model), the loads as routed and the same delivered assignments balanced, placed by the
 //   placement's rule. What the skew adds in tiles, waves, the K-step floor and overlap beyond its roofline
 //   cost: the balanced counterfactual does not pay it, so it is imbalance, not quantization. 0 under
 //   balanced routing (the same loads), and a tile-boundary step that balanced loads pay too stays in
 //   quantization.
+//   communication_imbalance: what the skew of the received copies adds (the busiest receiver sets each
+//   phase); 0 under balanced routing.
+// What imbalance costs = imbalance + imbalance_tiles + communication_imbalance (imbalance_total_s).
 // dropped_work = the ideal balanced time of delivered + undelivered assignments minus the reference: work
 // not done, never speed.
 struct Erosion {
   double reference_s = 0, actual_s = 0;
-  double imbalance_s = 0, imbalance_tiles_s = 0, padding_s = 0, quantization_s = 0, communication_s = 0;
+  double imbalance_s = 0, imbalance_tiles_s = 0, padding_s = 0, quantization_s = 0, micro_batch_s = 0;
+  double communication_s = 0, communication_imbalance_s = 0;
   double dropped_work_s = 0;
   double delivered = 0;    // assignments processed (sum of the loads)
   double undelivered = 0;  // assignments owed and not processed (undelivered_assignments)
@@ -124,6 +142,11 @@ struct Erosion {
   // (infinite when nothing is served).
   double time_per_served_s() const;
 };
+
+// What imbalance costs in an erosion: imbalance + imbalance_tiles + communication_imbalance.
+inline double imbalance_total_s(const Erosion& x) {
+  return x.imbalance_s + x.imbalance_tiles_s + x.communication_imbalance_s;
+}
 
 // The size a layer is costed at: the model's real dimensions and dtype, or the executed ones
 // (execute.hidden, execute.ffn, execute.dtype).
@@ -139,7 +162,7 @@ struct LayerCost {
   CostBreakdown actual, balanced;   // the layer's time with the routing's loads / with balanced loads (N k)
   Erosion erosion;                  // where actual.quantized_s goes, against the balanced ideal
   // What imbalance costs, on the headline: the balanced counterfactual's time over the routing's own,
-  // (actual - imbalance - imbalance_tiles) / actual (1 when actual is 0). Free of drops (the
+  // (actual - imbalance_total_s) / actual (1 when actual is 0). Free of drops (the
   // counterfactual has the delivered assignments); a tile step balanced loads pay too is not imbalance.
   // Above 1 when skew leaves experts idle whose weights the balanced routing must read.
   double batching_efficiency = 1.0;
@@ -150,7 +173,10 @@ struct LayerCost {
   std::vector<int64_t> device_tokens;   // [devices] routed assignments processed per device
   double rank_imbalance = 1.0;      // max / mean of device_tokens (1 when all are 0)
   double balancedness = 1.0;        // mean / max of device_tokens, its inverse
-  double all_to_all_s = 0.0;        // dispatch + combine, quantized (with link latency)
+  A2aCost a2a;                      // the whole batch's dispatch and combine (expert parallel)
+  double all_to_all_s = 0.0;        // dispatch + combine as run, quantized (both micro-batches under overlap)
+  double exposed_communication_s = 0.0;  // the part of all_to_all_s the layer waits for
+  double dispatch_s = 0.0, combine_s = 0.0;  // all_to_all_s's two phases (both micro-batches under overlap)
   double all_to_all_bytes = 0.0;    // bytes that leave their device, dispatch + combine
   double tensor_parallel_reduce_s = 0.0;  // the all-reduce of placement.tensor_parallel, quantized (with latency)
   // Expert parallel: the plan the actual loads ran on (planned from placement_load), the planner's
@@ -164,7 +190,7 @@ struct LayerCost {
 // acc += f x every field of x (means over records, whole-model totals over layers).
 void add_scaled(Erosion& acc, const Erosion& x, double f);
 
-// batching_efficiency from an erosion: (actual - imbalance - imbalance_tiles) / actual, 1 when actual is 0.
+// batching_efficiency from an erosion: (actual - imbalance_total_s) / actual, 1 when actual is 0.
 double efficiency_of(const Erosion& erosion);
 // roofline_efficiency from an erosion: reference / (reference + imbalance), 1 when both are 0.
 double roofline_efficiency_of(const Erosion& erosion);
@@ -174,14 +200,13 @@ double roofline_efficiency_of(const Erosion& erosion);
 //    n = max(C, load) for every expert, idle ones included (C = capacity, or max(load) when 0);
 //  - shared experts process every token: N rows on one device, the device's N / D local tokens in EP;
 //  - one device: the grouped kernel of GroupedCost;
-//  - expert parallel: max over devices of each device's grouped kernel, plus the all-to-all. Tokens
-//    start spread evenly over the devices (data-parallel attention), so each expert's assignments come
-//    1/D from every device and those from other devices cross a link: device s sends sum_{d != s}
-//    L_d / D rows and device d receives (D - 1) / D L_d rows of hidden x act_bytes (L_d = assignments
-//    on d; one copy per assignment, no per-device deduplication). A phase takes max over devices of
-//    max(sent, received) / link bandwidth, plus link latency; combine mirrors dispatch. With
-//    devices_per_node set and D larger, rows between nodes use inter_node_bandwidth instead, in
-//    parallel with the link. The ideal column omits latency.
+//  - expert parallel: max over devices of each device's grouped kernel, plus the all-to-all of
+//    placement.a2a_kernel (all_to_all.hpp: the copies each kernel moves over the scale-up link and the NIC,
+//    each phase its kernel's floor, latency and the busiest device's transfer; dispatch and combine costed
+//    apart, each copy a2a_copy_bytes of placement.dispatch_dtype / combine_dtype). Tokens start spread
+//    evenly over the devices (data-parallel attention). placement.overlap two_batch runs the batch as two
+//    micro-batches, each with its own kernels and all-to-all, and waits only for the communication that both
+//    micro-batches' experts (and overlap_compute_s) do not hide. The ideal column omits floors and latency.
 //  - balanced: the same N, k, E with loads floor/ceil(N k / E) (the `balanced` gating: expert e gets
 //    one extra when e < N k mod E), capped at C when capacity > 0, placed by the same rule.
 //  - tensor parallel (placement.tensor_parallel T > 1): every expert's ffn is split over T GPUs, so each

@@ -69,6 +69,8 @@ struct StepRecord {
   Erosion moe_erosion;             // the primary placement's erosion, kept on every record
   double batching_efficiency = 1;  // of the primary placement (expert_parallel when used, else single)
   double modeled_layer_s = 0;      // modeled attention + MoE layer (primary placement, quantized)
+  // The primary placement's all-to-all as run (dispatch, combine) and the part the layer waits for.
+  double moe_dispatch_s = 0, moe_combine_s = 0, moe_exposed_s = 0;
 };
 
 // The decoder's own figures of one record (decoder runs: VariantResult::decoder[i] belongs to records[i]).
@@ -132,6 +134,9 @@ struct PhaseSummary {
   double modeled_tokens_per_s = 0;
   double modeled_attention_s = 0;  // its attention part
   double modeled_moe_s = 0;        // its MoE part (model.moe_layers layers)
+  // The MoE part's all-to-all, summed like it: dispatch and combine as run, and what the layers wait for
+  // (modeled_moe_s = experts + exposed + the tensor-parallel all-reduce).
+  double modeled_dispatch_s = 0, modeled_combine_s = 0, modeled_exposed_s = 0;
   Erosion erosion;                 // where modeled_moe_s goes (primary placement), summed like it
   double kv_cache_bytes = 0;       // decoder: whole model's KV cache (model.layers) at the phase's end
 };

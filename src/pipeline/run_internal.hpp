@@ -21,12 +21,16 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index);
 
+// The modeled MoE layer on each placement. overlap_compute_s: the attention of the layer, which two-batch
+// overlap also hides the all-to-all under (the decoder's; 0 for runs that model no attention).
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
-                                               int64_t capacity, int64_t num_tokens, int64_t undelivered);
+                                               int64_t capacity, int64_t num_tokens, int64_t undelivered,
+                                               double overlap_compute_s = 0.0);
 // The same for a routed batch's metrics: its kept loads, capacity and undelivered assignments.
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
-                                               const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens);
+                                               const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens,
+                                               double overlap_compute_s = 0.0);
 
 // A batch run's modeled cost: every routed batch of vr.per_batch modeled per placement (the expert-parallel
 // one on its epoch's plan when placement.rebalance_every re-plans: src/cost/rebalance.hpp, vr.rebalance), then
@@ -77,6 +81,7 @@ class PlacementMean {
     ModeledPlacement mp;
     std::vector<double> device_tokens;
     CostBreakdown actual, balanced;  // sums, divided by the count in finish()
+    double slowest_dispatch_s = -1;  // the record whose busiest device is reported
   };
   double n_;
   size_t count_;

@@ -50,25 +50,31 @@ RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index) {
 
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
-                                               int64_t capacity, int64_t num_tokens, int64_t undelivered) {
+                                               int64_t capacity, int64_t num_tokens, int64_t undelivered,
+                                               double overlap_compute_s) {
   LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, load, capacity);
   in.undelivered = undelivered;
+  in.overlap_compute_s = overlap_compute_s;
   std::vector<ModeledPlacement> out;
   // One device: a group of placement.tensor_parallel GPUs sharing every expert's ffn (model_moe_layer).
+  const int node_limit = in.node_limit;  // the expert-parallel placement's (layer_cost_input)
   in.placement = PlacementConfig{};
   in.placement.tensor_parallel = e.placement.tensor_parallel;
+  in.node_limit = 0;
   out.push_back({"single", 1, model_moe_layer(hw, in)});
   if (e.placement.kind == PlacementKind::expert_parallel) {
     in.placement = resolve_placement(e.placement, router);
+    in.node_limit = node_limit;
     out.push_back({"expert_parallel", e.placement.devices, model_moe_layer(hw, in)});
   }
   return out;
 }
 
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
-                                               const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens) {
+                                               const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens,
+                                               double overlap_compute_s) {
   return model_placements(e, hw, router, m.load, m.capacity, num_tokens,
-                          undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k));
+                          undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k), overlap_compute_s);
 }
 
 void model_batches(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,

@@ -49,6 +49,9 @@ void set_record_cost(std::vector<ModeledPlacement> modeled, StepRecord& rec) {
   rec.modeled_layer_s = p.cost.actual.quantized_s + rec.attention_s;
   rec.moe_quantized_s = p.cost.actual.quantized_s;
   rec.moe_erosion = p.cost.erosion;
+  rec.moe_dispatch_s = p.cost.dispatch_s;
+  rec.moe_combine_s = p.cost.combine_s;
+  rec.moe_exposed_s = p.cost.exposed_communication_s;
 }
 
 void PlacementMean::add(const std::vector<ModeledPlacement>& modeled) {
@@ -76,7 +79,15 @@ void PlacementMean::add(const std::vector<ModeledPlacement>& modeled) {
     c.rank_imbalance += x.rank_imbalance / n;
     c.balancedness += x.balancedness / n;
     c.all_to_all_s += x.all_to_all_s / n;
+    c.exposed_communication_s += x.exposed_communication_s / n;
     c.all_to_all_bytes += x.all_to_all_bytes / n;
+    add_scaled(c.a2a, x.a2a, 1.0 / n);
+    if (x.a2a.dispatch.transfer_s > a.slowest_dispatch_s) {
+      // The busiest device is the slowest record's.
+      a.slowest_dispatch_s = x.a2a.dispatch.transfer_s;
+      c.a2a.dispatch.busiest_device = x.a2a.dispatch.busiest_device;
+      c.a2a.combine.busiest_device = x.a2a.combine.busiest_device;
+    }
     c.tensor_parallel_reduce_s += x.tensor_parallel_reduce_s / n;
     c.device_time_s.resize(x.device_time_s.size(), 0.0);
     a.device_tokens.resize(x.device_tokens.size(), 0.0);
@@ -147,11 +158,14 @@ void StepCollector::finish(const Experiment& e, const std::vector<double>& step_
     s.steps = static_cast<int>(steps.size());
     for (const auto& [step, recs] : steps) {
       int64_t tokens = 0;
-      double attention = 0, moe = 0;
+      double attention = 0, moe = 0, dispatch = 0, combine = 0, exposed = 0;
       for (size_t i : recs) {
         tokens = std::max(tokens, vr.records[i].num_tokens);
         attention += vr.records[i].attention_s;
         moe += vr.records[i].moe_quantized_s;
+        dispatch += vr.records[i].moe_dispatch_s;
+        combine += vr.records[i].moe_combine_s;
+        exposed += vr.records[i].moe_exposed_s;
       }
       const double scale = model_layers / static_cast<double>(recs.size());
       const double moe_scale = moe_layers / static_cast<double>(recs.size());
@@ -159,6 +173,9 @@ void StepCollector::finish(const Experiment& e, const std::vector<double>& step_
       s.tokens += tokens;
       s.modeled_attention_s += attention * scale;
       s.modeled_moe_s += moe * moe_scale;
+      s.modeled_dispatch_s += dispatch * moe_scale;
+      s.modeled_combine_s += combine * moe_scale;
+      s.modeled_exposed_s += exposed * moe_scale;
       if (step >= 0 && static_cast<size_t>(step) < step_wall_s.size()) s.measured_s += step_wall_s[step];
       if (!vr.decoder.empty()) s.kv_cache_bytes = vr.decoder[recs.back()].kv_cache_bytes * model_layers;
     }
@@ -237,7 +254,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
             attention_prefill_time(result.hardware, attn, ceil_div(d.num_tokens, D), ceil_div(d.attended_positions, D));
       }
       rec.attention_s = fig.modeled_attention.quantized_s;
-      set_record_cost(model_placements(e, result.hardware, v.router, d.metrics, rec.num_tokens), rec);
+      set_record_cost(model_placements(e, result.hardware, v.router, d.metrics, rec.num_tokens, rec.attention_s), rec);
       if (!d.expert_bias.empty())
         vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), d.step, d.layer, d.expert_bias});
       vr.decoder.push_back(fig);

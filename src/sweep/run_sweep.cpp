@@ -169,7 +169,7 @@ std::vector<SweepKnee> sweep_knees(const SweepResult& sweep) {
     int n = 0;
     for (size_t r : k.rows) {
       const SweepRow& row = sweep.rows[r];
-      const double imbalance_s = row.erosion.imbalance_s + row.erosion.imbalance_tiles_s;
+      const double imbalance_s = imbalance_total_s(row.erosion);
       const double balanced_s = row.erosion.actual_s - imbalance_s;
       if (row.num_tokens < *k.tokens || balanced_s <= 0) continue;
       sum += imbalance_s / balanced_s;

@@ -50,6 +50,7 @@ PlacementConfig expert_parallel(int devices, int replicas = 0, std::vector<int> 
   p.devices = devices;
   p.replicas = replicas;
   p.map = std::move(map);
+  p.a2a_kernel = A2aKernel::simple;  // one copy per assignment at the full link rate: the hand-worked bytes
   return p;
 }
 
@@ -322,14 +323,20 @@ TEST(Erosion, WorkedExampleByHand) {
   // compute over 559.104 ns of memory, plus the layer's 6 launches of 1 us: 7258.2912 ns; less what the skew
   // adds in tiles (imbalance_tiles).
   EXPECT_NEAR(x.quantization_s, (7258.2912 - 1179.648 - 58.9824) * ns, 1e-18);
-  // all-to-all: device 0 sends (320 - 180) / 2 = 70 rows and receives 180 / 2 = 90; device 1 the mirror.
-  // 90 rows x 128 B / 100 GB/s = 115.2 ns per phase, two phases, plus 2 x 1 us latency.
-  EXPECT_NEAR(x.communication_s, 2230.4 * ns, 1e-18);
+  // all-to-all (the simple kernel): device 0 sends (320 - 180) / 2 = 70 rows and receives 180 / 2 = 90;
+  // device 1 the mirror. 90 rows x 128 B / 100 GB/s = 115.2 ns per phase, two phases, plus 2 x 1 us
+  // latency: 2230.4 ns. The same 320 assignments balanced (80 per expert, 160 per device) move 80 rows:
+  // 2 x (102.4 + 1000) = 2204.8 ns, the communication part; the skew of the receives adds 25.6 ns.
+  EXPECT_NEAR(c.all_to_all_s, 2230.4 * ns, 1e-18);
+  EXPECT_NEAR(x.communication_s, 2204.8 * ns, 1e-18);
+  EXPECT_NEAR(x.communication_imbalance_s, 25.6 * ns, 1e-18);
+  EXPECT_EQ(x.micro_batch_s, 0.0);
   EXPECT_NEAR(x.actual_s, 9488.6912 * ns, 1e-18);
   EXPECT_EQ(x.actual_s, c.actual.quantized_s);
-  EXPECT_NEAR(x.reference_s + x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.communication_s,
+  EXPECT_NEAR(x.reference_s + x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.communication_s +
+                  x.communication_imbalance_s,
               x.actual_s, 1e-21);
-  EXPECT_NEAR(c.batching_efficiency, (9488.6912 - 98.304 - 58.9824) / 9488.6912, 1e-12);
+  EXPECT_NEAR(c.batching_efficiency, (9488.6912 - 98.304 - 58.9824 - 25.6) / 9488.6912, 1e-12);
   // dropped work: 400 balanced (200 rows per device, 983.04 ns) minus the reference.
   EXPECT_NEAR(x.dropped_work_s, 196.608 * ns, 1e-18);
   EXPECT_EQ(x.served, 320);
@@ -465,7 +472,8 @@ TEST(Placement, RandomLoadsKeepInvariants) {
     // The erosion parts add up to actual - reference, and the layout and tiles only add time.
     const Erosion& x = c.erosion;
     EXPECT_EQ(x.actual_s, c.actual.quantized_s);
-    EXPECT_NEAR(x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.communication_s,
+    EXPECT_NEAR(x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.micro_batch_s +
+                    x.communication_s + x.communication_imbalance_s,
                 x.actual_s - x.reference_s,
                 1e-12 * x.actual_s);
     EXPECT_GE(x.padding_s, 0);

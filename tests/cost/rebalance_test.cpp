@@ -21,6 +21,7 @@ PlacementConfig global(int devices, int every, LoadEstimator est = LoadEstimator
   p.rebalance_every = every;
   p.load_estimator = est;
   p.ema_weight = weight;
+  p.a2a_kernel = A2aKernel::simple;  // moesim's first all-to-all: the hand-worked link times
   return p;
 }
 

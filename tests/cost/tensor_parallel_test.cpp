@@ -44,6 +44,7 @@ TEST(TensorParallel, ShardedExpertsPlusTheRingAllReduceByHand) {
   // The erosion books the reduce as communication, and its parts still add up.
   const Erosion& x = tp2.erosion;
   EXPECT_NEAR(x.communication_s, bw_s + 1e-6, 1e-15);
+  EXPECT_EQ(x.communication_imbalance_s, 0.0);  // one device: the same reduce balanced or not
   EXPECT_NEAR(x.reference_s + x.imbalance_s + x.padding_s + x.quantization_s + x.communication_s, x.actual_s,
               1e-12 * x.actual_s);
   // T = 4: a ring moves 2 x 3 / 4 of the outputs.
@@ -70,6 +71,7 @@ TEST(TensorParallel, CombinesWithExpertParallelism) {
   in.placement.kind = PlacementKind::expert_parallel;
   in.placement.policy = PlacementPolicy::round_robin;
   in.placement.devices = 2;
+  in.placement.a2a_kernel = A2aKernel::simple;
   LayerCostInput half = in;
   half.ffn = 64;
   half.placement.tensor_parallel = 1;

@@ -158,12 +158,34 @@ nlohmann::json erosion_json(const Erosion& x) {
             {"imbalance_tiles_s", x.imbalance_tiles_s},
             {"quantization_s", x.quantization_s},
             {"padding_s", x.padding_s},
-            {"communication_s", x.communication_s}}},
+            {"micro_batch_s", x.micro_batch_s},
+            {"communication_s", x.communication_s},
+            {"communication_imbalance_s", x.communication_imbalance_s}}},
+          {"imbalance_total_s", imbalance_total_s(x)},
           {"dropped_work_s", x.dropped_work_s},
           {"assignments_delivered", x.delivered},
           {"assignments_undelivered", x.undelivered},
           {"assignments_served", x.served},
           {"time_per_served_assignment_s", finite_or_null(x.time_per_served_s())}};
+}
+
+nlohmann::json all_to_all_json(const A2aCost& a, double exposed_s, double as_run_s) {
+  const auto phase = [](const A2aPhase& p) {
+    return nlohmann::json{{"time_s", p.time_s},       {"transfer_s", p.transfer_s},
+                          {"busiest_device", p.busiest_device}, {"bytes_sent", p.bytes_sent},
+                          {"bytes_received", p.bytes_received}, {"scale_up_s", p.scale_up_s},
+                          {"scale_out_s", p.scale_out_s}};
+  };
+  return {{"kernel", to_string(a.kernel)},
+          {"nodes", a.nodes},
+          {"devices_per_node", a.devices_per_node},
+          {"dispatch_s", a.dispatch.time_s},
+          {"combine_s", a.combine.time_s},
+          {"dispatch", phase(a.dispatch)},
+          {"combine", phase(a.combine)},
+          {"bytes", a.bytes},
+          {"as_run_s", as_run_s},
+          {"exposed_s", exposed_s}};
 }
 
 // The placement a cost ran on (report.hpp).
@@ -236,6 +258,7 @@ nlohmann::json placement_json(const ModeledPlacement& p) {
     j["rank_imbalance"] = p.cost.rank_imbalance;
     j["balancedness"] = p.cost.balancedness;
     j["all_to_all_s"] = p.cost.all_to_all_s;
+    j["all_to_all"] = all_to_all_json(p.cost.a2a, p.cost.exposed_communication_s, p.cost.all_to_all_s);
     if (!p.cost.placement.expert.empty())
       j["plan"] = plan_json(p.cost.placement, p.cost.device_plan_load, p.cost.predicted_balancedness,
                             p.cost.balancedness);
@@ -331,6 +354,12 @@ void add_phases_json(const RunResult& run, const VariantResult& v, nlohmann::jso
                          {"modeled_tokens_per_s", p.modeled_tokens_per_s},
                          {"aggregates", aggregates_json(v, phase_indices(v, p.phase))}};
     if (run.has_decoder) ph["kv_cache_bytes"] = p.kv_cache_bytes;
+    if (run.experiment.placement.kind == PlacementKind::expert_parallel) {
+      ph["modeled_dispatch_s"] = p.modeled_dispatch_s;
+      ph["modeled_combine_s"] = p.modeled_combine_s;
+      ph["modeled_exposed_communication_s"] = p.modeled_exposed_s;
+      ph["modeled_step_s"] = p.steps > 0 ? p.modeled_s / p.steps : 0.0;
+    }
     if (run.has_decoder && v.executed) {
       ph["measured_s"] = p.measured_s;
       ph["measured_tokens_per_s"] = p.measured_tokens_per_s;

@@ -15,7 +15,7 @@ namespace moesim {
 
 // The version of every JSON result's layout (docs/json-schema.md). Fields are added without a bump; a
 // field renamed, removed or given another meaning bumps it.
-constexpr int kReportSchemaVersion = 2;
+constexpr int kReportSchemaVersion = 3;
 
 enum class ReportFormat { table, json, csv, markdown };
 ReportFormat parse_report_format(const std::string& s);  // throws InputError
@@ -43,6 +43,9 @@ nlohmann::json cost_json(const CostBreakdown& c);
 // A modeled layer's erosion block (docs/design.md "erosion"): reference_s, actual_s, parts {imbalance_s,
 // quantization_s, padding_s, communication_s}, dropped_work_s and the assignment counts behind the ranking.
 nlohmann::json erosion_json(const Erosion& x);
+// An expert-parallel placement's all-to-all (docs/json-schema.md "all_to_all"): the kernel, dispatch and
+// combine with their busiest device and its bytes, the bytes moved, and the communication as run and exposed.
+nlohmann::json all_to_all_json(const A2aCost& a, double exposed_s, double as_run_s);
 // An expert-parallel plan (docs/json-schema.md `plan`): per physical slot its logical expert, device, node
 // and planned load; replicas per expert; the planned load per device [devices]; the predicted (planned)
 // against the realised balancedness; the colocated replicas.

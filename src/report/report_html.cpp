@@ -341,7 +341,7 @@ std::string plan_chart(const std::string& label, const nlohmann::json& plan) {
 
 // "Where the time goes" as a chart: per strategy one horizontal bar of its modeled MoE layer (primary
 // placement) cut into the erosion's parts in order (reference, imbalance, imbalance in tiles, tiles, padding,
-// all-to-all: they sum to the modeled time); a negative part (skew left idle experts whose weights balanced
+// micro-batches, all-to-all, all-to-all imbalance: they sum to the modeled time); a negative part (skew left idle experts whose weights balanced
 // routing reads) is drawn back over the bar, hatched.
 std::string time_chart(const nlohmann::json& run) {
   struct Row {
@@ -349,9 +349,11 @@ std::string time_chart(const nlohmann::json& run) {
     std::vector<double> parts;  // us
     double total = 0;
   };
-  static const char* const kParts[] = {"reference", "imbalance", "imbalance in tiles", "tiles, waves, launches",
-                                       "padding", "all-to-all"};
-  static const char* const kFill[] = {"#9ecae1", "#d62728", "#ff9896", "#7f7f7f", "#bcbd22", "#9467bd"};
+  static const char* const kParts[] = {"reference",  "imbalance",     "imbalance in tiles", "tiles, waves, launches",
+                                       "padding",    "micro-batches", "all-to-all",         "all-to-all imbalance"};
+  static const char* const kFill[] = {"#9ecae1", "#d62728", "#ff9896", "#7f7f7f",
+                                      "#bcbd22", "#17becf", "#9467bd", "#e377c2"};
+  constexpr size_t kNumParts = sizeof kParts / sizeof kParts[0];
   std::vector<Row> rows;
   std::string placement;
   for (const auto& s : run["strategies"]) {
@@ -365,7 +367,8 @@ std::string time_chart(const nlohmann::json& run) {
     auto us = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() * 1e6 : 0.0; };
     Row r{s["strategy"].get<std::string>(),
           {us(x["reference_s"]), us(parts["imbalance_s"]), us(parts.value("imbalance_tiles_s", nlohmann::json(0.0))),
-           us(parts["quantization_s"]), us(parts["padding_s"]), us(parts["communication_s"])},
+           us(parts["quantization_s"]), us(parts["padding_s"]), us(parts.value("micro_batch_s", nlohmann::json(0.0))),
+           us(parts["communication_s"]), us(parts.value("communication_imbalance_s", nlohmann::json(0.0)))},
           us(x["actual_s"])};
     rows.push_back(r);
   }
@@ -388,7 +391,7 @@ std::string time_chart(const nlohmann::json& run) {
      << "<defs><pattern id=\"neg\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,4 L4,0\" "
         "stroke=\"#333\" stroke-width=\"1\"/></pattern></defs>";
   double lx = 8;  // each legend entry after the last one's text (11 px sans: about 6.5 px a character)
-  for (size_t k = 0; k < 6; ++k) {
+  for (size_t k = 0; k < kNumParts; ++k) {
     os << "<rect x=\"" << num(lx, 1) << "\" y=\"4\" width=\"12\" height=\"12\" fill=\"" << kFill[k] << "\"/><text x=\""
        << num(lx + 16, 1) << "\" y=\"14\">" << kParts[k] << "</text>";
     lx += 16 + 6.5 * std::string(kParts[k]).size() + 14;
@@ -430,13 +433,17 @@ std::string erosion_table(const nlohmann::json& run) {
     rows << "<tr><td>" << esc(s["strategy"].get<std::string>()) << "</td><td>" << us(x["reference_s"]) << "</td><td>"
          << us(parts["imbalance_s"]) << "</td><td>" << us(parts.value("imbalance_tiles_s", nlohmann::json(0.0)))
          << "</td><td>" << us(parts["quantization_s"]) << "</td><td>" << us(parts["padding_s"])
-         << "</td><td>" << us(parts["communication_s"]) << "</td><td>" << us(x["actual_s"]) << "</td><td>"
+         << "</td><td>" << us(parts.value("micro_batch_s", nlohmann::json(0.0))) << "</td><td>"
+         << us(parts["communication_s"]) << "</td><td>"
+         << us(parts.value("communication_imbalance_s", nlohmann::json(0.0))) << "</td><td>" << us(x["actual_s"])
+         << "</td><td>"
          << us(x["dropped_work_s"]) << "</td></tr>\n";
   }
   if (placement.empty()) return "";
   return "<h2>Where the modeled time goes (" + placement +
          ", us)</h2>\n<table id=\"erosion\"><thead><tr><th>strategy</th><th>reference</th><th>+ imbalance</th>"
-         "<th>+ imbalance in tiles</th><th>+ tiles, waves, launches</th><th>+ padding</th><th>+ all-to-all</th><th>= modeled</th>"
+         "<th>+ imbalance in tiles</th><th>+ tiles, waves, launches</th><th>+ padding</th><th>+ micro-batches</th><th>+ all-to-all</th>"
+         "<th>+ all-to-all imbalance</th><th>= modeled</th>"
          "<th>dropped work (not done)</th></tr></thead><tbody>\n" +
          rows.str() + "</tbody></table>\n";
 }

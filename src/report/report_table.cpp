@@ -68,13 +68,23 @@ std::vector<Column> columns(const RunResult& run) {
                   ep ? 0 : 10});
   cols.push_back({"rank_imb", [ep_cost](size_t i) { return ep_cost(i) ? fmt(ep_cost(i)->cost.rank_imbalance, 3) : ""; },
                   ep ? 5 : 10});
-  // The primary placement's time, split: ref + imb + imb_tile + tile + pad (+ comm) = model_us (ep_us).
+  // The primary placement's time, split: ref + imb + imb_tile + tile + pad (+ mb + comm + comm_imb) = model_us (ep_us).
   cols.push_back({"ref_us", [primary, us](size_t i) { return us(primary(i).reference_s); }, 0});
   cols.push_back({"imb_us", [primary, us](size_t i) { return us(primary(i).imbalance_s); }, 0});
   cols.push_back({"imb_tile_us", [primary, us](size_t i) { return us(primary(i).imbalance_tiles_s); }, 0});
   cols.push_back({"tile_us", [primary, us](size_t i) { return us(primary(i).quantization_s); }, 0});
-  cols.push_back({"pad_us", [primary, us](size_t i) { return us(primary(i).padding_s); }, 0});
+  // Padding is 0 unless a capacity or block layout pays it: then it is a headline part, else the first to go.
+  const bool padded = std::any_of(vs.begin(), vs.end(), [](const VariantResult& v) {
+    return primary_placement(v).cost.erosion.padding_s != 0.0;
+  });
+  cols.push_back({"pad_us", [primary, us](size_t i) { return us(primary(i).padding_s); }, padded ? 0 : 3});
+  const bool split = ep && run.experiment.placement.overlap == A2aOverlap::two_batch;
+  cols.push_back({"mb_us", [primary, us, split](size_t i) { return split ? us(primary(i).micro_batch_s) : ""; },
+                  split ? 0 : 10});
   cols.push_back({"comm_us", [primary, us, comm](size_t i) { return comm ? us(primary(i).communication_s) : ""; },
+                  comm ? 0 : 10});
+  cols.push_back({"comm_imb_us",
+                  [primary, us, comm](size_t i) { return comm ? us(primary(i).communication_imbalance_s) : ""; },
                   comm ? 0 : 10});
   cols.push_back({"drop_us", [primary, us](size_t i) { return us(primary(i).dropped_work_s); }, 2});
   cols.push_back({"batch_eff", [&](size_t i) { return fmt(primary_placement(vs[i]).cost.batching_efficiency, 3); }, 0});
@@ -97,6 +107,7 @@ std::string erosion_legend(const RunResult& run) {
   const int tp = run.experiment.placement.tensor_parallel;
   const bool comm = ep || tp > 1;
   const std::string total = ep ? "ep_us" : "model_us";
+  const bool split = ep && run.experiment.placement.overlap == A2aOverlap::two_batch;
   std::ostringstream os;
   os << "imbalance: max/mean kept assignments per expert; max_vio: (max - mean) / mean, MaxVio; drop_rate: dropped / "
         "(N k); unrouted: tokens with no expert\n";
@@ -107,16 +118,21 @@ std::string erosion_legend(const RunResult& run) {
             : "")
      << (tp > 1 ? "; each expert's ffn split over " + std::to_string(tp) + " GPUs (placement.tensor_parallel)" : "")
      << "\n"
-     << total << " = ref_us + imb_us + imb_tile_us + tile_us + pad_us" << (comm ? " + comm_us" : "")
+     << total << " = ref_us + imb_us + imb_tile_us + tile_us + pad_us" << (split ? " + mb_us" : "")
+     << (comm ? " + comm_us + comm_imb_us" : "")
      << ": ref_us = the assignments delivered, balanced over the experts" << (ep ? " and devices" : "")
      << ", on the ideal roofline (the profile's achieved rates); imb_us = the uneven loads on the ideal roofline (below "
         "0: skew left experts idle whose weights balanced routing reads); imb_tile_us = the tiles, waves and floors the uneven loads pay beyond "
         "the same assignments balanced, less imb_us (imbalance too); tile_us = the tiles, waves, K-step floor and launches "
         "balanced loads pay as well; pad_us = capacity or block rows"
-     << (ep ? "; comm_us = all-to-all with its skew" : "")
+     << (split ? "; mb_us = what running the batch as two micro-batches costs the experts (each reads the weights)" : "")
+     << (ep ? std::string("; comm_us = the all-to-all the layer waits for") + (split ? " past the other micro-batch's compute" : "") +
+                  " with the same assignments balanced"
+            : "")
      << (tp > 1 ? std::string(ep ? " and" : "; comm_us =") + " the tensor-parallel all-reduce" : "")
+     << (comm ? "; comm_imb_us = what the skew of the received tokens adds to it (imbalance too)" : "")
      << "; drop_us = the ideal time of the dropped and unrouted assignments: work not done, not in " << total << "\n"
-     << "batch_eff: (" << total << " - imb_us - imb_tile_us) / " << total
+     << "batch_eff: (" << total << " - imb_us - imb_tile_us" << (comm ? " - comm_imb_us" : "") << ") / " << total
      << ", the balanced counterfactual's time over this routing's: what imbalance costs (drops held out); "
         "rank: by " << total << " per assignment served of the N k owed (dropped and unrouted work counts against it), "
         "then imbalance (equal in both: the same rank)\n";
@@ -124,7 +140,8 @@ std::string erosion_legend(const RunResult& run) {
 }
 
 // The expert-parallel plan of each strategy (slots per device when there are at most 64), its predicted
-// against realised balancedness, and the rebalancing gain when placement.rebalance_every re-plans.
+// against realised balancedness, the rebalancing gain when placement.rebalance_every re-plans, then each
+// strategy's all-to-all.
 std::string placement_section(const RunResult& run) {
   const PlacementConfig& pc = run.experiment.placement;
   if (pc.kind != PlacementKind::expert_parallel) return "";
@@ -162,6 +179,21 @@ std::string placement_section(const RunResult& run) {
       }
       os << "\n";
     }
+  }
+  for (const VariantResult& v : run.variants) {
+    const ModeledPlacement* mp = find_placement(v, "expert_parallel");
+    if (!mp) continue;
+    const A2aCost& a = mp->cost.a2a;
+    if (&v == &run.variants.front()) {
+      os << "all-to-all: " << to_string(a.kernel) << " kernel, " << a.nodes << (a.nodes == 1 ? " node" : " nodes")
+         << " of " << a.devices_per_node << ", dispatch " << to_string(pc.dispatch_dtype) << ", combine "
+         << to_string(pc.combine_dtype) << ", overlap " << to_string(pc.overlap)
+         << " (dispatch and combine of the whole batch; the busiest device's bytes; exposed: what the layer waits for)\n";
+    }
+    os << "  " << v.variant.label << ": dispatch " << fmt(a.dispatch.time_s * 1e6, 1) << " us, combine "
+       << fmt(a.combine.time_s * 1e6, 1) << " us, busiest device " << a.dispatch.busiest_device << " receives "
+       << fmt(a.dispatch.bytes_received / 1e6, 2) << " MB, exposed " << fmt(mp->cost.exposed_communication_s * 1e6, 1)
+       << " us\n";
   }
   return os.str();
 }
@@ -294,8 +326,12 @@ std::string phase_title(const RunResult& run) {
 // One row per (strategy, phase): the prefill/decode split of a step-structured run.
 std::vector<std::vector<std::string>> phase_rows(const RunResult& run) {
   std::vector<std::vector<std::string>> rows;
+  const bool ep = run.experiment.placement.kind == PlacementKind::expert_parallel;
   rows.push_back({"strategy", "phase", "steps", "tokens", "imb_p50", "imb_p95", "imb_max", "unrouted", "attn_us",
                   "moe_us", "batch_eff", "model_tok/s", "meas_tok/s", "kv_cache_MiB"});
+  if (ep) {
+    for (const char* h : {"disp_us", "comb_us", "exposed_us", "step_ms"}) rows[0].push_back(h);
+  }
   for (const VariantResult& v : run.variants) {
     for (const PhaseSummary& p : v.phases) {
       const std::vector<size_t> idx = phase_indices(v, p.phase);
@@ -314,6 +350,13 @@ std::vector<std::vector<std::string>> phase_rows(const RunResult& run) {
                       fmt(aggregate(eff).mean, 3), fmt(p.modeled_tokens_per_s, 0),
                       run.has_decoder && v.executed ? fmt(p.measured_tokens_per_s, 0) : "-",
                       run.has_decoder ? fmt(p.kv_cache_bytes / (1024.0 * 1024.0), 1) : "-"});
+      if (ep) {
+        std::vector<std::string>& row = rows.back();
+        row.push_back(fmt(p.modeled_dispatch_s * per_moe_layer, 1));
+        row.push_back(fmt(p.modeled_combine_s * per_moe_layer, 1));
+        row.push_back(fmt(p.modeled_exposed_s * per_moe_layer, 1));
+        row.push_back(fmt(p.steps > 0 ? p.modeled_s / p.steps * 1e3 : 0.0, 3));
+      }
     }
   }
   return rows;
@@ -338,8 +381,10 @@ std::string phase_section(const RunResult& run, ReportFormat format, bool wide =
     for (const auto& row : rows)
       for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
     // strategy, phase, steps, tokens, imb_p50, imb_p95, imb_max, unrouted, attn_us, moe_us, batch_eff,
-    // model_tok/s, meas_tok/s, kv_cache_MiB: the columns the table keeps first within the width.
-    const std::vector<int> priority = {0, 0, 3, 2, 0, 0, 1, 4, 0, 0, 0, 0, 2, 3};
+    // model_tok/s, meas_tok/s, kv_cache_MiB[, disp_us, comb_us, exposed_us, step_ms]: the columns the table
+    // keeps first within the width.
+    std::vector<int> priority = {0, 0, 3, 2, 0, 0, 1, 4, 0, 0, 0, 0, 2, 3};
+    if (rows[0].size() > priority.size()) priority.insert(priority.end(), {3, 3, 1, 2});
     const std::vector<size_t> fit = text::fit_columns(width, priority, wide ? 0 : text::kTerminalWidth);
     os << "\nper phase:\n";
     for (const auto& row : rows) {
@@ -379,8 +424,15 @@ std::string phase_section(const RunResult& run, ReportFormat format, bool wide =
         "records, of the expert-parallel placement when the experiment uses one; "
      << (decoder ? "attn_us: modeled per layer and step, moe_us per MoE layer and step, at the model's real size; "
                : "moe_us: modeled per MoE layer; ")
-     << "model_tok/s: tokens / modeled time of all " << run.experiment.model.layers << " layers ("
-     << moe_layer_count(run.experiment.model) << " MoE layers)"
+     << (run.experiment.placement.kind == PlacementKind::expert_parallel
+             ? "disp_us, comb_us: the all-to-all's dispatch and combine per MoE layer and step, as run; exposed_us: the "
+               "part of them the layer waits for (all of it without placement.overlap); moe_us = the experts + "
+               "exposed_us; step_ms: the modeled step of the whole model (decode: the time per output token); "
+             : "")
+     << (decoder ? "model_tok/s: tokens / modeled time of all " + std::to_string(run.experiment.model.layers) +
+                       " layers (" + std::to_string(moe_layer_count(run.experiment.model)) + " MoE layers)"
+                 : "model_tok/s: tokens / modeled time of the " + std::to_string(moe_layer_count(run.experiment.model)) +
+                       " MoE layers only (no attention: this workload records no context to cost it)")
      << (decoder ? " (attention data-parallel over the placement's devices); meas_tok/s: executed decoder (" +
                        std::to_string(run.decoder_shape.layers) + " layers, CPU); kv_cache_MiB: whole model's KV cache "
                        "at the phase's end (model dtype)"

@@ -27,6 +27,10 @@ bool any_measured(const SweepResult& s) {
   return std::any_of(s.rows.begin(), s.rows.end(), [](const SweepRow& r) { return r.measured; });
 }
 
+bool any_expert_parallel(const SweepResult& s) {
+  return std::any_of(s.rows.begin(), s.rows.end(), [](const SweepRow& r) { return r.placement == "expert_parallel"; });
+}
+
 double measured_efficiency(const SweepRow& r) {
   return r.measured && r.measured_layer_s > 0 ? r.measured_balanced_layer_s / r.measured_layer_s : NAN;
 }
@@ -76,6 +80,8 @@ std::vector<Column> table_columns(const SweepResult& s) {
   cols.push_back({"ref_us", [](const SweepRow& r) { return fixed(r.erosion.reference_s * 1e6, 1); }, 3});
   cols.push_back({"imb_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_s * 1e6, 1); }, 0});
   cols.push_back({"imb_tile_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_tiles_s * 1e6, 1); }, 0});
+  cols.push_back({"comm_imb_us", [](const SweepRow& r) { return fixed(r.erosion.communication_imbalance_s * 1e6, 1); },
+                  any_expert_parallel(s) ? 0 : 7});
   cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }, 0});
   cols.push_back({"us_per_token", [](const SweepRow& r) { return fixed(r.time_per_token_s * 1e6, 3); }, 0});
   cols.push_back({"imbalance", [](const SweepRow& r) { return fixed(r.imbalance, 3); }, 0});
@@ -169,7 +175,8 @@ std::string format_table(const SweepResult& s, bool wide) {
         "floor, the profile's efficiencies and the layer's launches), the number run prints;\n"
         "bal_*: the same tokens under perfectly balanced routing; ref_us: the delivered assignments balanced, ideal; "
         "imb_us: the uneven loads, ideal, minus ref_us; imb_tile_us: the tiles and floors the uneven loads pay beyond "
-        "the balanced, less imb_us; batch_eff: the balanced counterfactual's time over the routing's (quant_us);\n"
+        "the balanced, less imb_us; comm_imb_us: what the skew of the received tokens adds to the all-to-all; "
+        "batch_eff: the balanced counterfactual's time over the routing's (quant_us);\n"
         "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
   os << (wide ? legend.str() : text::wrap(legend.str()));
   os << knee_lines(s);
@@ -220,7 +227,7 @@ std::string format_csv(const SweepResult& s) {
         "balanced_ideal_s,balanced_quantized_s,"
         "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate,"
         "erosion_reference_s,erosion_imbalance_s,erosion_imbalance_tiles_s,erosion_quantization_s,erosion_padding_s,"
-        "erosion_communication_s,"
+        "erosion_micro_batch_s,erosion_communication_s,erosion_communication_imbalance_s,"
         "dropped_work_s,knee_tokens,balanced_knee_tokens";
   if (measured)
     os << ",measured_layer_s,measured_experts_s,measured_balanced_layer_s,measured_batching_efficiency,"
@@ -236,8 +243,9 @@ std::string format_csv(const SweepResult& s) {
        << "," << real(r.time_per_token_s) << "," << real(r.compute_bound_experts) << "," << real(r.imbalance) << ","
        << real(r.drop_rate) << "," << real(r.erosion.reference_s) << "," << real(r.erosion.imbalance_s) << ","
        << real(r.erosion.imbalance_tiles_s) << ","
-       << real(r.erosion.quantization_s) << "," << real(r.erosion.padding_s) << "," << real(r.erosion.communication_s)
-       << "," << real(r.erosion.dropped_work_s);
+       << real(r.erosion.quantization_s) << "," << real(r.erosion.padding_s) << "," << real(r.erosion.micro_batch_s)
+       << "," << real(r.erosion.communication_s) << "," << real(r.erosion.communication_imbalance_s) << ","
+       << real(r.erosion.dropped_work_s);
     const SweepKnee* knee = knee_of(s, static_cast<size_t>(&r - s.rows.data()));
     auto opt = [](const std::optional<int64_t>& t) { return t ? std::to_string(*t) : std::string(); };
     os << "," << (knee ? opt(knee->tokens) : "") << "," << (knee ? opt(knee->balanced_tokens) : "");

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <string>
+#include <stdexcept>
 #include <vector>
 
 namespace moesim::text {
@@ -80,6 +81,7 @@ inline std::string wrap(const std::string& text, size_t width = kTerminalWidth, 
 // `width`: each column's widest cell. Returned in their original order. Without a limit (0): all.
 inline std::vector<size_t> fit_columns(const std::vector<size_t>& width, const std::vector<int>& priority, size_t limit,
                                        size_t gap = 2) {
+  if (priority.size() != width.size()) throw std::logic_error("fit_columns: one priority per column");
   std::vector<size_t> order(width.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::vector<bool> keep(width.size(), false);

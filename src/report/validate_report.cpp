@@ -315,12 +315,160 @@ std::string format_validation(const ValidateResult& r, ReportFormat format) {
 
 namespace moesim {
 
-std::string format_published(const PublishedValidation& v, ReportFormat format) {
+namespace {
+
+std::string comm_figures_text(const A2aFigures& f) {
+  return "floors " + fixed(f.dispatch_floor_s * 1e6, 1) + " / " + fixed(f.combine_floor_s * 1e6, 1) +
+         " us (dispatch / combine), scale-up efficiency " + fixed(f.scale_up_efficiency, 3) +
+         ", scale-out efficiency " + fixed(f.scale_out_efficiency, 3);
+}
+
+std::string comm_table(const CommValidation& v) {
+  std::ostringstream os;
+  os << "published expert-parallel dispatch/combine times against the all-to-all model: " << v.tables.size()
+     << (v.tables.size() == 1 ? " table, " : " tables, ") << v.rows.size()
+     << " points (data/validation/README.md). Routing as each benchmark routes: uniform random top-k or balanced.\n"
+        "columns: model (the profile's figures: the number run and sweep print), held_out (the kernel family's "
+        "figures fitted on its other tables: never on this one)\n";
+  const auto cell = [](const ErrorSummary& e) {
+    if (e.points == 0) return std::string("-");
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f / %+.0f", e.median_abs * 100, e.worst * 100);
+    return std::string(buf);
+  };
+  for (std::size_t t = 0; t < v.tables.size(); ++t) {
+    const CommTableResult& res = v.tables[t];
+    os << "\n" << res.table.name << " (" << res.table.origin << ")\n  " << res.gpu << ", " << to_string(res.kernel)
+       << " kernel\n  model: " << comm_figures_text(a2a_figures(res.table.hardware, res.kernel)) << "\n  held_out: "
+       << (res.held_out_basis == "none" ? "no other table of the family: the model's figures"
+                                        : "fit on the family's other tables: " + comm_figures_text(res.held_out_fit.figures))
+       << "\n  phase       ep  tokens  dtype  measured_us    model_us   err%  held_out_us   err%\n";
+    for (const CommRow& r : v.rows) {
+      if (r.table != static_cast<int>(t)) continue;
+      char line[200];
+      std::snprintf(line, sizeof line, "  %-8s  %4d  %6lld  %-5s  %11.1f  %10.1f  %5s  %11.1f  %5s\n",
+                    to_string(r.point.phase), r.point.ep, static_cast<long long>(r.point.tokens_per_rank),
+                    to_string(r.point.dtype), r.point.measured_s * 1e6, r.model_s * 1e6,
+                    pct(r.error(PublishedColumn::model)).c_str(), r.held_out_s * 1e6,
+                    pct(r.error(PublishedColumn::held_out)).c_str());
+      os << line;
+    }
+  }
+  os << "\nerror per table: median |error| / worst, %\n";
+  char head[200];
+  std::snprintf(head, sizeof head, "  %-46s %-12s %-12s %6s  %13s  %13s\n", "table", "gpu", "kernel", "points", "model",
+                "held_out");
+  os << head;
+  for (const CommTableResult& res : v.tables) {
+    char line[220];
+    std::snprintf(line, sizeof line, "  %-46s %-12s %-12s %6d  %13s  %13s\n", res.table.name.c_str(), res.gpu.c_str(),
+                  to_string(res.kernel), res.model.points, cell(res.model).c_str(), cell(res.held_out).c_str());
+    os << line;
+  }
+  os << "\nper kernel family (the figures every profile without its own takes: A2aPooledFit)\n";
+  for (const CommFamily& f : v.families) {
+    char line[220];
+    std::snprintf(line, sizeof line, "  %-46s %-12s %-12s %6d  %13s  %13s\n",
+                  (std::to_string(f.tables.size()) + " tables").c_str(), "", to_string(f.kernel), f.model.points,
+                  cell(f.model).c_str(), cell(f.held_out).c_str());
+    os << line << "    fit on every table: " << comm_figures_text(f.fit.figures) << "\n";
+  }
+  char line[220];
+  std::snprintf(line, sizeof line, "  %-46s %-12s %-12s %6d  %13s  %13s\n", "overall", "", "", v.model.points,
+                cell(v.model).c_str(), cell(v.held_out).c_str());
+  os << line;
+  return os.str();
+}
+
+std::string comm_csv(const CommValidation& v) {
+  std::ostringstream os;
+  os << "table,gpu,kernel,phase,ep,tokens_per_rank,hidden,top_k,experts,dtype,routing,node_limit,devices_per_node,"
+        "measured_s,model_s,model_error,held_out_s,held_out_error\n";
+  for (const CommRow& r : v.rows) {
+    const CommTableResult& res = v.tables[static_cast<std::size_t>(r.table)];
+    const CommPoint& p = r.point;
+    os << text::csv_cell(res.table.name) << "," << res.gpu << "," << to_string(p.kernel) << "," << to_string(p.phase)
+       << "," << p.ep << "," << p.tokens_per_rank << "," << p.hidden << "," << p.top_k << "," << p.experts << ","
+       << to_string(p.dtype) << "," << (p.fanout == A2aFanout::spread ? "balanced" : "uniform_random") << ","
+       << (p.node_limit > 0 ? std::to_string(p.node_limit) : "") << ","
+       << (p.devices_per_node > 0 ? std::to_string(p.devices_per_node) : "") << "," << real(p.measured_s) << ","
+       << real(r.model_s) << "," << real(r.error(PublishedColumn::model)) << "," << real(r.held_out_s) << ","
+       << real(r.error(PublishedColumn::held_out)) << "\n";
+  }
+  return os.str();
+}
+
+nlohmann::json comm_summary_json(const ErrorSummary& model, const ErrorSummary& held) {
+  nlohmann::json j = nlohmann::json::object();
+  if (model.points > 0) j["model"] = {{"median_abs_error", model.median_abs}, {"worst_error", model.worst}, {"points", model.points}};
+  if (held.points > 0)
+    j["held_out"] = {{"median_abs_error", held.median_abs}, {"worst_error", held.worst}, {"points", held.points}};
+  return j;
+}
+
+nlohmann::json comm_figures_json(const A2aFigures& f) {
+  return {{"dispatch_floor_s", f.dispatch_floor_s}, {"combine_floor_s", f.combine_floor_s},
+          {"scale_up_efficiency", f.scale_up_efficiency}, {"scale_out_efficiency", f.scale_out_efficiency}};
+}
+
+nlohmann::json comm_json(const CommValidation& v) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (std::size_t t = 0; t < v.tables.size(); ++t) {
+    const CommTableResult& res = v.tables[t];
+    nlohmann::json tj = {{"name", res.table.name}, {"origin", res.table.origin}, {"gpu", res.gpu},
+                         {"kernel", to_string(res.kernel)}, {"held_out_basis", res.held_out_basis},
+                         {"model_figures", comm_figures_json(a2a_figures(res.table.hardware, res.kernel))},
+                         {"held_out_figures", comm_figures_json(res.held_out_fit.figures)},
+                         {"errors", comm_summary_json(res.model, res.held_out)}};
+    nlohmann::json pts = nlohmann::json::array();
+    for (const CommRow& r : v.rows) {
+      if (r.table != static_cast<int>(t)) continue;
+      const CommPoint& p = r.point;
+      pts.push_back({{"phase", to_string(p.phase)}, {"ep", p.ep}, {"tokens_per_rank", p.tokens_per_rank},
+                     {"hidden", p.hidden}, {"top_k", p.top_k}, {"experts", p.experts}, {"dtype", to_string(p.dtype)},
+                     {"routing", p.fanout == A2aFanout::spread ? "balanced" : "uniform_random"},
+                     {"node_limit", p.node_limit}, {"devices_per_node", p.devices_per_node},
+                     {"measured_s", p.measured_s}, {"model_s", r.model_s},
+                     {"model_error", r.error(PublishedColumn::model)}, {"held_out_s", r.held_out_s},
+                     {"held_out_error", r.error(PublishedColumn::held_out)}, {"source", p.source}, {"line", p.line}});
+    }
+    tj["points"] = pts;
+    tables.push_back(tj);
+  }
+  nlohmann::json families = nlohmann::json::object();
+  for (const CommFamily& f : v.families)
+    families[to_string(f.kernel)] = {{"fit", comm_figures_json(f.fit.figures)}, {"points", f.fit.points},
+                                     {"tables", f.tables}, {"errors", comm_summary_json(f.model, f.held_out)}};
+  return {{"tables", tables}, {"families", families}, {"overall", comm_summary_json(v.model, v.held_out)}};
+}
+
+}  // namespace
+
+std::string format_published(const PublishedValidation* kernels, const CommValidation* comm, ReportFormat format) {
   switch (format) {
-    case ReportFormat::table: return published_table(v);
-    case ReportFormat::csv: return published_csv(v);
-    case ReportFormat::json: return published_json(v);
-    case ReportFormat::markdown: return "```text\n" + published_table(v) + "```\n";
+    case ReportFormat::table: {
+      std::string out = kernels ? published_table(*kernels) : "";
+      if (comm) out += (out.empty() ? "" : "\n") + comm_table(*comm);
+      return out;
+    }
+    case ReportFormat::csv: {
+      std::string out = kernels ? published_csv(*kernels) : "";
+      if (comm) out += (out.empty() ? "" : "\n") + comm_csv(*comm);
+      return out;
+    }
+    case ReportFormat::json: {
+      nlohmann::json j = kernels ? nlohmann::json::parse(published_json(*kernels))
+                                 : nlohmann::json{{"schema_version", kReportSchemaVersion},
+                                                  {"moesim_version", MOESIM_VERSION},
+                                                  {"provenance", provenance_json()}};
+      if (comm) j["communication"] = comm_json(*comm);
+      return j.dump(2) + "\n";
+    }
+    case ReportFormat::markdown: {
+      std::string out = kernels ? published_table(*kernels) : "";
+      if (comm) out += (out.empty() ? "" : "\n") + comm_table(*comm);
+      return "```text\n" + out + "```\n";
+    }
   }
   throw InputError("--format: expected table, json, csv or markdown");
 }

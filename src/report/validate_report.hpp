@@ -7,6 +7,7 @@
 
 #include "src/report/report.hpp"
 #include "src/sweep/published.hpp"
+#include "src/sweep/published_comm.hpp"
 #include "src/sweep/validate.hpp"
 
 namespace moesim {
@@ -17,7 +18,10 @@ std::string format_validation(const ValidateResult& r, ReportFormat format);
 
 // `validate --published`: per table its points (measured, each modeled column and its error), the
 // median and worst error per column, then the summary over tables and overall; csv (one row per point);
-// json (schema_version, provenance, tables with fits and points, overall).
-std::string format_published(const PublishedValidation& v, ReportFormat format);
+// json (schema_version, provenance, tables with fits and points, overall). `kernels` and `comm` are the
+// kernel and the communication tables' validations, either of them null when the spec has none: the table
+// format prints the kernel section and then the communication one; csv the kernel rows, then (after one
+// blank line) the communication rows with their own header; json adds "communication" beside the kernel keys.
+std::string format_published(const PublishedValidation* kernels, const CommValidation* comm, ReportFormat format);
 
 }  // namespace moesim

@@ -241,12 +241,12 @@ const std::vector<BadCase>& bad_cases() {
          return "check " + file(d, "c.yaml", "workload: {batch: 64}\n") + " --baseline " +
                 file(d, "b.json", "{\"schema_version\": 7, \"strategies\": []}");
        },
-       2, {"b.json", "schema_version", "expected 2"}},
+       2, {"b.json", "schema_version", "expected 3"}},
       {"CheckBaselineBadLabel",
        [](const std::string& d) {
          return "check " + file(d, "c.yaml", "name: c\nworkload: {batch: 64}\n") + " --baseline " +
                 file(d, "b.json",
-                     "{\"schema_version\": 2, \"provenance\": {\"command\": \"run\"}, "
+                     "{\"schema_version\": 3, \"provenance\": {\"command\": \"run\"}, "
                      "\"experiment\": {\"name\": \"c\", \"config\": {}}, \"strategies\": "
                      "[{\"strategy\": \"token_choice capacity_factor=-1\", \"metrics\": {}}]}");
        },

@@ -171,7 +171,7 @@ TEST(Check, BaselineOfAnotherCommandOrSchemaIsExitTwo) {
   write_text(dir + "/old.json", old.dump());
   const auto o = run_cli("check " + dir + "/exp.yaml --baseline " + dir + "/old.json");
   EXPECT_EQ(o.exit_code, 2) << o.out << o.err;
-  EXPECT_NE(o.err.find("old.json: schema_version: expected 2, got 1 (an older moesim wrote it"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("old.json: schema_version: expected 3, got 1 (an older moesim wrote it"), std::string::npos) << o.err;
   const std::string text = testing::read_text(b);
   write_text(dir + "/cut.json", text.substr(0, text.size() / 2));
   const auto cut = run_cli("check " + dir + "/exp.yaml --baseline " + dir + "/cut.json");

@@ -33,7 +33,7 @@ TEST(Cli, RunJsonHasSchemaAndMetrics) {
   const auto r = run_cli("run --format json" + kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["schema_version"], 2);
+  EXPECT_EQ(j["schema_version"], 3);
   const auto& s = j["strategies"][0];
   // The headline sums the loads and drops over the run's batches: N k each.
   const auto load = s["metrics"]["load"].get<std::vector<int64_t>>();
@@ -250,7 +250,7 @@ TEST(Cli, OutIsReplacedOnlyOnSuccess) {
   EXPECT_EQ(testing::read_text(out), "previous");
   const auto good = run_cli("run --no-execute --format json --out " + out + kSmall);
   ASSERT_EQ(good.exit_code, 0) << good.err;
-  EXPECT_EQ(nlohmann::json::parse(testing::read_text(out))["schema_version"], 2);
+  EXPECT_EQ(nlohmann::json::parse(testing::read_text(out))["schema_version"], 3);
 }
 
 }  // namespace

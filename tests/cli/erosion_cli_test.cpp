@@ -37,11 +37,14 @@ TEST(ErosionCli, EveryStrategysPartsAddUp) {
       EXPECT_GE(x["dropped_work_s"].get<double>(), 0.0);
       const double ref = x["reference_s"].get<double>(), imb = x["parts"]["imbalance_s"].get<double>();
       const double tiles = x["parts"]["imbalance_tiles_s"].get<double>(), actual = x["actual_s"].get<double>();
+      const double comm = x["parts"]["communication_imbalance_s"].get<double>();
       EXPECT_NEAR(p["roofline_efficiency"].get<double>(), ref / (ref + imb), 1e-15);
-      EXPECT_NEAR(p["batching_efficiency"].get<double>(), (actual - imb - tiles) / actual, 1e-15);
+      EXPECT_NEAR(p["batching_efficiency"].get<double>(), (actual - imb - tiles - comm) / actual, 1e-15);
+      EXPECT_NEAR(x["imbalance_total_s"].get<double>(), imb + tiles + comm, 1e-18);
       if (s["strategy"] == "balanced") {
         EXPECT_EQ(imb, 0.0);
         EXPECT_EQ(tiles, 0.0);
+        EXPECT_EQ(comm, 0.0);
       }
     }
   }

@@ -52,7 +52,7 @@ void expect_provenance(const nlohmann::json& j, const std::string& command, int 
     EXPECT_EQ(p["commit"], commit);
     EXPECT_TRUE(std::regex_match(commit, std::regex("[0-9a-f]{40}(-dirty)?"))) << commit;
   }
-  EXPECT_EQ(j["schema_version"], 2) << command;
+  EXPECT_EQ(j["schema_version"], 3) << command;
 }
 
 // cmake/build_commit.cmake writes the tree's HEAD (what git rev-parse prints), "-dirty" appended when

@@ -29,7 +29,7 @@ set(MOESIM_STAGE_report_DIRS src/report)
 set(MOESIM_STAGE_report_DEPS common config router cost)
 set(MOESIM_STAGE_report_HEADERS src/pipeline/results.hpp src/pipeline/run_experiment.hpp src/decoder/decoder_shape.hpp
     src/sweep/run_sweep.hpp src/sweep/sweep.hpp src/sweep/validate.hpp src/sweep/knee.hpp
-    src/sweep/published.hpp)
+    src/sweep/published.hpp src/sweep/published_comm.hpp)
 set(MOESIM_STAGE_distributed_DIRS src/distributed)
 set(MOESIM_STAGE_distributed_DEPS common config router workload kernels cost decoder pipeline report)
 set(MOESIM_STAGE_cli_DIRS src/cli)

@@ -99,6 +99,9 @@ int cmd_calibrate(int argc, char** argv) {
       std::vector<PublishedTable> got = load_published(spec);
       tables.insert(tables.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
     }
+    if (tables.empty())
+      throw InputError("--from-published: expected at least one kernel table, got none (communication tables are "
+                       "fitted by validate --published)");
     const std::string gpu = tables.front().hardware.name;
     if (name.empty()) name = gpu + "-published";
     if (name.find_first_of(" \t\n:/") != std::string::npos)

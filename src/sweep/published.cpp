@@ -109,9 +109,11 @@ std::string stem_of(const std::string& origin) { return fs::path(origin).stem().
 
 bool is_builtin_origin(const std::string& origin) { return origin.rfind(kValidationDir, 0) == 0; }
 
-// The profile a gpu cell names: a built-in profile, or (for a table read from disk) a profile YAML
-// relative to the table's folder.
-HardwareProfile table_profile(const Where& w, const std::string& cell, std::string& profile_ref) {
+}  // namespace
+
+HardwareProfile published_table_profile(const std::string& origin, int line, const std::string& cell,
+                                        std::string& profile_ref) {
+  const Where w{origin, line};
   const auto names = builtin_hardware_names();
   HardwareRef ref;
   if (std::binary_search(names.begin(), names.end(), cell)) {
@@ -133,7 +135,34 @@ HardwareProfile table_profile(const Where& w, const std::string& cell, std::stri
   }
 }
 
-}  // namespace
+std::vector<PublishedFile> published_files(const std::string& spec) {
+  std::vector<PublishedFile> out;
+  if (spec == "all") {
+    for (const auto& [path, text] : embedded_files()) {
+      if (path.rfind(kValidationDir, 0) == 0 && fs::path(path).extension() == ".csv") out.push_back({path, text});
+    }
+    return out;
+  }
+  std::error_code ec;
+  if (fs::is_directory(spec, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(spec, ec))
+      if (entry.path().extension() == ".csv") files.push_back(entry.path());
+    if (files.empty()) throw InputError(spec + ": expected a folder holding validation .csv files, got none");
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) out.push_back({f.string(), read_file(f)});
+  } else if (fs::is_regular_file(spec, ec)) {
+    out.push_back({spec, read_file(spec)});
+  } else {
+    throw InputError("--published: expected 'all', a validation CSV or a folder of them, got '" + spec + "'");
+  }
+  return out;
+}
+
+bool is_comm_table(const std::string& text) {
+  const std::string first = text.substr(0, text.find('\n'));
+  return first.rfind("phase,", 0) == 0;
+}
 
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> fields(1);
@@ -206,7 +235,7 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     p.line = number;
     p.gpu = f[0];
     if (gpu.empty()) {
-      table.hardware = table_profile(w, p.gpu, table.profile_ref);
+      table.hardware = published_table_profile(origin, number, p.gpu, table.profile_ref);
       gpu = p.gpu;
     } else if (p.gpu != gpu) {
       w.fail("gpu", "'" + gpu + "' as on the table's first row (one GPU per table)", p.gpu);
@@ -254,26 +283,9 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
 
 std::vector<PublishedTable> load_published(const std::string& spec) {
   std::vector<PublishedTable> tables;
-  if (spec == "all") {
-    for (const auto& [path, text] : embedded_files()) {
-      if (path.rfind(kValidationDir, 0) == 0 && fs::path(path).extension() == ".csv")
-        tables.push_back(parse_published_csv(text, path));
-    }
-  } else {
-    std::error_code ec;
-    if (fs::is_directory(spec, ec)) {
-      std::vector<fs::path> files;
-      for (const auto& entry : fs::directory_iterator(spec, ec))
-        if (entry.path().extension() == ".csv") files.push_back(entry.path());
-      if (files.empty()) throw InputError(spec + ": expected a folder holding validation .csv files, got none");
-      for (const fs::path& f : files) tables.push_back(parse_published_csv(read_file(f), f.string()));
-    } else if (fs::is_regular_file(spec, ec)) {
-      tables.push_back(parse_published_csv(read_file(spec), spec));
-    } else {
-      throw InputError("--published: expected 'all', a validation CSV or a folder of them, got '" + spec + "'");
-    }
-  }
-  if (tables.empty()) throw InputError("--published " + spec + ": expected at least one table, got none");
+  for (const PublishedFile& f : published_files(spec))
+    if (!is_comm_table(f.text)) tables.push_back(parse_published_csv(f.text, f.origin));
+  if (tables.empty()) return tables;  // a communication table alone (load_published_comm) is not an error here
   std::size_t points = 0;
   for (const PublishedTable& t : tables) points += t.points.size();
   if (tables.size() > kPublishedMaxTables || points > kPublishedMaxPoints) {

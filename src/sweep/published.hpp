@@ -77,8 +77,20 @@ std::vector<std::string> split_csv_line(const std::string& line);
 // InputError "ORIGIN:LINE: COLUMN: expected WHAT, got 'VALUE'".
 PublishedTable parse_published_csv(const std::string& text, const std::string& origin);
 
-// "all": the tables compiled into the binary (data/validation/*.csv); a directory: its *.csv files; else
-// one CSV file. Sorted by name. Errors: InputError naming the path.
+// The validation CSVs of a spec: "all", the files compiled into the binary (data/validation/*.csv); a
+// directory: its *.csv files (sorted); else one CSV file. Errors: InputError naming the path.
+struct PublishedFile {
+  std::string origin, text;
+};
+std::vector<PublishedFile> published_files(const std::string& spec);
+// Whether a CSV is a communication table (its header starts with `phase,`: src/sweep/published_comm.hpp).
+bool is_comm_table(const std::string& text);
+// The profile a table's gpu cell names: a built-in profile, or (for a table read from disk) a profile YAML
+// relative to the table's folder. Errors: InputError "ORIGIN:LINE: gpu: expected ..., got '...'".
+HardwareProfile published_table_profile(const std::string& origin, int line, const std::string& cell,
+                                        std::string& profile_ref);
+// The kernel tables of a spec (communication tables are left to load_published_comm), sorted by name;
+// empty when it holds none. Errors: InputError naming the path.
 std::vector<PublishedTable> load_published(const std::string& spec);
 
 // Rows per local expert [experts / ep] of one routing of a point (draw 0 .. draws - 1; balanced has one).

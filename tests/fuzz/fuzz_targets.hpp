@@ -28,6 +28,7 @@
 #include "src/report/check.hpp"
 #include "src/report/report.hpp"
 #include "src/sweep/published.hpp"
+#include "src/sweep/published_comm.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
 #include "src/workload/load_profile.hpp"
@@ -41,7 +42,7 @@ namespace moesim::fuzz {
 inline const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
                                                  "trace",  "load_profile", "published", "hf_config",
-                                                 "megatron_npz", "megatron_router_trace"};
+                                                 "megatron_npz", "megatron_router_trace", "published_comm"};
   return names;
 }
 
@@ -199,6 +200,27 @@ inline void fuzz_csv(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   const std::string name = "fuzz.csv";
   guarded(name, [&] { check_matrix(parse_csv(text, name), name); });
+}
+
+// ---- published communication tables: moesim validate --published (data/validation/*-a2a.csv) -----------
+// A table parses or names its line; up to 8 of its points with at most 256 devices are modeled and validated
+// (the fit included), and every modeled time must be positive and finite.
+inline void fuzz_published_comm(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] {
+    CommTable table = parse_comm_csv(text, name);
+    std::vector<CommPoint> small;
+    for (const CommPoint& p : table.points)
+      if (p.ep <= 256 && small.size() < 8) small.push_back(p);
+    if (small.empty()) return;
+    table.points = small;
+    const CommValidation v = validate_comm({table});
+    for (const CommRow& r : v.rows) {
+      for (double t : {r.model_s, r.held_out_s})
+        if (!(t > 0) || !std::isfinite(t)) finding("a modeled all-to-all time that is not positive and finite");
+    }
+  });
 }
 
 // ---- published kernel tables: moesim validate --published (data/validation/*.csv) --------------------
@@ -420,6 +442,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "trace") return fuzz_trace(data, size);
   if (target == "load_profile") return fuzz_load_profile(data, size);
   if (target == "published") return fuzz_published(data, size);
+  if (target == "published_comm") return fuzz_published_comm(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
   if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
   if (target == "megatron_router_trace") return fuzz_megatron_router_trace(data, size);

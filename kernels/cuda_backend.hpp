@@ -2,7 +2,8 @@
 // the whole layer with CUDA-event phase times, device measurements and KV-cache attention. Host memory in
 // and out unless a name ends in _device. Integer outputs equal the OpenMP path's exactly; floats within
 // the tolerances written in tests/gpu. Plain C++ (no CUDA types): g++ code includes it under
-// #if MOESIM_HAS_CUDA; implemented by kernels/cuda/*.cu (nvcc). Tests: tests/gpu/*_test.cpp.
+// #if MOESIM_HAS_CUDA; implemented by kernels/cuda/*.cu (nvcc), which build the module libmoesim_cuda.so that
+// the host side loads on first use (kernels/cuda_backend_module.hpp). Tests: tests/gpu/*_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,66 @@
 #include "router/route.hpp"
 #include "router/routing.hpp"
 
+#if defined(MOESIM_CUDA_BACKEND_IMPL)
+#define MOESIM_CUDA_API_NS device_impl
+#else
+#define MOESIM_CUDA_API_NS host_api
+#endif
+
 namespace moesim {
+
+// ---- the types of the API ----------------------------------------------------------------------
+// grouped: one cublasGemmGroupedBatchedEx call (cuBLAS >= 12.5; older builds fall back to per_expert);
+// per_expert: one cublasGemmEx per non-empty expert, spread over 4 side streams (forked from and joined
+// back to the calling thread's stream with events) so that small experts overlap.
+enum class CudaGemmPath { grouped, per_expert };
+
+// Phase times of one CudaMoeLayer::forward, in seconds, from CUDA events on the device timeline.
+struct CudaLayerTimes {
+  double router_s = 0;    // logits upload, gating, capacity, Routing download
+  double dispatch_s = 0;  // permutation plan (sort, counts, offsets, padding) and gather
+  double experts_s = 0;   // routed grouped SwiGLU and shared experts
+  double combine_s = 0;   // token index, weighted un-permute
+  double layer_s = 0;     // all of the above, end to end
+};
+
+struct CudaLayerOutput {
+  Routing routing;     // what route_omp returns for the same inputs
+  DispatchPlan plan;   // what plan_dispatch_omp(routing, cfg.layout, cfg.block_size) returns
+  CudaLayerTimes times;
+};
+
+// What measure_cuda_device times (a calibrated profile of the device).
+struct CudaMeasureConfig {
+  Dtype dtype = Dtype::bf16;                     // expert storage (cuda_supports_dtype)
+  int64_t hidden = 4096;                         // expert shape of the per-expert timings
+  int64_t ffn = 14336;
+  std::vector<int64_t> expert_rows = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  int64_t copy_bytes = int64_t(1) << 30;         // buffer of the device-to-device copy
+  int repeats = 10;                              // timed runs per figure (the median is kept)
+};
+
+// One SwiGLU expert (up-projection [n, hidden] x [hidden, 2 ffn], SwiGLU, down-projection) on n rows.
+struct CudaExpertTiming {
+  int64_t rows = 0;
+  double seconds = 0;       // median of the timed runs, CUDA events
+  double flops_per_s = 0;   // 6 n hidden ffn / seconds
+  double weight_bytes_per_s = 0;  // 3 hidden ffn elem_bytes / seconds (the weight stream)
+};
+
+struct CudaMeasurements {
+  std::string device;                       // cuda_device_description()
+  Dtype dtype = Dtype::bf16;
+  double copy_bandwidth_bytes_per_s = 0;    // (read + written bytes) / time of a device-to-device copy
+  double launch_overhead_s = 0;             // an empty kernel, launch to completion, median
+  std::vector<CudaExpertTiming> expert;     // per entry of expert_rows: the measured t(n)
+};
+
+// The functions and the layer below are one inline namespace: `host_api` in every g++ translation unit,
+// where src/pipeline/cuda_backend_loader.cpp implements them by calling the backend module
+// (libmoesim_cuda.so, loaded on first use), and `device_impl` in the nvcc translation units of
+// kernels/cuda (MOESIM_CUDA_BACKEND_IMPL), which are the module. Callers write moesim::route_cuda either way.
+inline namespace MOESIM_CUDA_API_NS {
 
 // ---- device ------------------------------------------------------------------------------------
 // True when a CUDA device can be used; otherwise false with the reason in *why (when non-null), e.g.
@@ -52,10 +112,6 @@ void combine_cuda(const Routing& r, const DispatchPlan& plan, const float* exper
                   int64_t hidden, float* y);
 
 // ---- experts -----------------------------------------------------------------------------------
-// grouped: one cublasGemmGroupedBatchedEx call (cuBLAS >= 12.5; older builds fall back to per_expert);
-// per_expert: one cublasGemmEx per non-empty expert, spread over 4 side streams (forked from and joined
-// back to the calling thread's stream with events) so that small experts overlap.
-enum class CudaGemmPath { grouped, per_expert };
 
 // True when CudaGemmPath::grouped calls cublasGemmGroupedBatchedEx: built against cuBLAS >= 12.5 and not
 // turned down by the device (a NOT_SUPPORTED answer switches the process to the per-expert loop).
@@ -77,20 +133,6 @@ void grouped_swiglu_cuda(const ExpertWeights& w, const float* xg, const int64_t*
                          Dtype dtype = Dtype::fp32, CudaGemmPath path = CudaGemmPath::grouped);
 
 // ---- the layer ---------------------------------------------------------------------------------
-// Phase times of one CudaMoeLayer::forward, in seconds, from CUDA events on the device timeline.
-struct CudaLayerTimes {
-  double router_s = 0;    // logits upload, gating, capacity, Routing download
-  double dispatch_s = 0;  // permutation plan (sort, counts, offsets, padding) and gather
-  double experts_s = 0;   // routed grouped SwiGLU and shared experts
-  double combine_s = 0;   // token index, weighted un-permute
-  double layer_s = 0;     // all of the above, end to end
-};
-
-struct CudaLayerOutput {
-  Routing routing;     // what route_omp returns for the same inputs
-  DispatchPlan plan;   // what plan_dispatch_omp(routing, cfg.layout, cfg.block_size) returns
-  CudaLayerTimes times;
-};
 
 // The executed MoE layer on one device, expert weights resident in `dtype` (uploaded once).
 class CudaMoeLayer {
@@ -132,31 +174,6 @@ void moe_forward_cuda(const ExpertWeights& w, const ExpertWeights* shared, const
                       const DispatchPlan& plan, float* y, MoePhaseTimes* times, Dtype dtype = Dtype::fp32);
 
 // ---- device measurements (for a calibrated profile of the device) --------------------------------
-struct CudaMeasureConfig {
-  Dtype dtype = Dtype::bf16;                     // expert storage (cuda_supports_dtype)
-  int64_t hidden = 4096;                         // expert shape of the per-expert timings
-  int64_t ffn = 14336;
-  std::vector<int64_t> expert_rows = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-  int64_t copy_bytes = int64_t(1) << 30;         // buffer of the device-to-device copy
-  int repeats = 10;                              // timed runs per figure (the median is kept)
-};
-
-// One SwiGLU expert (up-projection [n, hidden] x [hidden, 2 ffn], SwiGLU, down-projection) on n rows.
-struct CudaExpertTiming {
-  int64_t rows = 0;
-  double seconds = 0;       // median of the timed runs, CUDA events
-  double flops_per_s = 0;   // 6 n hidden ffn / seconds
-  double weight_bytes_per_s = 0;  // 3 hidden ffn elem_bytes / seconds (the weight stream)
-};
-
-struct CudaMeasurements {
-  std::string device;                       // cuda_device_description()
-  Dtype dtype = Dtype::bf16;
-  double copy_bandwidth_bytes_per_s = 0;    // (read + written bytes) / time of a device-to-device copy
-  double launch_overhead_s = 0;             // an empty kernel, launch to completion, median
-  std::vector<CudaExpertTiming> expert;     // per entry of expert_rows: the measured t(n)
-};
-
 // Measures the device: the per-expert SwiGLU time t(n) over cfg.expert_rows (what the cost model's
 // efficiencies are fitted to), the copy bandwidth and the launch overhead. Weights are random.
 CudaMeasurements measure_cuda_device(const CudaMeasureConfig& cfg);
@@ -180,4 +197,5 @@ void cached_attention_cuda_device(const float* q, const float* k_cache, const fl
                                   const int64_t* seq_offset, const int32_t* seq, const int32_t* pos,
                                   int64_t num_tokens, int heads, int kv_heads, int head_dim, float* out);
 
+}  // inline namespace MOESIM_CUDA_API_NS
 }  // namespace moesim

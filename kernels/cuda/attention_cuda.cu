@@ -94,6 +94,8 @@ void require_attention_shape(int64_t num_tokens, int heads, int kv_heads, int he
 
 }  // namespace cuda_detail
 
+inline namespace MOESIM_CUDA_API_NS {
+
 void cached_attention_cuda_device(const float* q, const float* k_cache, const float* v_cache,
                                   const int64_t* seq_offset, const int32_t* seq, const int32_t* pos,
                                   int64_t num_tokens, int heads, int kv_heads, int head_dim, float* out) {
@@ -139,5 +141,7 @@ void cached_attention_cuda(const float* q, const float* k_cache, const float* v_
                                heads, kv_heads, head_dim, d_out.get());
   cuda_detail::copy_to_host(out, d_out.get(), q_elems);
 }
+
+}  // inline namespace MOESIM_CUDA_API_NS
 
 }  // namespace moesim

@@ -147,6 +147,8 @@ std::unique_ptr<LayerCore> make_layer(const ExpertWeights& w, const ExpertWeight
 // Public API (kernels/cuda_backend.hpp)
 // ================================================================================================
 
+inline namespace MOESIM_CUDA_API_NS {
+
 using cuda_detail::DeviceBuffer;
 using cuda_detail::to_device;
 using cuda_detail::to_host;
@@ -386,11 +388,15 @@ CudaLayerTimes time_layer_cuda(const RouterConfig& cfg, const RouteRequest& req,
 // Device measurements
 // ================================================================================================
 
+}  // inline namespace MOESIM_CUDA_API_NS
+
 namespace cuda_detail {
 
 __global__ void empty_kernel() {}
 
 }  // namespace cuda_detail
+
+inline namespace MOESIM_CUDA_API_NS {
 
 CudaMeasurements measure_cuda_device(const CudaMeasureConfig& cfg) {
   MOESIM_REQUIRE(cfg.hidden >= 1 && cfg.ffn >= 1 && cfg.repeats >= 1 && cfg.copy_bytes >= 4,
@@ -451,5 +457,6 @@ CudaMeasurements measure_cuda_device(const CudaMeasureConfig& cfg) {
   return m;
 }
 
+}  // inline namespace MOESIM_CUDA_API_NS
 
 }  // namespace moesim

@@ -116,6 +116,8 @@ void token_choice_gating(cuda_detail::CudaPolicy& policy, const float* logits, i
   cuda_detail::launch_token_choice_topk(logits, num_tokens, num_experts, top_k, rule, expert, weight);
 }
 
+inline namespace MOESIM_CUDA_API_NS {
+
 Routing route_cuda(const RouterConfig& cfg, const RouteRequest& req, RouterState* state) {
   cuda_detail::require_device();
   return route_with<cuda_detail::CudaRouteTraits>(cfg, req, state);
@@ -139,5 +141,7 @@ void token_choice_topk_cuda(const float* logits, int64_t num_tokens, int num_exp
   cuda_detail::copy_to_host(expert, d_expert.get(), m);
   cuda_detail::copy_to_host(weight, d_weight.get(), m);
 }
+
+}  // inline namespace MOESIM_CUDA_API_NS
 
 }  // namespace moesim

@@ -1,11 +1,13 @@
 // The CUDA backend's error handling and device handling, which run on any machine: the check macros
 // (common/cuda_check.hpp) throw BackendError with the call text, file and line; without a device every
 // entry point throws ResourceError (exit code 3) naming the reason, and `moesim run --backend cuda`
-// exits 3 with that message; --backend rejects unknown names (exit 2). Label gpu.
+// exits 3 with that message; --backend rejects unknown names (exit 2); the backend module loads on any
+// machine with the CUDA runtime and fills every entry of its table. Label gpu.
 #include <gtest/gtest.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "src/common/error.hpp"
 #include "tests/gpu/cuda_test_support.hpp"
 #include "kernels/cuda_backend.hpp"
+#include "kernels/cuda_backend_module.hpp"
 #include "tests/support/router_support.hpp"
 #include "tests/support/run_cli.hpp"
 
@@ -60,6 +63,47 @@ TEST(CudaDevice, AvailabilityComesWithAReason) {
     EXPECT_THROW(cuda_device_description(), ResourceError);
   }
   EXPECT_EQ(cuda_device_available(nullptr), why.empty());
+}
+
+// The module moesim loads on first use (kernels/cuda_backend_module.hpp) loads without a device, its one
+// export answers with this build's ABI, and no entry of the table is missing; without a device the driver
+// check answers first, so this is the only test that loads it on a CPU machine.
+TEST(CudaModule, LoadsWithoutADeviceAndFillsItsTable) {
+  void* handle = dlopen(MOESIM_CUDA_MODULE_FILE, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  using Entry = const CudaModuleTable* (*)();
+  auto entry = reinterpret_cast<Entry>(dlsym(handle, kCudaModuleEntry));
+  ASSERT_NE(entry, nullptr) << kCudaModuleEntry << " is not exported";
+  const CudaModuleTable* t = entry();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->abi, kCudaModuleAbi);
+  const void* entries[] = {reinterpret_cast<const void*>(t->device_available),
+                           reinterpret_cast<const void*>(t->device_description),
+                           reinterpret_cast<const void*>(t->route),
+                           reinterpret_cast<const void*>(t->token_choice_topk),
+                           reinterpret_cast<const void*>(t->plan_dispatch),
+                           reinterpret_cast<const void*>(t->gather_rows),
+                           reinterpret_cast<const void*>(t->combine),
+                           reinterpret_cast<const void*>(t->grouped_gemm_available),
+                           reinterpret_cast<const void*>(t->supports_dtype),
+                           reinterpret_cast<const void*>(t->grouped_gemm),
+                           reinterpret_cast<const void*>(t->grouped_swiglu),
+                           reinterpret_cast<const void*>(t->layer_create),
+                           reinterpret_cast<const void*>(t->layer_destroy),
+                           reinterpret_cast<const void*>(t->layer_forward),
+                           reinterpret_cast<const void*>(t->layer_forward_routed),
+                           reinterpret_cast<const void*>(t->layer_hidden),
+                           reinterpret_cast<const void*>(t->layer_dtype),
+                           reinterpret_cast<const void*>(t->time_layer),
+                           reinterpret_cast<const void*>(t->moe_forward),
+                           reinterpret_cast<const void*>(t->measure_device),
+                           reinterpret_cast<const void*>(t->cached_attention),
+                           reinterpret_cast<const void*>(t->cached_attention_device)};
+  for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); ++i) EXPECT_NE(entries[i], nullptr) << "entry " << i;
+  // The ABI number padded to a pointer, then the entries: a new entry fails this until it is listed above.
+  static_assert(sizeof(CudaModuleTable) == 23 * sizeof(void*), "CudaModuleTable changed: list its entries above");
+  EXPECT_TRUE(t->supports_dtype(Dtype::bf16));
+  EXPECT_FALSE(t->supports_dtype(Dtype::fp8));
 }
 
 // Runs only where no device is usable: every entry point refuses with ResourceError (exit code 3).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/*_fuzz.cpp; clang with AddressSanitizer and UBSan) into
-# build-fuzz/ and runs each for SECONDS (default 60), one after another on one core, starting from
+# build-fuzz/ (MOESIM_FUZZ_BUILD_DIR: another tree, e.g. scripts/sanitize.sh's build-asan) and runs each for SECONDS (default 60), one after another on one core, starting from
 # the seed corpus tests/fuzz/corpus/<target>/ plus what earlier runs found (build-fuzz/corpus/<target>/).
 # A crash, a sanitizer report, a timeout or a broken invariant leaves its input in build-fuzz/artifacts/
 # and makes the script exit 1: copy it to tests/fuzz/regressions/<target>/ (replayed by ctest, suite
@@ -26,8 +26,12 @@ if [ ${#targets[@]} -eq 0 ]; then
   done
 fi
 
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=OFF \
-  -DMOESIM_BUILD_TESTS=OFF -DMOESIM_BUILD_FUZZERS=ON -DMOESIM_SANITIZE=address,undefined >/dev/null
+# A tree already configured for the fuzzers (scripts/sanitize.sh's clang tree) is built as it is: its
+# objects serve the sanitizer suite and the fuzzers alike.
+if ! grep -q '^MOESIM_BUILD_FUZZERS:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=OFF \
+    -DMOESIM_BUILD_TESTS=OFF -DMOESIM_BUILD_FUZZERS=ON -DMOESIM_SANITIZE=address,undefined >/dev/null
+fi
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=("${t}_fuzz"); done
 cmake --build "$build" -j"$(nproc)" --target "${build_targets[@]}"

@@ -7,4 +7,4 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "${MOESIM_BUILD_DIR:-$root/build}"
 # One OpenMP pool at a time on a shared machine: idle workers sleep instead of spinning.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-ctest --output-on-failure -j1
+ctest --output-on-failure -j"$(nproc)"

@@ -18,6 +18,8 @@ packages=(
   libgtest-dev libbenchmark-dev
   clang libclang-rt-dev libomp-dev   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, OpenMP for clang
   openmpi-bin libopenmpi-dev
+  pybind11-dev python3-dev           # the Python module (python/, import moesim)
+  python3-torch                      # its recorder's test (moesim.torch.record on a torch MoE)
 )
 case "${1:-}" in
   --demo) packages=("${demo_packages[@]}") ;;

@@ -86,6 +86,8 @@ void parse_command_line(int argc, char** argv, const po::options_description& de
   }
 }
 
+const InlineExperiment* inline_experiment = nullptr;
+
 Experiment load_experiment_for(const CommonOptions& opts, size_t file_index) {
   if (opts.repeats < 0) {
     throw InputError("command line: --repeats: expected an integer >= 1 (0: the experiment's execute.repeats), got " +
@@ -94,7 +96,9 @@ Experiment load_experiment_for(const CommonOptions& opts, size_t file_index) {
   std::vector<std::string> overrides = opts.overrides;
   if (opts.repeats > 0) overrides.push_back("execute.repeats=" + std::to_string(opts.repeats));
   Experiment e = opts.files.size() > file_index ? load_experiment_file(opts.files[file_index], overrides)
-                                                : default_experiment(overrides);
+                 : inline_experiment != nullptr
+                     ? load_experiment_text(inline_experiment->yaml_text, inline_experiment->source_name, overrides)
+                     : default_experiment(overrides);
   for (const std::string& note : e.load_notes) std::cerr << "moesim: " << note << "\n";
   e.load_notes.clear();
   return e;

@@ -49,8 +49,18 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
 void parse_command_line(int argc, char** argv, const po::options_description& desc, const char* positional,
                         int max_positional);
 
-// The experiment from the first positional file, or the built-in default, with --set applied, then
-// --repeats (as execute.repeats). Throws InputError for --repeats < 0.
+// An experiment given as text rather than a file: the Python module's moesim.run({...}) sets it (under its
+// lock) around a command, and load_experiment_for then loads it where no positional file was given, in place
+// of the built-in default. `source_name` stands for the file in messages; relative paths in it resolve from
+// the current folder. Unset (the binary): no effect.
+struct InlineExperiment {
+  std::string yaml_text;
+  std::string source_name;
+};
+extern const InlineExperiment* inline_experiment;
+
+// The experiment from the first positional file, the inline experiment, or the built-in default, with --set
+// applied, then --repeats (as execute.repeats). Throws InputError for --repeats < 0.
 Experiment load_experiment_for(const CommonOptions& opts, size_t file_index = 0);
 
 // The YAML text of a hardware profile named by --base: a file (validated, errors name it and the key),
@@ -148,5 +158,6 @@ int cmd_calibrate(int argc, char** argv);
 int cmd_validate(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_import(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 }  // namespace moesim::cli

@@ -30,7 +30,7 @@ std::map<std::string, nlohmann::json> read_baselines(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": expected a baseline JSON file, got a folder");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the baseline for reading");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open the baseline for reading");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw InputError(path + ": cannot read the baseline");

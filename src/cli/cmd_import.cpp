@@ -38,7 +38,7 @@ std::vector<int> parse_map(const std::string& text) {
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open for reading");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open for reading");
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();

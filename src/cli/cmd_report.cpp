@@ -30,7 +30,7 @@ int cmd_report(int argc, char** argv) {
   if (html.empty()) html = out;
   if (html.empty()) throw InputError("--html: expected an output file for the HTML page (or --out FILE)");
   std::ifstream in(files.front());
-  if (!in) throw InputError(files.front() + ": cannot open for reading");
+  if (!in) throw open_failure<InputError>(files.front(), files.front() + ": cannot open for reading");
   nlohmann::json run;
   try {
     run = nlohmann::json::parse(in);

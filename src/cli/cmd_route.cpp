@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "src/cli/cli_common.hpp"
+#include "src/cli/route_logits.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/cost/hardware_profile.hpp"
@@ -74,21 +75,20 @@ void check_memory(double need, double limit, const std::string& path, const std:
 
 int cmd_route(int argc, char** argv) {
   CommonOptions opts;
-  bool help = false, renormalize = false, no_renormalize = false;
-  std::string logits_path, gating;
-  int top_k = 0;
-  std::string capacity_factor;  // passed through as an override, validated like any --set
+  RouteSettings settings;
+  bool help = false;
+  std::string logits_path;
   std::string dump_path;
   bool dump_given = false, dump_logits = false;
   po::options_description desc("moesim route --logits FILE [options]");
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "logits", po::value(&logits_path), "router logits [tokens, experts]: .npy (float32/float64) or .csv")(
-      "gating", po::value(&gating), "gating strategy (default token_choice)")(
-      "top-k", po::value(&top_k), "experts per token (default 2, at most the column count)")(
-      "capacity-factor", po::value(&capacity_factor), "capacity factor (default 0: dropless)")(
-      "renormalize", po::bool_switch(&renormalize),
+      "gating", po::value(&settings.gating), "gating strategy (default token_choice)")(
+      "top-k", po::value(&settings.top_k), "experts per token (default 2, at most the column count)")(
+      "capacity-factor", po::value(&settings.capacity_factor), "capacity factor (default 0: dropless)")(
+      "renormalize", po::bool_switch(&settings.renormalize),
       "renormalise each token's k weights to sum to 1 (router.renormalize=true; the built-in experiment's)")(
-      "no-renormalize", po::bool_switch(&no_renormalize),
+      "no-renormalize", po::bool_switch(&settings.no_renormalize),
       "keep the score function's weights as they are (router.renormalize=false)")(
       "memory-limit", po::value(&opts.memory_limit),
       "refuse inputs whose memory estimate exceeds this (e.g. 4GiB; default 75% of physical memory)");
@@ -98,49 +98,19 @@ int cmd_route(int argc, char** argv) {
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, nullptr, 0, help)) return kExitOk;
   if (logits_path.empty()) throw InputError("--logits: expected a .npy or .csv file of router logits");
-  if (renormalize && no_renormalize) throw InputError("--renormalize, --no-renormalize: expected one of them, got both");
+  if (settings.renormalize && settings.no_renormalize)
+    throw InputError("--renormalize, --no-renormalize: expected one of them, got both");
+  settings.overrides = opts.overrides;
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const double limit = parse_memory_limit(opts.memory_limit);
-
-  // The router settings for `num_experts` columns.
-  auto experiment_for = [&](int num_experts) {
-    if (top_k < 0 || top_k > num_experts)
-      throw InputError("--top-k: expected 1.." + std::to_string(num_experts) + " (the file's expert count), got " +
-                       std::to_string(top_k));
-    std::vector<std::string> sets = {"model.experts=" + std::to_string(num_experts),
-                                     "model.top_k=" + std::to_string(top_k > 0 ? top_k : std::min(2, num_experts)),
-                                     "router.capacity_factor=0", "router.groups=1", "router.topk_groups=1"};
-    // Routing statistics only: no placement is modeled, so the built-in one's devices must not constrain E.
-    sets.push_back("placement.kind=single");
-    if (!gating.empty()) sets.push_back("router.gating=" + gating);
-    if (!capacity_factor.empty()) sets.push_back("router.capacity_factor=" + capacity_factor);
-    if (renormalize) sets.push_back("router.renormalize=true");
-    if (no_renormalize) sets.push_back("router.renormalize=false");
-    sets.insert(sets.end(), opts.overrides.begin(), opts.overrides.end());
-    Experiment e = default_experiment(sets);
-    // The settings route makes itself (the file's expert count, dropless, no placement) are not the user's.
-    const auto users = [&](const std::string& key) {
-      if (key == "router.gating") return !gating.empty();
-      if (key == "model.top_k") return top_k > 0;
-      if (key == "router.capacity_factor") return !capacity_factor.empty();
-      if (key == "router.renormalize") return renormalize || no_renormalize;
-      for (const std::string& s : opts.overrides)
-        if (s.compare(0, key.size() + 1, key + "=") == 0) return true;
-      return false;
-    };
-    for (auto* keys : {&e.given_keys, &e.set_keys})
-      keys->erase(std::remove_if(keys->begin(), keys->end(), [&](const std::string& k) { return !users(k); }),
-                  keys->end());
-    return e;
-  };
 
   // Check the estimate before reading: a .npy's shape is in its header; a .csv must at least fit as text.
   RoutingDump dump(dump_given, dump_path, dump_logits, false);
   const LogitsFileInfo info = inspect_logits_file(logits_path);
   const double csv_bytes = info.is_npy ? 0.0 : static_cast<double>(info.file_bytes);
   if (info.is_npy) {
-    const Experiment e = experiment_for(info.num_experts);
+    const Experiment e = route_experiment(settings, info.num_experts);
     check_memory(estimate_route_bytes(e.router, info.num_tokens, info.num_experts, e.model.top_k, 0), limit,
                  logits_path, std::to_string(info.num_tokens) + " tokens x " + std::to_string(info.num_experts) +
                                   " experts (" + to_string(e.router.gating) + ")");
@@ -148,7 +118,7 @@ int cmd_route(int argc, char** argv) {
     check_memory(kRuntimeBytes + csv_bytes, limit, logits_path, "reading the .csv text");
   }
   const LogitsMatrix m = read_logits_file(logits_path);
-  const Experiment e = experiment_for(m.num_experts);
+  const Experiment e = route_experiment(settings, m.num_experts);
   const double need = estimate_route_bytes(e.router, m.num_tokens, m.num_experts, e.model.top_k, csv_bytes);
   check_memory(need, limit, logits_path,
                std::to_string(m.num_tokens) + " tokens x " + std::to_string(m.num_experts) + " experts (" +
@@ -159,34 +129,12 @@ int cmd_route(int argc, char** argv) {
   ctx.executes = false;
   ctx.dumps_routing = dump_given;
   warn_inert_keys({e}, ctx, opts.strict);
-  RouteRequest req;
-  req.logits = m.values.data();
-  req.num_tokens = m.num_tokens;
-  req.num_experts = m.num_experts;
-  req.top_k = e.model.top_k;
-  req.seed = e.workload.seed;
-  RouterState state;
-  const Routing r = route_omp(e.router, req, &state);
-  const BalanceMetrics bm = compute_balance_metrics(r, m.values.data(), e.router.layout, e.router.block_size);
+  const RoutedLogits routed = route_logits(e, m.values.data(), m.num_tokens, m.num_experts);
   if (dump.on()) {
-    dump.write(RoutedBatch{0, 0, "", &r, m.values.data(), nullptr});
+    dump.write(RoutedBatch{0, 0, "", &routed.routing, m.values.data(), nullptr});
     dump.commit();
   }
-
-  RouteReport report;
-  report.file = logits_path;
-  report.num_tokens = m.num_tokens;
-  report.num_experts = m.num_experts;
-  report.top_k = e.model.top_k;
-  report.gating = to_string(e.router.gating);
-  report.capacity_factor = e.router.capacity_factor;
-  report.memory_estimate_bytes = need;
-  report.memory_limit_bytes = limit;
-  report.metrics = bm;
-  report.expert_bias = state.expert_bias;
-  report.experiment = e;
-  report.hardware_digest = hardware_digest(load_hardware_profile(e.hardware, e.source_file));
-  emit(opts, format_route(report, format));
+  emit(opts, format_route(route_report(logits_path, e, routed, m.num_tokens, m.num_experts, need, limit), format));
   return kExitOk;
 }
 

@@ -28,6 +28,9 @@ const std::vector<Command>& commands() {
       {"report", "F --html O", "a self-contained HTML page (inline SVG) of a run/compare JSON", cmd_report},
       {"import", "FILE... --out O",
        "convert an engine's recorded expert loads (Megatron-Core .npz dumps) into a load-profile JSON", cmd_import},
+      {"plan", "LOADS --devices D",
+       "an expert-parallel placement (EPLB) of recorded loads, as the file vLLM, SGLang or TensorRT-LLM loads",
+       cmd_plan},
   };
   return table;
 }

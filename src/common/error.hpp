@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,8 @@ constexpr int kExitInternal = 4;
 struct Error : std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(one_line(message)) {}
   virtual int exit_code() const { return kExitBadInput; }
+  // The file that does not exist, where that is the error (open_failure); empty otherwise.
+  std::string missing_file;
 };
 
 // A config file or --set override is wrong: the message names the file, key path and what was expected.
@@ -66,6 +69,17 @@ struct BackendError : Error {
 struct PreconditionError : Error {
   using Error::Error;
 };
+
+// A file that cannot be opened: `E` with `message`, marked missing_file when `path` does not exist, so that a
+// caller that tells the two apart can (the Python module raises FileNotFoundError); the CLI prints it as any
+// other error of its kind.
+template <class E>
+E open_failure(const std::string& path, const std::string& message) {
+  E e(message);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) e.missing_file = path;
+  return e;
+}
 
 }  // namespace moesim
 

@@ -196,6 +196,10 @@ struct PlacementConfig {
   int nodes = 1;                        // hierarchical: server nodes; devices split evenly over them
   int groups = 0;                       // hierarchical: expert groups; 0 = router.groups
   std::vector<int> map;                 // policy map: expert -> device
+  // policy map from an engine's placement file (placement.map: "FILE" or "FILE#LAYER", as written): the logical
+  // expert of each physical slot, slot s on device s / (S / devices) as every engine puts it; replicas follow.
+  std::string map_file;
+  std::vector<int32_t> slot_expert;
   bool spread_replicas = false;         // no two replicas of one expert on one device
   int rebalance_every = 0;              // re-plan every N steps from past loads (0: plan once)
   LoadEstimator load_estimator = LoadEstimator::window;

@@ -567,7 +567,7 @@ HfConfig read_hf_config_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw ConfigError(path + ": expected a Hugging Face config.json file, got a folder");
-  if (!fs::exists(path, ec)) throw ConfigError(path + ": cannot open the Hugging Face config.json (no such file)");
+  if (!fs::exists(path, ec)) throw open_failure<ConfigError>(path, path + ": cannot open the Hugging Face config.json (no such file)");
   // Only a regular file: a device or a pipe (/dev/zero, /dev/stdin) would never end.
   if (!fs::is_regular_file(path, ec)) {
     throw ConfigError(path + ": expected a Hugging Face config.json file, got something that is not a regular file");
@@ -578,7 +578,7 @@ HfConfig read_hf_config_file(const std::string& path) {
                       " MiB, got " + std::to_string(bytes) + " bytes");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open the Hugging Face config.json");
+  if (!in) throw open_failure<ConfigError>(path, path + ": cannot open the Hugging Face config.json");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ConfigError(path + ": cannot read the Hugging Face config.json");

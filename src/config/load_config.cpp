@@ -92,10 +92,10 @@ void Loader::validate_placement(const Experiment& e) const {
     got << p.ema_weight;
     fail_expected(origin({"placement.ema_weight"}), "placement.ema_weight", "a number in (0, 1]", got.str());
   }
-  if (!p.map.empty() && p.policy != PlacementPolicy::map) {
+  if ((!p.map.empty() || !p.slot_expert.empty()) && p.policy != PlacementPolicy::map) {
     fail_expected(origin({"placement.map", "placement.policy"}), "placement.map",
                   "no map for placement.policy " + pol + " (set placement.policy: map to use it)",
-                  std::to_string(p.map.size()) + " entries");
+                  p.map_file.empty() ? std::to_string(p.map.size()) + " entries" : "'" + p.map_file + "'");
   }
   if (e.model.ffn % p.tensor_parallel != 0) {
     fail_expected(origin({"placement.tensor_parallel", "model.ffn"}), "placement.tensor_parallel",
@@ -105,11 +105,41 @@ void Loader::validate_placement(const Experiment& e) const {
   if (p.kind != PlacementKind::expert_parallel) return;
   const int E = e.model.experts, D = p.devices, R = p.replicas;
   const int slots = E + R;
-  if (p.policy == PlacementPolicy::map && p.map.empty()) {
+  if (p.policy == PlacementPolicy::map && p.map.empty() && p.slot_expert.empty()) {
     fail_expected(origin({"placement.map", "placement.policy"}), "placement.map",
-                  "one device per expert for placement.policy map", "no map");
+                  "one device per expert, or a placement file, for placement.policy map", "no map");
   }
-  if ((p.policy == PlacementPolicy::map || p.policy == PlacementPolicy::round_robin) && R > 0) {
+  const int file_slots = static_cast<int>(p.slot_expert.size());
+  if (file_slots > 0) {
+    // An engine's file: slot s on device s / (S / D), every expert at least once, replicas = S - E.
+    if (file_slots % D != 0) {
+      fail_expected(origin({"placement.map", "placement.devices"}), "placement.devices",
+                    "a divisor of the placement file's " + std::to_string(file_slots) + " slots ('" + p.map_file + "')",
+                    std::to_string(D));
+    }
+    std::vector<bool> present(static_cast<size_t>(E), false);
+    for (size_t s = 0; s < p.slot_expert.size(); ++s) {
+      if (p.slot_expert[s] >= E) {
+        fail_expected(origin({"placement.map", "model.experts"}), "placement.map",
+                      "logical experts in [0, " + std::to_string(E - 1) + "] (model.experts) in '" + p.map_file + "'",
+                      "expert " + std::to_string(p.slot_expert[s]) + " at slot " + std::to_string(s));
+      }
+      present[static_cast<size_t>(p.slot_expert[s])] = true;
+    }
+    for (int x = 0; x < E; ++x) {
+      if (!present[static_cast<size_t>(x)]) {
+        fail_expected(origin({"placement.map", "model.experts"}), "placement.map",
+                      "every expert of model.experts = " + std::to_string(E) + " on a slot of '" + p.map_file + "'",
+                      "no slot for expert " + std::to_string(x));
+      }
+    }
+    if (R != 0 && R != file_slots - E) {
+      fail_expected(origin({"placement.replicas", "placement.map"}), "placement.replicas",
+                    "0 or " + std::to_string(file_slots - E) + " (the placement file's slots less model.experts)",
+                    std::to_string(R));
+    }
+  }
+  if ((p.policy == PlacementPolicy::map || p.policy == PlacementPolicy::round_robin) && R > 0 && file_slots == 0) {
     fail_expected(origin({"placement.replicas", "placement.policy"}), "placement.replicas",
                   "0 for placement.policy " + pol + " (replicas are placed by the global or hierarchical policy)",
                   std::to_string(R));
@@ -299,7 +329,7 @@ Experiment load_experiment_text(const std::string& yaml_text, const std::string&
     e.source_file = source_name;
     return e;
   } catch (const ConfigError& ex) {
-    throw ConfigError(ex.what());
+    throw ex;  // as it is: a ConfigError derived from it would lose its missing_file
   } catch (const YAML::Exception& ex) {
     throw ConfigError(source_name + ": invalid YAML: " + ex.what());
   }
@@ -309,7 +339,7 @@ Experiment load_experiment_file(const std::string& path, const std::vector<std::
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw ConfigError(path + ": expected an experiment file, got a folder");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open the experiment file");
+  if (!in) throw open_failure<ConfigError>(path, path + ": cannot open the experiment file");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ConfigError(path + ": cannot read the experiment file");

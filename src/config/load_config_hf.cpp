@@ -21,7 +21,9 @@ void Loader::apply_hf_config(Experiment& e) {
   try {
     hf = read_hf_config_file(e.model.hf_config);
   } catch (const ConfigError& ex) {
-    throw ConfigError(origin({"model.hf_config"}) + ": model.hf_config: " + ex.what());
+    ConfigError named(origin({"model.hf_config"}) + ": model.hf_config: " + ex.what());
+    named.missing_file = ex.missing_file;
+    throw named;
   }
   // A key the experiment file or a --set gave wins over the config.json. The built-in experiment is no file
   // of the user's: its keys are defaults, which the config.json replaces (only a --set wins there).

@@ -3,6 +3,8 @@
 // workload.prompt_len and placement.map readers, and the YAML writer of a whole experiment. Deterministic,
 // host only. Declared in src/config/load_config_internal.hpp; covered by tests/config/load_config_test.cpp.
 #include "src/config/load_config_internal.hpp"
+#include "src/common/error.hpp"
+#include "src/config/placement_file.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -65,9 +67,52 @@ void emit_prompt_len(YAML::Emitter& out, const Experiment& e) {
   }
 }
 
+// placement.map: a list (the device of each expert), or a placement file an engine loads, "FILE" or
+// "FILE#LAYER" (src/config/placement_file.hpp; LAYER as the file numbers it, default its first), read now:
+// a relative path from the experiment file's folder, as model.hf_config.
 void read_placement_map(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
                         Experiment& e) {
-  if (!n.IsSequence()) fail_expected(where, path, "a list of device indices, one per expert", describe(n));
+  if (n.IsScalar()) {
+    namespace fs = std::filesystem;
+    const std::string text = read_string(n, path, where);
+    std::string file = text;
+    int layer = -1;
+    if (const size_t hash = text.rfind('#'); hash != std::string::npos) {
+      file = text.substr(0, hash);
+      const std::string num = text.substr(hash + 1);
+      char* end = nullptr;
+      const long v = std::strtol(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || v < 0 || v > 1000000)
+        fail_expected(where, path, "FILE or FILE#LAYER (a layer number >= 0)", "'" + text + "'");
+      layer = static_cast<int>(v);
+    }
+    if (file.empty()) fail_expected(where, path, "a placement file (FILE or FILE#LAYER) or a list", "''");
+    fs::path resolved(file);
+    const std::string& source = L.source();
+    const bool from_file = where.rfind("--set ", 0) != 0 && !source.empty() && source.front() != '<';
+    if (resolved.is_relative() && from_file) resolved = fs::path(source).parent_path() / resolved;
+    PlacementFile f;
+    try {
+      f = read_placement_file(resolved.string());
+    } catch (const ConfigError& ex) {
+      ConfigError named(where + ": " + path + ": " + ex.what());
+      named.missing_file = ex.missing_file;
+      throw named;
+    }
+    try {
+      e.placement.slot_expert = placement_file_layer(f, layer, resolved.string());
+    } catch (const ConfigError& ex) {
+      fail(where, path, ex.what());
+    }
+    e.placement.map.clear();
+    e.placement.map_file = text;
+    return;
+  }
+  if (!n.IsSequence())
+    fail_expected(where, path, "a list of device indices, one per expert, or a placement file (FILE or FILE#LAYER)",
+                  describe(n));
+  e.placement.map_file.clear();
+  e.placement.slot_expert.clear();
   std::vector<int> map;
   for (size_t i = 0; i < n.size(); ++i) {
     const std::string p = path + "[" + std::to_string(i) + "]";
@@ -195,7 +240,14 @@ const std::vector<Section>& sections() {
         int_field("replicas", &E::placement, &PlacementConfig::replicas, 0, kMaxExperts),
         int_field("nodes", &E::placement, &PlacementConfig::nodes, 1, kMaxExperts),
         int_field("groups", &E::placement, &PlacementConfig::groups, 0, kMaxExperts),
-        {"map", read_placement_map, [](YAML::Emitter& out, const Experiment& e) { emit_int_list(out, e.placement.map); }},
+        {"map", read_placement_map,
+         [](YAML::Emitter& out, const Experiment& e) {
+           if (!e.placement.map_file.empty()) {
+             out << e.placement.map_file;
+           } else {
+             emit_int_list(out, e.placement.map);
+           }
+         }},
         bool_field("spread_replicas", &E::placement, &PlacementConfig::spread_replicas),
         int_field("rebalance_every", &E::placement, &PlacementConfig::rebalance_every, 0, kIntMax),
         enum_field("load_estimator", &E::placement, &PlacementConfig::load_estimator),

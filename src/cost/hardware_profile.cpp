@@ -291,7 +291,7 @@ HardwareProfile parse_impl(const std::string& yaml_text, const std::string& sour
 // `origin`: where the profile's name was given ("FILE:LINE: hardware", "--hardware", ...).
 std::string read_file(const std::filesystem::path& p, const std::string& origin) {
   std::ifstream in(p, std::ios::binary);
-  if (!in) throw ConfigError(origin + ": cannot open the profile file " + p.string());
+  if (!in) throw open_failure<ConfigError>(p.string(), origin + ": cannot open the profile file " + p.string());
   std::ostringstream os;
   os << in.rdbuf();
   if (in.bad()) throw ConfigError(origin + ": cannot read the profile file " + p.string());

@@ -464,6 +464,39 @@ ExpertPlacement place_experts_real(const std::vector<double>& plan_load, const P
   MOESIM_REQUIRE(cfg.replicas >= 0, "placement.replicas must be >= 0, got " << cfg.replicas);
   MOESIM_REQUIRE(cfg.nodes >= 1, "placement.nodes must be >= 1, got " << cfg.nodes);
   const std::string policy = to_string(cfg.policy);
+  if (cfg.policy == PlacementPolicy::map && !cfg.slot_expert.empty()) {
+    // An engine's placement file: slot s holds expert slot_expert[s] on device s / (S / D), as vLLM, SGLang and
+    // TensorRT-LLM lay slots over ranks; each replica is planned an equal share of its expert's load.
+    const int slots = static_cast<int>(cfg.slot_expert.size());
+    if (slots % cfg.devices != 0) {
+      placement_error("placement.devices", "a divisor of the placement file's " + std::to_string(slots) + " slots",
+                      std::to_string(cfg.devices));
+    }
+    ExpertPlacement p;
+    p.num_devices = cfg.devices;
+    p.num_nodes = cfg.devices % cfg.nodes == 0 ? cfg.nodes : 1;
+    const int per_device = slots / cfg.devices, per_node = cfg.devices / p.num_nodes;
+    p.replicas.assign(num_experts, 0);
+    for (int32_t e : cfg.slot_expert) {
+      if (e < 0 || e >= num_experts) {
+        placement_error("placement.map", "logical experts in [0, " + std::to_string(num_experts - 1) + "]",
+                        std::to_string(e));
+      }
+      ++p.replicas[e];
+    }
+    for (int e = 0; e < num_experts; ++e)
+      if (p.replicas[e] == 0) placement_error("placement.map", "a slot for every expert", "none for expert " + std::to_string(e));
+    p.expert = cfg.slot_expert;
+    p.device.resize(slots);
+    p.node.resize(slots);
+    p.plan_load.resize(slots);
+    for (int s = 0; s < slots; ++s) {
+      p.device[s] = s / per_device;
+      p.node[s] = p.device[s] / per_node;
+      p.plan_load[s] = plan_load[p.expert[s]] / p.replicas[p.expert[s]];
+    }
+    return p;
+  }
   if (cfg.policy == PlacementPolicy::map || cfg.policy == PlacementPolicy::round_robin) {
     if (cfg.replicas > 0) {
       placement_error("placement.replicas", "0 for placement.policy " + policy +

@@ -232,4 +232,22 @@ RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& 
   return result;
 }
 
+std::vector<ModeledPlacement> model_loads(const Experiment& e, const std::vector<int64_t>& load, int64_t num_tokens) {
+  if (load.size() != static_cast<size_t>(e.model.experts))
+    throw InputError("loads: expected " + std::to_string(e.model.experts) + " per-expert counts (model.experts), got " +
+                     std::to_string(load.size()));
+  if (num_tokens < 1) throw InputError("tokens: expected at least 1, got " + std::to_string(num_tokens));
+  int64_t delivered = 0;
+  for (int64_t x : load) {
+    if (x < 0) throw InputError("loads: expected counts >= 0, got " + std::to_string(x));
+    delivered += x;
+  }
+  const int64_t owed = num_tokens * e.model.top_k;
+  if (delivered > owed)
+    throw InputError("loads: the counts sum to " + std::to_string(delivered) + ", more than tokens x model.top_k = " +
+                     std::to_string(owed));
+  const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
+  return run_detail::model_placements(e, hw, e.router, load, 0, num_tokens, owed - delivered);
+}
+
 }  // namespace moesim

@@ -61,6 +61,12 @@ double estimate_run_bytes(const Experiment& e, bool records = true, size_t num_v
 // Trace and load_profile runs are not executed (measured metrics are absent).
 RunResult run_experiment(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts);
 
+// One MoE layer's modeled cost for given per-expert loads: `load` [model.experts] kept assignments of a batch of
+// `num_tokens` tokens (their N k less what `load` holds is undelivered work), dropless, on every placement of `e`
+// (one device, and the expert-parallel one when placement.kind says so) with e's model, router and hardware
+// profile. The same cost every run models for a batch's loads (the Python module's moesim.cost()).
+std::vector<ModeledPlacement> model_loads(const Experiment& e, const std::vector<int64_t>& load, int64_t num_tokens);
+
 // workload.path as given when it exists, else relative to the experiment file's folder (so a config
 // can name data beside it wherever moesim runs from); as given when neither exists.
 std::string resolve_workload_path(const Experiment& e);

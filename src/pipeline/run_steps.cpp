@@ -360,7 +360,7 @@ void run_router_trace(const Experiment& e, const std::vector<RouterVariant>& var
     StepCollector collect(vr, num_batches, 0, opts, result.variants.size());
     std::map<int, RouterState> states;
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(path + ": cannot open the router trace");
+    if (!in) throw open_failure<InputError>(path, path + ": cannot open the router trace");
     RouterTraceReader reader(in, path, e.model.experts, e.model.top_k);
     RouterTraceLine line;
     TraceBatch b;

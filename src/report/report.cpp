@@ -268,6 +268,12 @@ nlohmann::json placement_json(const ModeledPlacement& p) {
 
 }  // namespace
 
+nlohmann::json modeled_json(const std::vector<ModeledPlacement>& placements) {
+  nlohmann::json modeled;
+  for (const ModeledPlacement& p : placements) modeled[p.placement] = placement_json(p);
+  return modeled;
+}
+
 namespace report_detail {
 
 std::vector<size_t> phase_indices(const VariantResult& v, const std::string& phase) {
@@ -625,9 +631,7 @@ nlohmann::json run_to_json(const RunResult& run) {
         updates.push_back({{"batch", u.batch}, {"step", u.step}, {"layer", u.layer}, {"bias", u.bias}});
       r["expert_bias_updates"] = updates;
     }
-    nlohmann::json modeled;
-    for (const ModeledPlacement& p : v.modeled) modeled[p.placement] = placement_json(p);
-    r["modeled"] = modeled;
+    r["modeled"] = modeled_json(v.modeled);
     if (v.has_rebalance) r["rebalance"] = rebalance_json(v.rebalance);
     if (v.executed) {
       // Medians under the original keys; *_min_s / *_max_s the fastest and slowest repeat; noisy and

@@ -79,6 +79,10 @@ nlohmann::json input_files_json(const Experiment& e, const std::string& file_rea
 // layer, num_tokens, its metrics, the decoder's figures when `d` is given, and its modeled cost.
 nlohmann::json record_to_json(const StepRecord& s, const BalanceMetrics& m, const DecoderStepFigures* d);
 
+// The `modeled` block of a strategy in the json report: one object per placement ("single", "expert_parallel")
+// with its times, erosion, and under expert parallelism its all-to-all and plan (docs/json-schema.md).
+nlohmann::json modeled_json(const std::vector<ModeledPlacement>& placements);
+
 nlohmann::json run_to_json(const RunResult& run);
 // The run as `format`. The table keeps to 120 columns (text::kTerminalWidth: the columns it leaves out are
 // named under it) unless `wide`; CSV has every column of every run under the same names, empty where a value

@@ -58,7 +58,7 @@ bool parse_layer_name(const std::string& s, int* out) {
 
 LoadProfile parse_load_profile(const std::string& json_text, const std::string& name, const std::string& key,
                                int num_experts) {
-  MOESIM_REQUIRE(num_experts >= 1, "parse_load_profile needs num_experts >= 1, got " << num_experts);
+  MOESIM_REQUIRE(num_experts >= 0, "parse_load_profile needs num_experts >= 0, got " << num_experts);
   json doc;
   try {
     doc = json::parse(json_text);
@@ -92,6 +92,7 @@ LoadProfile parse_load_profile(const std::string& json_text, const std::string& 
       throw InputError(name + ": " + chosen + ": expected layer numbers as keys (0, 1, 2, ... without leading zeros), got '" + it.key() + "'");
     }
     const json& counts = it.value();
+    if (num_experts == 0 && counts.is_array() && !counts.empty()) num_experts = static_cast<int>(counts.size());
     if (!counts.is_array() || counts.size() != static_cast<size_t>(num_experts)) {
       throw InputError(where + ": expected " + std::to_string(num_experts) +
                        " counts, one per expert (model.experts), got " +
@@ -122,7 +123,7 @@ LoadProfile read_load_profile(const std::string& path, const std::string& key, i
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": cannot read a directory: expected a load profile file (JSON)");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the load profile");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open the load profile");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw InputError(path + ": cannot read the load profile");
@@ -147,7 +148,7 @@ LoadFormat detect_load_format_of_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": cannot read a directory: expected a load profile file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the load profile");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open the load profile");
   // The first non-blank line decides; a JSON profile written on one line is read whole here and again by its
   // reader, a router trace's first line only.
   std::string head, line;
@@ -192,6 +193,7 @@ LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, c
     if (!forced && !key.empty())
       throw InputError(path + ": workload.profile_key: expected none for a Megatron-LM router trace (one profile per "
                        "file), got '" + key + "'");
+    if (physical == 0) throw InputError(path + ": expected the model's expert count for a Megatron-LM router trace");
     const MegatronLoads m = read_megatron_router_trace(path, physical, top_k);
     out.key = kMegatronRouterTrace;
     out.layers = m.layers;
@@ -207,7 +209,7 @@ LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, c
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": cannot read a directory: expected a load profile file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the load profile");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open the load profile");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw InputError(path + ": cannot read the load profile");
@@ -217,7 +219,7 @@ LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, c
       throw InputError(path + ": workload.profile_key: expected none for a Megatron-Core dump (one profile per file), got '" +
                        key + "'");
     const MegatronLoads m = parse_megatron_npz(bytes, path);
-    if (m.num_physical_experts != physical)
+    if (physical != 0 && m.num_physical_experts != physical)
       throw InputError(path + ": num_global_physical_experts: expected " + std::to_string(physical) +
                        (expert_map.empty() ? " (model.experts; give workload.expert_map to fold replicas)"
                                            : " (the entries of workload.expert_map)") +

@@ -37,12 +37,13 @@ std::vector<int64_t> fold_expert_map(const std::vector<int64_t>& counts, const s
                                      const std::string& name);
 
 // Reads `path` as `format` (detect: by content). With an empty expert_map the file must count num_experts
-// experts per layer; with one, it counts expert_map.size() physical slots, folded into num_experts.
+// experts per layer (0: as many as its first layer counts; a router trace needs the number); with one, it counts
+// expert_map.size() physical slots, folded into num_experts.
 // top_k: a router trace's recorded topk must equal it (0: not checked; the other formats record none).
 LoadProfile read_load_profile_file(const std::string& path, LoadFormat format, const std::string& key, int num_experts,
                                    const std::vector<int>& expert_map, int top_k = 0);
 
-// key may be empty when the file holds exactly one profile.
+// key may be empty when the file holds exactly one profile; num_experts 0: as many as the first layer counts.
 LoadProfile parse_load_profile(const std::string& json_text, const std::string& name, const std::string& key,
                                int num_experts);
 LoadProfile read_load_profile(const std::string& path, const std::string& key, int num_experts);

@@ -49,7 +49,7 @@ uint64_t open_regular(const std::string& path, std::ifstream& in) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail(path, "expected a logits file, got a folder");
   in.open(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open for reading (") + std::strerror(errno) + ")");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open for reading (" + std::strerror(errno) + ")");
   in.seekg(0, std::ios::end);
   const std::streamoff end = in.tellg();
   in.seekg(0, std::ios::beg);
@@ -66,12 +66,7 @@ std::string read_file_bytes(const std::string& path) {
 }
 
 void check_finite(const std::vector<float>& v, int num_experts, const std::string& name) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!std::isfinite(v[i])) {
-      fail(name, "expected finite logits, got " + std::to_string(v[i]) + " at row " +
-                     std::to_string(i / num_experts) + ", column " + std::to_string(i % num_experts));
-    }
-  }
+  check_finite_logits(v.data(), static_cast<int64_t>(v.size()) / num_experts, num_experts, name);
 }
 
 // ---- .npy ---------------------------------------------------------------------------------------
@@ -537,6 +532,16 @@ std::string encode_npy_f32(const std::vector<float>& values, int64_t rows, int64
   out += header;
   out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   return out;
+}
+
+void check_finite_logits(const float* logits, int64_t num_tokens, int num_experts, const std::string& name) {
+  const int64_t n = num_tokens * num_experts;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(logits[i])) {
+      throw InputError(name + ": expected finite logits, got " + std::to_string(logits[i]) + " at row " +
+                       std::to_string(i / num_experts) + ", column " + std::to_string(i % num_experts));
+    }
+  }
 }
 
 }  // namespace moesim

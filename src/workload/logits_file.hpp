@@ -31,6 +31,10 @@ LogitsFileInfo inspect_logits_file(const std::string& path);
 // Chooses the reader by extension (.npy or .csv). A .npy is read straight into the matrix (no copy
 // of the file in memory); a .csv is read whole, then parsed.
 LogitsMatrix read_logits_file(const std::string& path);
+
+// InputError "NAME: expected finite logits, got V at row R, column C" at the first NaN or infinity of
+// logits [num_tokens, num_experts]: what read_logits_file checks, for logits that come from elsewhere.
+void check_finite_logits(const float* logits, int64_t num_tokens, int num_experts, const std::string& name);
 // Parses in-memory contents; `name` is used in messages. Exposed for tests and fuzzers.
 LogitsMatrix parse_npy(const std::string& bytes, const std::string& name);
 LogitsMatrix parse_csv(const std::string& text, const std::string& name);

@@ -108,7 +108,7 @@ MegatronLoads parse_megatron_npz(const std::string& bytes, const std::string& na
 
 MegatronLoads read_megatron_npz(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the Megatron load dump");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open the Megatron load dump");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw InputError(path + ": cannot read the Megatron load dump");

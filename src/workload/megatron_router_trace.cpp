@@ -146,7 +146,7 @@ MegatronLoads read_megatron_router_trace(const std::string& path, int num_expert
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": cannot read a directory: expected a router trace file (router_trace_rank{R}.jsonl)");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the router trace");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open the router trace");
   return parse_megatron_router_trace(in, path, num_experts, top_k);
 }
 

@@ -62,8 +62,9 @@ class LineReader {
     return v;
   }
 
-  std::vector<float> numbers(const char* key, size_t count, const std::string& what) const {
-    const json& v = array(key, what);
+  // The numbers of `v`, a list that the message calls `key`.
+  std::vector<float> numbers_of(const std::string& key, const json& v, size_t count, const std::string& what) const {
+    if (!v.is_array()) expected(key, what, describe(v));
     if (v.size() != count) expected(key, what, std::to_string(v.size()) + " numbers");
     std::vector<float> out;
     for (const json& x : v) {
@@ -84,11 +85,22 @@ class LineReader {
   }
 
   void no_unknown_keys() const {
-    static const char* const known[] = {"step", "layer", "token", "experts", "weights", "logits", "kept", "token_id", "phase"};
+    static const char* const known[] = {"step",   "layer", "token",    "experts", "weights",
+                                        "logits", "kept",  "token_id", "phase",   "token_ids"};
     for (auto it = obj_.begin(); it != obj_.end(); ++it) {
       if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
-        fail("unknown key \"" + it.key() + "\" (known: step, layer, token, experts, weights, logits, kept, token_id, phase)");
+        fail("unknown key \"" + it.key() +
+             "\" (known: step, layer, token, experts, weights, logits, kept, token_id, phase; a batch line: token_ids)");
     }
+  }
+  // A batch line (lists of rows) names no single token.
+  void only_batch_keys() const {
+    for (const char* key : {"token", "token_id"})
+      if (obj_.contains(key)) fail("\"" + std::string(key) + "\": a batch line (\"experts\" a list of rows) has \"token_ids\", not \"" + key + "\"");
+  }
+  // A token's line has no list of token ids.
+  void no_batch_keys() const {
+    if (obj_.contains("token_ids")) fail("\"token_ids\": expected only on a batch line (\"experts\" a list of rows per token)");
   }
 
  private:
@@ -138,48 +150,9 @@ FlatTrace parse_flat(std::istream& in, const std::string& name, int num_experts)
     r.no_unknown_keys();
     const int64_t step = r.integer("step", 0, kMaxIndex);
     const int layer = static_cast<int>(r.integer("layer", 0, kMaxIndex));
-    const int64_t token = r.integer("token", 0, kMaxIndex);
-    const json& experts = r.array("experts", ids_what);
-    std::fill(seen.begin(), seen.end(), false);
-    const size_t first = t.expert.size();
-    for (const json& x : experts) {
-      if (!x.is_number_integer()) r.expected("experts", ids_what, describe(x));
-      const int64_t ex = x.get<int64_t>();
-      if (ex < 0 || ex >= num_experts) {
-        r.expected("experts", ids_what + " (model.experts = " + std::to_string(num_experts) + ")", describe(x));
-      }
-      if (seen[ex]) r.expected("experts", ids_what, "expert " + std::to_string(ex) + " twice");
-      seen[ex] = true;
-      t.expert.push_back(static_cast<int32_t>(ex));
-    }
-    const size_t k = t.expert.size() - first;
-    const std::vector<float> weights = r.numbers("weights", k, std::to_string(k) + " finite numbers, one per expert");
-    t.weight.insert(t.weight.end(), weights.begin(), weights.end());
-    t.kept.resize(first + k, 1);
-    if (r.has("kept")) {
-      const std::string what = std::to_string(k) + " flags (0 or 1), one per expert";
-      const json& kept = r.array("kept", what);
-      if (kept.size() != k) r.expected("kept", what, std::to_string(kept.size()) + " flags");
-      for (size_t i = 0; i < k; ++i) {
-        const json& f = kept[i];
-        if (f.is_boolean()) {
-          t.kept[first + i] = f.get<bool>() ? 1 : 0;
-        } else if (f.is_number_integer() && (f.get<int64_t>() == 0 || f.get<int64_t>() == 1)) {
-          t.kept[first + i] = static_cast<uint8_t>(f.get<int64_t>());
-        } else {
-          r.expected("kept", what, describe(f));
-        }
-      }
-    }
-    const int64_t token_id = r.has("token_id") ? r.integer("token_id", 0, std::numeric_limits<int64_t>::max()) : -1;
     uint8_t phase = 0;
     if (r.has("phase")) phase = r.text("phase") == "prefill" ? 1 : 2;
     const bool line_has_logits = r.has("logits");
-    if (line_has_logits) {
-      const std::vector<float> logits = r.numbers("logits", static_cast<size_t>(num_experts),
-                                                  std::to_string(num_experts) + " finite router logits (model.experts)");
-      t.logits.insert(t.logits.end(), logits.begin(), logits.end());
-    }
     if (first_line == 0) {
       first_line = line_no;
       t.has_logits = line_has_logits;
@@ -187,13 +160,96 @@ FlatTrace parse_flat(std::istream& in, const std::string& name, int num_experts)
       r.fail(std::string(line_has_logits ? "has" : "has no") + " \"logits\" but line " + std::to_string(first_line) +
              (t.has_logits ? " has" : " has none") + ": a trace carries logits on every line or on none");
     }
-    t.row_step.push_back(step);
-    t.row_layer.push_back(static_cast<int32_t>(layer));
-    t.row_token.push_back(token);
-    t.row_token_id.push_back(token_id);
-    t.row_line.push_back(line_no);
-    t.row_phase.push_back(phase);
-    t.row_offset.push_back(static_cast<int64_t>(t.expert.size()));
+    // One token's row: `at` names the row's values in messages ("experts", or "experts[3]" on a batch line).
+    auto add_row = [&](int64_t token, int64_t token_id, const json& experts, const json& weights, const json* kept,
+                       const json* logits, const std::string& at) {
+      const std::string ex_key = "experts" + at, w_key = "weights" + at, kept_key = "kept" + at,
+                        lg_key = "logits" + at;
+      if (!experts.is_array()) r.expected(ex_key, ids_what, describe(experts));
+      std::fill(seen.begin(), seen.end(), false);
+      const size_t first = t.expert.size();
+      for (const json& x : experts) {
+        if (!x.is_number_integer()) r.expected(ex_key, ids_what, describe(x));
+        const int64_t ex = x.get<int64_t>();
+        if (ex < 0 || ex >= num_experts) {
+          r.expected(ex_key, ids_what + " (model.experts = " + std::to_string(num_experts) + ")", describe(x));
+        }
+        if (seen[ex]) r.expected(ex_key, ids_what, "expert " + std::to_string(ex) + " twice");
+        seen[ex] = true;
+        t.expert.push_back(static_cast<int32_t>(ex));
+      }
+      const size_t k = t.expert.size() - first;
+      const std::vector<float> w =
+          r.numbers_of(w_key, weights, k, std::to_string(k) + " finite numbers, one per expert");
+      t.weight.insert(t.weight.end(), w.begin(), w.end());
+      t.kept.resize(first + k, 1);
+      if (kept != nullptr) {
+        const std::string what = std::to_string(k) + " flags (0 or 1), one per expert";
+        if (!kept->is_array()) r.expected(kept_key, what, describe(*kept));
+        if (kept->size() != k) r.expected(kept_key, what, std::to_string(kept->size()) + " flags");
+        for (size_t i = 0; i < k; ++i) {
+          const json& f = (*kept)[i];
+          if (f.is_boolean()) {
+            t.kept[first + i] = f.get<bool>() ? 1 : 0;
+          } else if (f.is_number_integer() && (f.get<int64_t>() == 0 || f.get<int64_t>() == 1)) {
+            t.kept[first + i] = static_cast<uint8_t>(f.get<int64_t>());
+          } else {
+            r.expected(kept_key, what, describe(f));
+          }
+        }
+      }
+      if (logits != nullptr) {
+        const std::vector<float> lg = r.numbers_of(lg_key, *logits, static_cast<size_t>(num_experts),
+                                                   std::to_string(num_experts) + " finite router logits (model.experts)");
+        t.logits.insert(t.logits.end(), lg.begin(), lg.end());
+      }
+      t.row_step.push_back(step);
+      t.row_layer.push_back(static_cast<int32_t>(layer));
+      t.row_token.push_back(token);
+      t.row_token_id.push_back(token_id);
+      t.row_line.push_back(line_no);
+      t.row_phase.push_back(phase);
+      t.row_offset.push_back(static_cast<int64_t>(t.expert.size()));
+    };
+    const json& experts = r.array("experts", ids_what);
+    if (!r.has("token") && !experts.empty() && experts.front().is_array()) {
+      // A batch line: the (step, layer) batch's tokens 0..n-1, row i of each list (docs/workloads.md).
+      r.only_batch_keys();
+      const size_t n = experts.size();
+      const std::string rows_what = std::to_string(n) + " rows, one per token of \"experts\"";
+      const json& weights = r.array("weights", rows_what);
+      if (weights.size() != n) r.expected("weights", rows_what, std::to_string(weights.size()) + " rows");
+      const json* kept = r.has("kept") ? &r.array("kept", rows_what) : nullptr;
+      if (kept != nullptr && kept->size() != n) r.expected("kept", rows_what, std::to_string(kept->size()) + " rows");
+      const json* logits = line_has_logits ? &r.array("logits", rows_what) : nullptr;
+      if (logits != nullptr && logits->size() != n)
+        r.expected("logits", rows_what, std::to_string(logits->size()) + " rows");
+      const json* ids = r.has("token_ids") ? &r.array("token_ids", rows_what) : nullptr;
+      if (ids != nullptr && ids->size() != n) r.expected("token_ids", rows_what, std::to_string(ids->size()) + " ids");
+      for (size_t i = 0; i < n; ++i) {
+        int64_t token_id = -1;
+        if (ids != nullptr) {
+          const json& id = (*ids)[i];
+          const bool fits = id.is_number_integer() &&
+                            (id.is_number_unsigned()
+                                 ? id.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                                 : id.get<int64_t>() >= 0);
+          if (!fits) r.expected("token_ids", "integers >= 0", describe(id));
+          token_id = id.get<int64_t>();
+        }
+        const std::string at = "[" + std::to_string(i) + "]";
+        add_row(static_cast<int64_t>(i), token_id, experts[i], weights[i], kept ? &(*kept)[i] : nullptr,
+                logits ? &(*logits)[i] : nullptr, at);
+      }
+      if (n == 0) r.fail("\"experts\": expected at least one token's row, got none");
+    } else {
+      r.no_batch_keys();
+      const int64_t token = r.integer("token", 0, kMaxIndex);
+      const int64_t token_id = r.has("token_id") ? r.integer("token_id", 0, std::numeric_limits<int64_t>::max()) : -1;
+      add_row(token, token_id, experts, r.array("weights", "one finite number per expert"),
+              r.has("kept") ? &r.array("kept", "one flag (0 or 1) per expert") : nullptr,
+              line_has_logits ? &r.array("logits", std::to_string(num_experts) + " finite router logits") : nullptr, "");
+    }
   }
   const int64_t rows = static_cast<int64_t>(t.row_step.size());
   if (rows == 0) throw InputError(name + ": expected at least one trace line (JSON Lines), got none");
@@ -319,7 +375,7 @@ FlatTrace read_flat_trace_file(const std::string& path, int num_experts) {
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": cannot read a directory: expected a trace file (JSON Lines)");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the trace file");
+  if (!in) throw open_failure<InputError>(path, path + ": cannot open the trace file");
   FlatTrace t = parse_flat(in, path, num_experts);
   if (in.bad()) throw InputError(path + ": cannot read the trace file");
   return t;

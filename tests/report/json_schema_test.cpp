@@ -165,6 +165,8 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
   expect_documented("sweep", json_of("sweep --measure --vary workload.batch=32,64" + kSmall), {kEvery, "sweep"},
                     {"--measure"});
   expect_documented("validate", json_of("validate --batches 16,32" + kSmall), {kEvery, "validate"}, {});
+  testing::write_text(dir + "/loads.json", R"({"p": {"0": [10, 2, 3, 1], "3": [4, 4, 4, 4]}})");
+  expect_documented("plan", json_of("plan " + dir + "/loads.json --devices 2 --replicas 2"), {"plan --format json"}, {});
   testing::write_text(dir + "/l.csv", "1,0,2,0\n0,3,0,1\n");
   expect_documented("route", json_of("route --logits " + dir + "/l.csv --top-k 2"), {kEvery, "route"}, {});
   expect_documented("route, aux_free_bias", json_of("route --logits " + dir + "/l.csv --top-k 2 --gating aux_free_bias"),

@@ -280,6 +280,35 @@ class Cost(unittest.TestCase):
             moesim.cost([10] * 8, hardware="no-such-gpu")
 
 
+class Plan(unittest.TestCase):
+    def test_plan_is_the_clis_file(self):
+        loads = [[10, 2, 3, 1], [1, 1, 7, 7]]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "loads.json")
+            with open(path, "w") as f:
+                json.dump({"p": {"0": loads[0], "1": loads[1]}}, f)
+            for fmt in ("vllm", "sglang", "trtllm"):
+                want = cli("plan", path, "--devices", "2", "--replicas", "2", "--format", fmt)[1]
+                got = moesim.plan(np.array(loads), devices=2, replicas=2, format=fmt)
+                if fmt == "trtllm":  # its comment names the loads' file: the module's is a temporary one
+                    got, want = got.splitlines()[1:], want.splitlines()[1:]
+                self.assertEqual(got, want)
+            # A path is planned as the CLI plans it.
+            self.assertEqual(moesim.plan(path, devices=2, replicas=2, format="vllm"),
+                             cli("plan", path, "--devices", "2", "--replicas", "2", "--format", "vllm")[1])
+            out = os.path.join(tmp, "plan.json")
+            self.assertIsNone(moesim.plan(path, devices=2, replicas=2, out=out))
+            with open(out) as f:
+                self.assertEqual(json.load(f)["layers"][0]["physical_to_logical"], [0, 0, 3, 0, 2, 1])
+        with self.assertRaises(ValueError):
+            moesim.plan([10, 2, 3, 1], devices=3, replicas=0)  # 3 devices do not divide 4 slots
+        with self.assertRaises(FileNotFoundError):
+            moesim.plan("no/such/loads.json", devices=2)
+
+    def test_config_is_the_runs_effective_experiment(self):
+        self.assertEqual(moesim.config(), cli_json("run", "--no-execute")["experiment"]["config"])
+
+
 class Readme(unittest.TestCase):
     def test_the_readme_python_example_runs(self):
         with open(os.path.join(SOURCE, "README.md")) as f:

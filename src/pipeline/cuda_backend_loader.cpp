@@ -3,7 +3,8 @@
 // CUDA driver first (libcuda.so.1, cuInit, cuDeviceGetCount): on a machine without a driver or a device it
 // answers without loading the module, so that a CPU run never pays the CUDA runtime's and cuBLAS's start.
 // The module is looked for at $MOESIM_CUDA_MODULE, else beside the running executable, else one folder
-// up (the build tree's tests/). Never unloaded: exceptions and handles it made stay valid.
+// up (the build tree's tests/), else beside the library this code is in and up to two folders up (the
+// Python module in build/python/moesim/). Never unloaded: exceptions and handles it made stay valid.
 #if defined(MOESIM_HAS_CUDA)
 
 #include <dlfcn.h>
@@ -36,6 +37,16 @@ std::vector<std::filesystem::path> module_candidates() {
   if (!ec) {
     out.push_back(exe.parent_path() / kModuleFile);
     out.push_back(exe.parent_path().parent_path() / kModuleFile);
+  }
+  // The file this code is linked into, where that is not the executable: the Python module
+  // (build/python/moesim/_core*.so) finds the build's module two folders up.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&module_candidates), &info) != 0 && info.dli_fname != nullptr) {
+    const std::filesystem::path self = std::filesystem::absolute(info.dli_fname, ec);
+    if (!ec && self != exe) {
+      std::filesystem::path dir = self.parent_path();
+      for (int up = 0; up < 3 && !dir.empty(); ++up, dir = dir.parent_path()) out.push_back(dir / kModuleFile);
+    }
   }
   return out;
 }

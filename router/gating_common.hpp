@@ -172,6 +172,29 @@ struct SigmoidWeight {
   MOESIM_HD double operator()(int j) const { return sigmoid(static_cast<double>(row[expert[j]])); }
 };
 
+// out[j] = float(exp(z_j - m) / den * scaling) over the k chosen logits z_j = row[expert[j]], m their maximum,
+// den = sum_j exp(z_j - m) in slot order: FullSoftmaxWeight's arithmetic, each exp computed once (up to
+// kTopKMaxLanes slots; beyond, twice, as FullSoftmaxWeight does), so the bits are the same.
+MOESIM_HD inline void chosen_softmax(const float* row, const int32_t* expert, int top_k, double scaling, float* out) {
+  double m = row[expert[0]];
+  for (int j = 1; j < top_k; ++j) {
+    if (static_cast<double>(row[expert[j]]) > m) m = row[expert[j]];
+  }
+  if (top_k > kTopKMaxLanes) {
+    double den = 0.0;
+    for (int j = 0; j < top_k; ++j) den += exp(static_cast<double>(row[expert[j]]) - m);
+    write_weights(FullSoftmaxWeight{row, expert, m, den}, top_k, false, scaling, out);
+    return;
+  }
+  double e[kTopKMaxLanes];
+  double den = 0.0;
+  for (int j = 0; j < top_k; ++j) {
+    e[j] = exp(static_cast<double>(row[expert[j]]) - m);
+    den += e[j];
+  }
+  for (int j = 0; j < top_k; ++j) out[j] = static_cast<float>(e[j] / den * scaling);
+}
+
 // Combine weights of one token under `rule`. row: [num_experts] logits; expert, key: [top_k] from
 // select_topk on the logits (key[j] = z_{expert[j]}, descending); out: [top_k].
 MOESIM_HD inline void gate_weights(const float* row, int num_experts, const int32_t* expert, int top_k,
@@ -182,27 +205,15 @@ MOESIM_HD inline void gate_weights(const float* row, int num_experts, const int3
     // Softmax over all E renormalised over the k chosen: the full denominator cancels, so this is the
     // softmax over the chosen logits (equal up to the last bits of the double arithmetic, one exp per
     // slot instead of one per expert).
-    double m = row[expert[0]];
-    for (int j = 1; j < top_k; ++j) {
-      if (static_cast<double>(row[expert[j]]) > m) m = row[expert[j]];
-    }
-    double den = 0.0;
-    for (int j = 0; j < top_k; ++j) den += exp(static_cast<double>(row[expert[j]]) - m);
-    write_weights(FullSoftmaxWeight{row, expert, m, den}, top_k, false, rule.scaling, out);
+    chosen_softmax(row, expert, top_k, rule.scaling, out);
   } else if (rule.pre_softmax) {
     const double m = row_max(row, num_experts);
     const double den = softmax_denominator(row, num_experts, m);
     write_weights(FullSoftmaxWeight{row, expert, m, den}, top_k, rule.renormalize, rule.scaling, out);
   } else {
-    // Softmax over the chosen logits: the maximum over the chosen is not necessarily slot 0 when the
-    // selection used another key (sinkhorn), so take it explicitly.
-    double m = row[expert[0]];
-    for (int j = 1; j < top_k; ++j) {
-      if (static_cast<double>(row[expert[j]]) > m) m = row[expert[j]];
-    }
-    double den = 0.0;
-    for (int j = 0; j < top_k; ++j) den += exp(static_cast<double>(row[expert[j]]) - m);
-    write_weights(FullSoftmaxWeight{row, expert, m, den}, top_k, false, rule.scaling, out);
+    // Softmax over the chosen logits (the maximum over the chosen is not necessarily slot 0 when the
+    // selection used another key: sinkhorn).
+    chosen_softmax(row, expert, top_k, rule.scaling, out);
   }
 }
 

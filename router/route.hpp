@@ -57,6 +57,9 @@ int64_t capacity_scope_tokens(const RouterConfig& cfg, const RouteRequest& req);
 // groups dividing num_experts, 1 <= topk_groups <= groups and topk_groups * E / groups >= top_k
 // (group_limited, aux_free_bias), bias_update_rate >= 0 and state bias empty or sized num_experts
 // (aux_free_bias).
-void check_route_request(const RouterConfig& cfg, const RouteRequest& req, const RouterState* state);
+// check_finite false leaves out the scan of every logit: for a backend whose gating pass checks them itself
+// (and calls this again with it, to throw the same error, when a logit is not finite).
+void check_route_request(const RouterConfig& cfg, const RouteRequest& req, const RouterState* state,
+                         bool check_finite = true);
 
 }  // namespace moesim

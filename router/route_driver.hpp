@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -63,6 +64,18 @@ Routing finish_routing(Routing r, V32&& token, V32&& expert, VF&& weight, V8&& k
 // req.logits and req.token_ids are host memory; the result is a host Routing.
 namespace router_detail {
 
+// Passes a backend runs its own way: Traits::token_choice (the host's SIMD rows, which check the logits in
+// that pass, so the request check leaves them out) and Traits::expert_choice (the host's selection per
+// expert); each gives the generic template's bytes.
+template <class Traits, class = void>
+struct HasTokenChoice : std::false_type {};
+template <class Traits>
+struct HasTokenChoice<Traits, std::void_t<decltype(&Traits::token_choice)>> : std::true_type {};
+template <class Traits, class = void>
+struct HasExpertChoice : std::false_type {};
+template <class Traits>
+struct HasExpertChoice<Traits, std::void_t<decltype(&Traits::expert_choice)>> : std::true_type {};
+
 // Expert choice: each expert picks its capacity's worth of tokens; every assignment is kept.
 template <class Traits>
 Routing route_expert_choice(const RouterConfig& cfg, const RouteRequest& req, RouterState* state, int64_t scope,
@@ -82,10 +95,15 @@ Routing route_expert_choice(const RouterConfig& cfg, const RouteRequest& req, Ro
   auto weight = Traits::template make<float>(total);
   auto kept = Traits::template make<uint8_t>(total);
   auto score = Traits::template make<double>(n * num_e);
-  auto perm = Traits::template make<int64_t>(n * num_e);
-  expert_choice_gating(policy, logits, n, num_e, cfg.score, cfg.routed_scaling_factor, c, scope,
-                       Traits::data(token), Traits::data(expert), Traits::data(weight),
-                       ExpertChoiceScratch{Traits::data(score), Traits::data(perm)});
+  if constexpr (HasExpertChoice<Traits>::value) {
+    Traits::expert_choice(logits, n, num_e, cfg.score, cfg.routed_scaling_factor, c, scope, Traits::data(token),
+                          Traits::data(expert), Traits::data(weight), Traits::data(score));
+  } else {
+    auto perm = Traits::template make<int64_t>(n * num_e);
+    expert_choice_gating(policy, logits, n, num_e, cfg.score, cfg.routed_scaling_factor, c, scope,
+                         Traits::data(token), Traits::data(expert), Traits::data(weight),
+                         ExpertChoiceScratch{Traits::data(score), Traits::data(perm)});
+  }
   thrust::fill(policy, Traits::data(kept), Traits::data(kept) + total, static_cast<uint8_t>(1));
   return router_detail::finish_routing<Traits>(std::move(r), std::move(token), std::move(expert), std::move(weight),
                                                std::move(kept), state);
@@ -95,7 +113,8 @@ Routing route_expert_choice(const RouterConfig& cfg, const RouteRequest& req, Ro
 
 template <class Traits>
 Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState* state) {
-  check_route_request(cfg, req, state);
+  constexpr bool kFusedTokenChoice = router_detail::HasTokenChoice<Traits>::value;
+  check_route_request(cfg, req, state, !(kFusedTokenChoice && cfg.gating == Gating::token_choice));
   auto policy = Traits::policy();
   const int64_t n = req.num_tokens;
   const int num_e = req.num_experts;
@@ -134,7 +153,13 @@ Routing route_with(const RouterConfig& cfg, const RouteRequest& req, RouterState
     case Gating::noisy_top_k: {
       auto key = Traits::template make<double>(m);
       if (cfg.gating == Gating::token_choice) {
-        token_choice_gating(policy, logits, n, num_e, k, rule, ex, w, Traits::data(key));
+        if constexpr (kFusedTokenChoice) {
+          // A logit that is not finite: the request check names the first, as it does for every backend.
+          if (Traits::token_choice(logits, n, num_e, k, rule, ex, w, Traits::data(key)) >= 0)
+            check_route_request(cfg, req, state);
+        } else {
+          token_choice_gating(policy, logits, n, num_e, k, rule, ex, w, Traits::data(key));
+        }
       } else {
         noisy_topk_gating(policy, logits, n, num_e, k, cfg.noise_std, req.seed, cfg.routed_scaling_factor, ex, w,
                           Traits::data(key));

@@ -13,6 +13,8 @@
 
 #include "router/route.hpp"
 #include "router/route_driver.hpp"
+#include "kernels/host/expert_choice_rows.hpp"
+#include "kernels/host/topk_rows.hpp"
 
 namespace moesim {
 namespace {
@@ -53,6 +55,18 @@ struct HostRouteTraits {
   template <class T>
   static std::vector<T> copy_out(vector<T>&& v) {
     return std::move(v);
+  }
+  // Expert choice by a selection per expert (kernels/host/expert_choice_rows.hpp).
+  static void expert_choice(const float* logits, int64_t n, int num_experts, ScoreFunction score, double scaling,
+                            int64_t capacity, int64_t group_tokens, int32_t* token, int32_t* expert, float* weight,
+                            double* score_scratch) {
+    expert_choice_rows(logits, n, num_experts, score, scaling, capacity, group_tokens, token, expert, weight,
+                       score_scratch, kParallel);
+  }
+  // Token choice in one pass over each token's logits, SIMD selection (kernels/host/topk_rows.hpp).
+  static int64_t token_choice(const float* logits, int64_t n, int num_experts, int top_k, const GateWeightRule& rule,
+                              int32_t* expert, float* weight, double* key) {
+    return token_choice_rows(logits, n, num_experts, top_k, rule, expert, weight, key, kParallel);
   }
 };
 

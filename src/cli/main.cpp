@@ -9,12 +9,14 @@
 
 #include "src/cli/cli_common.hpp"
 #include "src/cli/commands.hpp"
+#include "src/common/allocator.hpp"
 #include "src/common/build_info.hpp"
 #include "src/common/error.hpp"
 #include "src/report/provenance.hpp"
 
 int main(int argc, char** argv) {
   using namespace moesim;
+  configure_host_allocator();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     std::cout << cli::usage_text();
     return argc < 2 ? kExitBadInput : kExitOk;

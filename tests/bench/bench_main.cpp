@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "src/common/allocator.hpp"
 #include "src/common/error.hpp"
 #include "tests/bench/moe_bench.hpp"
 
@@ -38,6 +39,7 @@ int to_positive_int(const std::string& flag, const std::string& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  moesim::configure_host_allocator();  // as the moesim binary runs: the library is timed as the CLI uses it
   using moesim::bench::options;
   std::vector<char*> rest = {argv[0]};
   std::string export_dir;

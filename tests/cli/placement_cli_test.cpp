@@ -126,5 +126,19 @@ TEST(PlacementCli, EplbPreconditionsExitTwoWithOneLine) {
   }
 }
 
+// Every shipped GPU profile knows its scale-up domain: past it, a profile without a scale-out NIC figure (the
+// PCIe cards) refuses the placement instead of costing it as one domain; within it, the run goes on.
+TEST(PlacementCli, PastTheDomainWithoutANicExitsTwoNamingTheKey) {
+  const std::string run = "run --no-execute --set model.experts=16 --set model.top_k=2 --set router.groups=1"
+                          " --set router.topk_groups=1 --set placement.kind=expert_parallel --set hardware=";
+  for (const std::string gpu : {"t4", "l4", "a10", "a100-40gb-pcie"}) {
+    const auto past = run_cli(run + gpu + " --set model.dtype=fp16 --set placement.devices=16");
+    EXPECT_EQ(past.exit_code, 2) << gpu << ": " << past.err;
+    EXPECT_NE(past.err.find(gpu + ": hardware.inter_node_bandwidth_gbs"), std::string::npos) << past.err;
+    const auto within = run_cli(run + gpu + " --set model.dtype=fp16 --set placement.devices=8");
+    EXPECT_EQ(within.exit_code, 0) << gpu << ": " << within.err;
+  }
+}
+
 }  // namespace
 }  // namespace moesim

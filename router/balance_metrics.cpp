@@ -135,25 +135,11 @@ std::vector<int64_t> own_top1_counts(const Routing& r) {
   return top1;
 }
 
-void fill_losses(BalanceMetrics& m, const float* logits, const std::vector<int64_t>& top1, int64_t num_tokens,
-                 int top_k) {
+void fill_losses(BalanceMetrics& m, const LogitStats& stats, const std::vector<int64_t>& top1, int top_k) {
   const int num_experts = static_cast<int>(m.load.size());
-  std::vector<double> prob_sum(num_experts, 0.0), row(num_experts);
-  double z_sum = 0.0;
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const float* z = logits + t * num_experts;
-    double zmax = z[0];
-    for (int e = 1; e < num_experts; ++e) zmax = z[e] > zmax ? z[e] : zmax;
-    double s = 0.0;
-    for (int e = 0; e < num_experts; ++e) {
-      row[e] = std::exp(static_cast<double>(z[e]) - zmax);
-      s += row[e];
-    }
-    for (int e = 0; e < num_experts; ++e) prob_sum[e] += row[e] / s;
-    const double lse = zmax + std::log(s);
-    z_sum += lse * lse;
-  }
-  const double n = static_cast<double>(num_tokens);
+  const std::vector<double>& prob_sum = stats.prob_sum;
+  const double z_sum = stats.z_sum;
+  const double n = static_cast<double>(stats.num_tokens);
   double mixtral = 0.0, switch_sum = 0.0, gshard = 0.0;
   for (int e = 0; e < num_experts; ++e) {
     const double p = prob_sum[e] / n;
@@ -179,8 +165,37 @@ void fill_losses(BalanceMetrics& m, const float* logits, const std::vector<int64
 
 }  // namespace
 
+LogitStats logit_stats(const float* logits, int64_t num_tokens, int num_experts) {
+  LogitStats st;
+  st.num_tokens = num_tokens;
+  st.prob_sum.assign(static_cast<size_t>(num_experts), 0.0);
+  std::vector<double> row(static_cast<size_t>(num_experts));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* z = logits + t * num_experts;
+    double zmax = z[0];
+    for (int e = 1; e < num_experts; ++e) zmax = z[e] > zmax ? z[e] : zmax;
+    double s = 0.0;
+    for (int e = 0; e < num_experts; ++e) {
+      row[e] = std::exp(static_cast<double>(z[e]) - zmax);
+      s += row[e];
+    }
+    for (int e = 0; e < num_experts; ++e) st.prob_sum[e] += row[e] / s;
+    const double lse = zmax + std::log(s);
+    st.z_sum += lse * lse;
+  }
+  return st;
+}
+
 BalanceMetrics compute_balance_metrics(const Routing& r, const float* logits, Layout layout,
                                        int block_size) {
+  if (logits == nullptr || r.num_tokens <= 0 || r.num_experts < 1) {
+    LogitStats none;
+    return compute_balance_metrics(r, none, layout, block_size);
+  }
+  return compute_balance_metrics(r, logit_stats(logits, r.num_tokens, r.num_experts), layout, block_size);
+}
+
+BalanceMetrics compute_balance_metrics(const Routing& r, const LogitStats& stats, Layout layout, int block_size) {
   MOESIM_REQUIRE(r.num_experts >= 1, "num_experts must be >= 1, got " << r.num_experts);
   MOESIM_REQUIRE(r.top_k >= 1, "top_k must be >= 1, got " << r.top_k);
   MOESIM_REQUIRE(r.num_tokens >= 0, "num_tokens must be >= 0, got " << r.num_tokens);
@@ -216,7 +231,12 @@ BalanceMetrics compute_balance_metrics(const Routing& r, const float* logits, La
   m.tokens_unrouted = 0;
   for (uint8_t f : routed) m.tokens_unrouted += f ? 0 : 1;
   m.padding_waste = padding_waste(m.load, r.capacity, layout, block_size);
-  if (logits != nullptr && r.num_tokens > 0) fill_losses(m, logits, own_top1_counts(r), r.num_tokens, r.top_k);
+  if (!stats.prob_sum.empty() && r.num_tokens > 0) {
+    MOESIM_REQUIRE(stats.num_tokens == r.num_tokens && static_cast<int>(stats.prob_sum.size()) == num_experts,
+                   "logit statistics of " << stats.num_tokens << " tokens x " << stats.prob_sum.size()
+                                          << " experts for a routing of " << r.num_tokens << " x " << num_experts);
+    fill_losses(m, stats, own_top1_counts(r), r.top_k);
+  }
   return m;
 }
 

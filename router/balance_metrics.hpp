@@ -56,6 +56,19 @@ struct BalanceMetrics {
 BalanceMetrics compute_balance_metrics(const Routing& r, const float* logits, Layout layout,
                                        int block_size);
 
+// What the losses need of the logits alone, which every strategy routing the same batch shares: each expert's
+// softmax probability summed over the tokens, and the squared log-sum-exp summed (in token order, serially:
+// the same bits wherever it is computed).
+struct LogitStats {
+  std::vector<double> prob_sum;  // [num_experts]
+  double z_sum = 0.0;
+  int64_t num_tokens = 0;
+};
+LogitStats logit_stats(const float* logits, int64_t num_tokens, int num_experts);
+// compute_balance_metrics with the logits' statistics already taken (stats.num_tokens must be r's, and
+// stats.prob_sum sized r.num_experts): the same metrics, without another pass over the logits.
+BalanceMetrics compute_balance_metrics(const Routing& r, const LogitStats& stats, Layout layout, int block_size);
+
 // Metrics of a per-expert load profile (no logits, no drops, dropless layout): load = demand, and
 // every token is assumed routed. Requires load non-empty, entries >= 0, num_tokens >= 0, top_k >= 1.
 BalanceMetrics metrics_from_loads(const std::vector<int64_t>& load, int64_t num_tokens, int top_k);

@@ -2,7 +2,7 @@
 # Whole-process `moesim compare` against a baseline binary in the same run (docs/performance.md "The router"):
 #   1. compare --gating all on a DeepSeek-V3-sized synthetic batch (configs/experiments/deepseek-v3-batch.yaml
 #      at 65536 tokens: 256 experts, top-8, every gating strategy), --no-execute;
-#   2. compare on a seeded 176 MB Megatron-LM router trace (400 steps x 26 layers x 512 tokens, top-8 of 64,
+#   2. compare on a seeded 176 MB Megatron-LM router trace (552 steps x 26 layers x 512 tokens, top-8 of 64,
 #      capacity factor 1.25: replayed, as a trace without logits is; --gating all needs logits and exits 2);
 # each pair alternated REPEATS times (default 3), the medians and baseline / this build printed; the JSON
 # reports of both binaries must agree but for provenance (checked once per case).
@@ -31,7 +31,7 @@ python3 - "$work/router_trace_rank0.jsonl" <<'PY'
 import random, sys
 rng = random.Random(20261205)
 with open(sys.argv[1], "w") as f:
-    for step in range(400):
+    for step in range(552):
         for layer in range(26):
             rows = ",".join("[" + ",".join(str(e) for e in rng.sample(range(64), 8)) + "]" for _ in range(512))
             f.write('{"step": %d, "stage": "pre_dispatch", "block": "decoder", "layer": %d, "rank": 0, '

@@ -288,6 +288,8 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
   }
   const ExpertWeights* shared_ptr = e.model.shared_experts > 0 ? &shared : nullptr;
 
+  // The losses' pass over each batch's logits, taken once for every variant.
+  std::vector<LogitStats> stats(batches.size());
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
@@ -300,7 +302,9 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
         opts.routing_sink(RoutedBatch{static_cast<int64_t>(b), 0, "", &r, batches[b].logits.data(),
                                       has_ids ? batches[b].token_ids.data() : nullptr});
       }
-      vr.per_batch.push_back(compute_balance_metrics(r, batches[b].logits.data(), v.router.layout, v.router.block_size));
+      if (stats[b].prob_sum.empty() && batches[b].num_tokens > 0)
+        stats[b] = logit_stats(batches[b].logits.data(), batches[b].num_tokens, e.model.experts);
+      vr.per_batch.push_back(compute_balance_metrics(r, stats[b], v.router.layout, v.router.block_size));
       if (!state.expert_bias.empty())
         vr.bias_updates.push_back({static_cast<int64_t>(b), static_cast<int>(b), 0, state.expert_bias});
     }

@@ -7,7 +7,8 @@
 # (.ci/run does); without clang, the default compiler and no fuzzers. Left out, because they repeat code
 # paths the suite runs anyway and cost most of its time under the sanitizers: the `determinism` label (the
 # same determinism tests again under each OpenBLAS kernel: bytes, not memory), the tests that model every
-# published table at once (kHeavy below; the per-table validate tests run), and the tests whose checks are
+# published table at once and the one that calibrates this machine afresh (kHeavy below; the per-table
+# validate tests run), and the tests whose checks are
 # about bytes or documents over code paths the rest runs (kRepeats: the determinism suite, the key-effects
 # matrix, the JSON-schema and provenance walks).
 # MOESIM_SANITIZE_ALL=1 runs everything. Extra arguments go to cmake's configure step.
@@ -49,7 +50,7 @@ cd "$build"
 # determinism suite (the same runs again at other thread counts), the key-effects matrix (one run, compare
 # and sweep per key), the JSON-schema and provenance walks over every command's output.
 kRepeats='^(EveryKey/.*|Determinism\..*|JsonSchema\.EveryFieldIsDocumented|Provenance\.EveryCommandRecordsItsInvocation)$'
-kHeavy='^(Published\.(SkewPairsMatchTheMeasuredRatios|PowerLawMeanIsStable|ShippedProfilesCarryTheFit|ModelColumnIsTheNumberRunPrints)|PublishedCli\.(CostModelDocQuotesTheCurrentSummary|GateExitsOneAboveTheLimitAndZeroBelow)|PublishedCommCli\.PublishedScaleCaseAsDocumented)$'
+kHeavy='^(Published\.(SkewPairsMatchTheMeasuredRatios|PowerLawMeanIsStable|ShippedProfilesCarryTheFit|ModelColumnIsTheNumberRunPrints)|PublishedCli\.(CostModelDocQuotesTheCurrentSummary|GateExitsOneAboveTheLimitAndZeroBelow)|PublishedCommCli\.(PublishedScaleCaseAsDocumented|CostModelDocQuotesTheCurrentSummary)|ValidateCli\.AnotherMachinesProfileIsRecalibratedIntoTheUserCache)$'
 if [ "${MOESIM_SANITIZE_ALL:-0}" = 1 ]; then
   ctest --output-on-failure -j"${MOESIM_JOBS:-$(nproc)}" -LE gpu
 else

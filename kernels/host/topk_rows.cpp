@@ -3,7 +3,9 @@
 #include "kernels/host/topk_rows.hpp"
 
 // GCC 12's avx512fintrin.h builds _mm512_max_ps from an undefined vector and then warns about it.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

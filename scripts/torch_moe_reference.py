@@ -31,7 +31,7 @@ TENSOR_HIDDEN, TENSOR_ROUTER, TENSOR_LOGITS = 1, 2, 3
 LAYER_SHAPES = [(512, 1024, 2816, 8, 2), (4096, 1024, 2816, 8, 2), (4096, 2048, 1408, 64, 6),
                 (16384, 1024, 512, 64, 8)]
 DISPATCH_SHAPES = [(16384, 4096, 64, 2), (65536, 1024, 256, 8)]
-ROUTER_SHAPE = (65536, 256, 8)
+ROUTER_SHAPES = [(65536, 256, 8), (16384, 64, 6)]  # tests/bench/bench_inputs.hpp kRouterShapes
 
 
 def mix64_int(z):
@@ -194,11 +194,11 @@ def run(args):
             w, sel = router_only(logits, k)
             timed(name, lambda: dispatch_given(x, w, sel, e), args.repeats, out)
             del x, logits
-        n, e, k = ROUTER_SHAPE
-        name = "router/N%d_E%d_k%d/softmax_topk" % ROUTER_SHAPE
-        if wanted(name):
-            logits = torch.from_numpy(uniform_tensor(SEED, TENSOR_LOGITS, n * e, 1.0).reshape(n, e))
-            timed(name, lambda: router_only(logits, k), args.repeats, out)
+        for n, e, k in ROUTER_SHAPES:
+            name = "router/N%d_E%d_k%d/softmax_topk" % (n, e, k)
+            if wanted(name):
+                logits = torch.from_numpy(uniform_tensor(SEED, TENSOR_LOGITS, n * e, 1.0).reshape(n, e))
+                timed(name, lambda: router_only(logits, k), args.repeats, out)
 
 
 def check(directory):

@@ -26,6 +26,7 @@
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/host/reused_buffer.hpp"
 #include "kernels/moe_layer.hpp"
+#include "kernels/host/streaming_rows.hpp"
 
 namespace moesim {
 
@@ -192,7 +193,9 @@ ExpertWeights make_expert_weights(int num_experts, int64_t hidden, int64_t ffn, 
 void gather_rows_omp(const float* x, int64_t hidden, const Routing& r, const DispatchPlan& plan, float* xg) {
   MOESIM_REQUIRE(hidden >= 1, "gather needs hidden >= 1, got " << hidden);
   require_plan_matches(r, plan);
-  if (plan.rows * hidden >= kParallelCopyFloats) {
+  if (plan.rows * hidden * static_cast<int64_t>(sizeof(float)) >= kStreamingGatherBytes) {
+    gather_rows_streaming(x, hidden, r.token.data(), plan.row_assignment.data(), plan.rows, xg);
+  } else if (plan.rows * hidden >= kParallelCopyFloats) {
     gather_rows(thrust::omp::par, x, hidden, r.token.data(), plan.row_assignment.data(), plan.rows, xg);
   } else {
     gather_rows(thrust::cpp::par, x, hidden, r.token.data(), plan.row_assignment.data(), plan.rows, xg);

@@ -77,9 +77,14 @@ inline const std::vector<DispatchShape>& dispatch_shapes() {
 }
 
 // Router only: 65536 tokens x 256 experts, top-8.
-constexpr int64_t kRouterTokens = 65536;
-constexpr int kRouterExperts = 256;
-constexpr int kRouterTopK = 8;
+// Router-only shapes: DeepSeek-V3's 256 experts top-8 at 65536 tokens, and a 64-expert top-6 router
+// (DeepSeek-V2-Lite, Qwen1.5-MoE's 60 + 4) at 16384.
+struct RouterShape {
+  int64_t num_tokens;
+  int num_experts;
+  int top_k;
+};
+constexpr RouterShape kRouterShapes[] = {{65536, 256, 8}, {16384, 64, 6}};
 
 // Writes a float32 or int32 array as .npy (format 1.0, C order). Throws InputError on I/O failure.
 template <class T>

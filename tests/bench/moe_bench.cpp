@@ -326,15 +326,15 @@ void register_benchmarks() {
     configure(RegisterBenchmark((p + "combine").c_str(), bench_dispatch, s, 2), false);
     configure(RegisterBenchmark((p + "dispatch").c_str(), bench_dispatch, s, 3), false);
   }
-  {
-    const std::string p = "router/N" + std::to_string(kRouterTokens) + "_E" + std::to_string(kRouterExperts) +
-                          "_k" + std::to_string(kRouterTopK) + "/";
-    configure(RegisterBenchmark((p + "ceiling_read").c_str(), bench_router_read), false);
-    configure(RegisterBenchmark((p + "softmax_topk").c_str(), bench_router, mixtral_router()), false);
+  for (const RouterShape& s : kRouterShapes) {
+    const std::string p = "router/N" + std::to_string(s.num_tokens) + "_E" + std::to_string(s.num_experts) + "_k" +
+                          std::to_string(s.top_k) + "/";
+    configure(RegisterBenchmark((p + "ceiling_read").c_str(), bench_router_read, s), false);
+    configure(RegisterBenchmark((p + "softmax_topk").c_str(), bench_router, s, mixtral_router()), false);
     RouterConfig topk_softmax = mixtral_router();
     topk_softmax.pre_softmax = false;
     topk_softmax.renormalize = false;
-    configure(RegisterBenchmark((p + "topk_then_softmax").c_str(), bench_router, topk_softmax), false);
+    configure(RegisterBenchmark((p + "topk_then_softmax").c_str(), bench_router, s, topk_softmax), false);
   }
   const int all = max_threads();
   for (int which = 0; which < 2; ++which) {

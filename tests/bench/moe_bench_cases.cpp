@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -117,26 +119,30 @@ void bench_dispatch(State& state, DispatchShape s, int phase) {
 // ---- router only ---------------------------------------------------------------------------------
 
 struct RouterCase {
-  std::vector<float> logits =
-      uniform_tensor(kSeed, kTensorLogits, kRouterTokens * kRouterExperts, 1.0f);
+  RouterShape shape;
+  std::vector<float> logits;
   bool verified = false;
+  explicit RouterCase(RouterShape s)
+      : shape(s), logits(uniform_tensor(kSeed, kTensorLogits, s.num_tokens * s.num_experts, 1.0f)) {}
   RouteRequest request() const {
     RouteRequest req;
     req.logits = logits.data();
-    req.num_tokens = kRouterTokens;
-    req.num_experts = kRouterExperts;
-    req.top_k = kRouterTopK;
+    req.num_tokens = shape.num_tokens;
+    req.num_experts = shape.num_experts;
+    req.top_k = shape.top_k;
     return req;
   }
 };
 
-RouterCase& router_case() {
-  static RouterCase c;
-  return c;
+RouterCase& router_case(RouterShape s) {
+  static std::map<std::tuple<int64_t, int, int>, std::unique_ptr<RouterCase>> cases;
+  auto& c = cases[{s.num_tokens, s.num_experts, s.top_k}];
+  if (!c) c = std::make_unique<RouterCase>(s);
+  return *c;
 }
 
-void bench_router(State& state, RouterConfig cfg) {
-  RouterCase& c = router_case();
+void bench_router(State& state, RouterShape shape, RouterConfig cfg) {
+  RouterCase& c = router_case(shape);
   if (!c.verified) {
     c.verified = true;
     const Routing got = route_omp(cfg, c.request(), nullptr);
@@ -144,8 +150,8 @@ void bench_router(State& state, RouterConfig cfg) {
       std::string m = compare_routing(got, route_ref(cfg, c.request(), nullptr));
       // The first 4096 tokens again with logits rounded to quarters: ties everywhere (lower expert wins).
       RouteRequest ties = c.request();
-      ties.num_tokens = 4096;
-      std::vector<float> rounded(c.logits.begin(), c.logits.begin() + ties.num_tokens * kRouterExperts);
+      ties.num_tokens = std::min<int64_t>(4096, shape.num_tokens);
+      std::vector<float> rounded(c.logits.begin(), c.logits.begin() + ties.num_tokens * shape.num_experts);
       for (float& v : rounded) v = std::round(v * 4.0f) / 4.0f;
       ties.logits = rounded.data();
       if (m.empty()) m = compare_routing(route_omp(cfg, ties, nullptr), route_ref(cfg, ties, nullptr));
@@ -153,15 +159,15 @@ void bench_router(State& state, RouterConfig cfg) {
     }
   }
   for (auto _ : state) benchmark::DoNotOptimize(route_omp(cfg, c.request(), nullptr));
-  const double bytes = 4.0 * kRouterTokens * kRouterExperts;
+  const double bytes = 4.0 * shape.num_tokens * shape.num_experts;
   state.counters["bytes"] = bytes;
   state.counters["bytes_per_second"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // The floor of any router: one parallel pass reading the logits (a sum).
-void bench_router_read(State& state) {
-  RouterCase& c = router_case();
-  const int64_t n = kRouterTokens * kRouterExperts;
+void bench_router_read(State& state, RouterShape shape) {
+  RouterCase& c = router_case(shape);
+  const int64_t n = shape.num_tokens * shape.num_experts;
   for (auto _ : state) {
     float sum = 0.0f;
 #pragma omp parallel for reduction(+ : sum) schedule(static)

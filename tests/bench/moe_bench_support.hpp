@@ -59,10 +59,10 @@ std::string check_swiglu_rows(const ExpertWeights& w, const DispatchPlan& plan, 
 // phase: 0 permutation, 1 gather, 2 combine (identity experts: expert_out = gathered rows), 3 all three.
 void bench_dispatch(State& state, DispatchShape s, int phase);
 
-void bench_router(State& state, RouterConfig cfg);
+void bench_router(State& state, RouterShape shape, RouterConfig cfg);
 
 // The floor of any router: one parallel pass reading the logits (a sum).
-void bench_router_read(State& state);
+void bench_router_read(State& state, RouterShape shape);
 
 // which: 0 grouped SwiGLU over 16 experts of 8 rows, 1 one sgemm of 8 rows (8 x 1024 x 1024).
 void bench_small(State& state, int which, int threads);

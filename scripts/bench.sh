@@ -290,9 +290,11 @@ for name in sorted(n for n in moesim if n.startswith("router/") and not n.endswi
         name.split("/")[1], name.split("/")[2], fmt(r[0], 2), fmt(r[1], 2), fmt(tr and tr["min_s"] * 1e3, 2),
         fmt(speed, 2), fmt(read[0], 2), fmt(r[0] / read[0], 2)))
     shape = name.split("/")[1]
-    if speed is not None and name.endswith("softmax_topk"):
-        target("router %s: >= 10x PyTorch" % shape, "%.2fx" % speed, speed >= 10)
+    # The targets are the large router's (docs/performance.md "Targets"); the 64-expert one fits the cache,
+    # where a call's fixed costs (its outputs, the parallel region) weigh more: it is reported, not targeted.
     if name.endswith("softmax_topk") and shape == "N65536_E256_k8":
+        if speed is not None:
+            target("router %s: >= 10x PyTorch" % shape, "%.2fx" % speed, speed >= 10)
         target("router %s: at most 2 reads of the logits" % shape, "%.2f reads" % (r[0] / read[0]), r[0] / read[0] <= 2)
 
 small = {n: ms(n) for n in moesim if n.startswith("small_experts/")}

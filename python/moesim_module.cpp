@@ -122,6 +122,23 @@ std::pair<std::string, std::string> guarded(const std::string& command, Work&& w
   return {out, err};
 }
 
+// The experiment a dict gave, for one call: cli::inline_experiment while the scope lives (under the lock).
+class InlineScope {
+ public:
+  InlineScope(const std::optional<std::string>& yaml, const std::string& source_name) {
+    if (yaml) {
+      experiment_ = {*yaml, source_name};
+      cli::inline_experiment = &experiment_;
+    }
+  }
+  ~InlineScope() { cli::inline_experiment = nullptr; }
+  InlineScope(const InlineScope&) = delete;
+  InlineScope& operator=(const InlineScope&) = delete;
+
+ private:
+  cli::InlineExperiment experiment_;
+};
+
 // A vector's storage handed to NumPy without a copy: the array owns the vector through a capsule.
 template <class T>
 py::array_t<T> to_numpy(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
@@ -222,14 +239,7 @@ py::tuple command(const std::vector<std::string>& args, std::optional<std::strin
     std::vector<char*> argv;
     for (std::string& a : owned) argv.push_back(a.data());
     argv.push_back(nullptr);
-    cli::InlineExperiment inline_experiment;
-    struct Reset {
-      ~Reset() { cli::inline_experiment = nullptr; }
-    } reset;
-    if (inline_yaml) {
-      inline_experiment = {*inline_yaml, source_name};
-      cli::inline_experiment = &inline_experiment;
-    }
+    const InlineScope scope(inline_yaml, source_name);
     code = c->handler(static_cast<int>(owned.size()), argv.data());
   });
   return py::make_tuple(code, out, err);
@@ -243,14 +253,7 @@ py::tuple config(std::optional<std::string> path, std::optional<std::string> inl
     cli::CommonOptions opts;
     if (path) opts.files.push_back(*path);
     opts.overrides = overrides;
-    cli::InlineExperiment inline_experiment;
-    struct Reset {
-      ~Reset() { cli::inline_experiment = nullptr; }
-    } reset;
-    if (inline_yaml) {
-      inline_experiment = {*inline_yaml, source_name};
-      cli::inline_experiment = &inline_experiment;
-    }
+    const InlineScope scope(inline_yaml, source_name);
     text = experiment_to_json(cli::load_experiment_for(opts)).dump();
   });
   (void)out;

@@ -89,21 +89,6 @@ __attribute__((target("avx2"))) bool row_avx2(const float* row, int num_experts,
   return true;
 }
 
-// Inserts v (expert e) into the descending float list of the best top_k (ties keep the lower expert first:
-// a value moves up only past strictly smaller ones), as insert_topk does with double keys.
-inline void insert_float(float v, int e, int top_k, int& count, int32_t* ex, float* val) {
-  if (count == top_k && !(v > val[top_k - 1])) return;
-  int pos = count < top_k ? count : top_k - 1;
-  while (pos > 0 && v > val[pos - 1]) {
-    val[pos] = val[pos - 1];
-    ex[pos] = ex[pos - 1];
-    --pos;
-  }
-  val[pos] = v;
-  ex[pos] = e;
-  if (count < top_k) ++count;
-}
-
 // The rank of each of the first n values of v (n <= 16) in descending order, ties to the lower position:
 // rank[i] = #{j: v[j] > v[i]} + #{j < i: v[j] == v[i]}, distinct, branch-free.
 __attribute__((target("avx512f"))) inline void ranks16(__m512 v, int n, int* rank) {
@@ -173,10 +158,8 @@ __attribute__((target("avx512f"))) bool row_avx512(const float* row, int num_exp
     }
     return true;
   }
-  float val[kLanes];
   int count = 0;
-  for (int i = 0; i < n; ++i) insert_float(cand_val[i], cand_idx[i], top_k, count, ex, val);
-  for (int j = 0; j < top_k; ++j) key[j] = val[j];
+  for (int i = 0; i < n; ++i) insert_topk(cand_val[i], cand_idx[i], top_k, count, ex, key);
   return true;
 }
 

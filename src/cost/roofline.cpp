@@ -39,6 +39,7 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   weight_bytes = params * bytes_per_weight(format);
   up_weight_share = static_cast<double>(up_cols) / static_cast<double>(up_cols + ffn);
   weight_only = format.weights != WeightDtype::same;
+  marlin_blocks = weight_only && hw.tile_m >= 16;
   const double act_bytes = std::max<double>(dtype_bytes(dtype), 2.0);
   act_bytes_per_row = static_cast<double>(3 * hidden + 2 * up_cols + 2 * ffn) * act_bytes;
   act_bytes_up_per_row = static_cast<double>(hidden + up_cols) * act_bytes;
@@ -65,16 +66,20 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   };
   tile_m_shift = log2_or_minus_one(tile_m);
   // Candidate row tiles: 16, 32, 64 while below tile_m, then tile_m (only tile_m when it is 16 or less);
-  // entries past num_row_tiles repeat tile_m. The wave of each is worked out as the full tile's, in the
-  // same order, so tile_m's equals wave_s_up bit for bit.
+  // entries past num_row_tiles repeat the last. The wave of each is worked out as the full tile's, in the
+  // same order, so tile_m's equals wave_s_up bit for bit. A weight-only kernel on a GPU: Marlin's blocks.
   constexpr int kSmallestRowTile = 16;
   num_row_tiles = 0;
-  for (int rows = kSmallestRowTile; rows < tile_m && num_row_tiles < kMaxRowTiles - 1; rows *= 2) {
-    row_tile_rows[num_row_tiles++] = rows;
+  if (marlin_blocks) {
+    for (int rows : kMarlinRowBlocks) row_tile_rows[num_row_tiles++] = rows;
+  } else {
+    for (int rows = kSmallestRowTile; rows < tile_m && num_row_tiles < 3; rows *= 2) {
+      row_tile_rows[num_row_tiles++] = rows;
+    }
+    row_tile_rows[num_row_tiles++] = tile_m;
   }
-  row_tile_rows[num_row_tiles++] = tile_m;
   for (int k = 0; k < kMaxRowTiles; ++k) {
-    const int rows = k < num_row_tiles ? row_tile_rows[k] : tile_m;
+    const int rows = row_tile_rows[std::min(k, num_row_tiles - 1)];
     row_tile_rows[k] = rows;
     row_tile_shift[k] = log2_or_minus_one(rows);
     const double flops = 2.0 * rows * tile_n * sm_count;
@@ -143,6 +148,7 @@ KernelFigures KernelFigures::of(const HardwareProfile& hw) {
   f.k_step_s = hw.k_step_s;
   f.weight_only_bw_share = WeightOnlyFit::bw_share;
   f.weight_only_flops_share = WeightOnlyFit::flops_share;
+  f.weight_only_reread_share = WeightOnlyFit::reread_share;
   return f;
 }
 
@@ -150,8 +156,8 @@ double kernel_time_s(const KernelTerms& t, const KernelFigures& f) {
   if (t.kernels == 0) return 0.0;
   return t.kernels * f.launch_s +
          std::max(t.k_steps * f.k_step_s,
-                  combine_terms(t.memory_s / f.achieved_bw(t.weight_only), t.compute_s / f.achieved_flops(t.weight_only),
-                                f.overlap));
+                  combine_terms((t.memory_s + f.weight_only_reread_share * t.reread_s) / f.achieved_bw(t.weight_only),
+                                t.compute_s / f.achieved_flops(t.weight_only), f.overlap));
 }
 
 double kernel_ideal_s(const KernelTerms& t, const KernelFigures& f) {
@@ -176,6 +182,9 @@ KernelTerms GroupedCost::terms(KernelScope scope) const {
   // one wave split over K when its tiles leave SMs idle. The K steps walk each tile's whole K.
   const int k = tile_index();
   const int64_t tiles = row_tiles(k);
+  // A weight-only kernel's row blocks each stream their expert's weights again (the Marlin MoE kernel
+  // dequantizes them per block): blocks x W, priced at weight_only_reread_share of a memory read.
+  if (m.marlin_blocks) t.reread_s = static_cast<double>(tiles) * m.weight_bytes * weight_share / m.bandwidth_bytes_per_s;
   const auto k_steps = [&](int64_t gemm_tiles, int64_t k_dim) {
     return static_cast<double>(ceil_div(gemm_tiles, m.sm_count)) *
            static_cast<double>(ceil_div(k_dim, ExpertRoofline::kKStep));

@@ -44,6 +44,10 @@ struct KernelFigures {
   // efficiency_flops: it dequantizes every weight in its main loop. WeightOnlyFit (hardware_profile.hpp),
   // fitted on the published Marlin tables; 1 would be the bf16 kernel's rates.
   double weight_only_bw_share = 1, weight_only_flops_share = 1;
+  // What a weight-only kernel's row block pays to stream its expert's weights, as a share of reading them
+  // from memory (KernelTerms::reread_s): each block reads them again, mostly out of L2, besides the one read
+  // of every active expert's weights from memory in memory_s. WeightOnlyFit, fitted on the same balanced rows.
+  double weight_only_reread_share = 1;
   static KernelFigures of(const HardwareProfile& hw);
   // The efficiencies a kernel reaches: the fitted ones, times the weight-only shares for a weight-only kernel.
   double achieved_bw(bool weight_only) const { return efficiency_bw * (weight_only ? weight_only_bw_share : 1.0); }
@@ -55,6 +59,9 @@ struct KernelFigures {
 // A launch sequence's terms at peak, before the profile's figures.
 struct KernelTerms {
   double memory_s = 0;         // (active W + rows A) / BW, the scope's GEMMs
+  // A weight-only kernel's weight streams, one per row block: blocks x W / BW (the scope's share of W), times
+  // weight_only_reread_share in the kernel model; 0 for every other kernel.
+  double reread_s = 0;
   double compute_s = 0;        // tiles in waves (split-K), the scope's GEMMs
   double ideal_compute_s = 0;  // rows 2 P / F (the scope's share), no tiles
   // K steps in series: per GEMM, waves of tiles (ceil(tiles / sm_count)) times the K steps of one tile
@@ -67,8 +74,8 @@ struct KernelTerms {
 // The kernel model, the one formula behind every modeled MoE time (run, compare, sweep, check, the
 // erosion, the knees, validate --published and calibrate --from-published):
 //   kernels x launch + max(k_steps x k_step, max(mem, comp) + (1 - overlap) min(mem, comp)),
-//   mem = memory_s / efficiency_bw, comp = compute_s / efficiency_flops (each times its weight_only share
-//   for a weight-only 4-bit kernel).
+//   mem = (memory_s + reread_share reread_s) / efficiency_bw, comp = compute_s / efficiency_flops (each
+//   times its weight_only share for a weight-only 4-bit kernel; reread_s is 0 for every other kernel).
 // The K-step floor is Little's law on a tile's K loop: a step's loads must land before its MMAs, so a
 // GEMM of few waves cannot finish faster than its serial K steps however little it reads.
 double kernel_time_s(const KernelTerms& t, const KernelFigures& f);
@@ -92,7 +99,14 @@ struct ExpertRoofline {
 
   // Row tiles a grouped launch may choose: those of 16, 32 and 64 below tile_m, then tile_m itself (16,
   // 32, 64, 128 on every GPU profile here); only tile_m when tile_m <= 16 (a CPU GEMM pads no rows: 1).
-  static constexpr int kMaxRowTiles = 4;
+  // A weight-only kernel on a GPU takes the Marlin MoE kernel's row blocks instead (kMarlinRowBlocks).
+  static constexpr int kMaxRowTiles = 5;
+  // vLLM's fused_marlin_moe (model_executor/layers/fused_moe/fused_marlin_moe.py) picks moe_block_size as
+  // the first of 8, 16, 32, 48, 64 with (tokens x top_k / experts) / block < 0.9, else 64: from the mean
+  // rows of every expert of the launch, whatever their spread. Every block of an expert streams the
+  // expert's weights (KernelTerms::reread_s), so a skewed expert's extra blocks cost weight traffic too.
+  static constexpr int kMarlinRowBlocks[kMaxRowTiles] = {8, 16, 32, 48, 64};
+  static constexpr double kMarlinBlockFill = 0.9;
   // The shortest K slice split-K gives one thread block: two k-steps of BLOCK_SIZE_K 64 (vLLM fused_moe's
   // default small-M config; a CUTLASS split-K slice is whole k-tiles), so each slice still pipelines.
   static constexpr int64_t kMinSplitKChunk = 128;
@@ -106,6 +120,9 @@ struct ExpertRoofline {
   double weight_bytes;         // W
   double up_weight_share;      // the up GEMM's share of W and of the FLOPs: 2/3 gated, 1/2 not
   bool weight_only;            // 4-bit weights (int4, mxfp4): KernelTerms::weight_only
+  // The Marlin MoE kernel's row blocks and their rule (kMarlinRowBlocks): a weight-only kernel on a GPU
+  // (tile_m >= 16); a CPU BLAS keeps its own tile.
+  bool marlin_blocks;
   double act_bytes_per_row;    // A(n) / n, the whole layer
   double act_bytes_up_per_row, act_bytes_down_per_row;  // the up GEMM's share (hidden + u) and the down's (ffn + hidden)
   double flops_per_row;        // 2 P
@@ -187,6 +204,9 @@ class GroupedCost {
   // top-k sum over them, and computes nothing: activation traffic A(n) / n each, no weights, no tiles.
   // moesim's own expert-parallel placement dispatches only local rows and adds none.
   void add_idle_rows(int64_t rows) { idle_rows_ += std::max<int64_t>(0, rows); }
+  // The experts the launch is built for, idle ones included (the weight tensor's expert dimension): the
+  // Marlin rule reads the mean rows over all of them. Unset (0), the experts with rows stand for them.
+  void set_launch_experts(int64_t experts) { launch_experts_ = std::max<int64_t>(0, experts); }
   int64_t rows() const { return rows_; }
   int64_t experts() const { return experts_; }
   // The row tile of this launch (rows per tile), 0 when no row is present.
@@ -220,6 +240,14 @@ class GroupedCost {
   int tile_index() const {
     const ExpertRoofline& m = *m_;
     const int last = m.num_row_tiles - 1;
+    if (m.marlin_blocks) {  // mean rows of the launch's experts / block < kMarlinBlockFill, else the last
+      const double experts = static_cast<double>(launch_experts_ > 0 ? launch_experts_ : experts_);
+      const double mean = static_cast<double>(rows_ + idle_rows_) / std::max(1.0, experts);
+      for (int k = 0; k < last; ++k) {
+        if (mean < ExpertRoofline::kMarlinBlockFill * m.row_tile_rows[k]) return k;
+      }
+      return last;
+    }
     for (int k = 0; k < last; ++k) {
       if (static_cast<int64_t>(m.row_tile_rows[k]) * experts_ >= rows_) return k;
     }
@@ -227,7 +255,7 @@ class GroupedCost {
   }
 
   const ExpertRoofline* m_;
-  int64_t rows_ = 0, experts_ = 0, idle_rows_ = 0;
+  int64_t rows_ = 0, experts_ = 0, idle_rows_ = 0, launch_experts_ = 0;
   int64_t tiles_less_one_[ExpertRoofline::kMaxRowTiles] = {};  // sum_e (n_e - 1) / row_tile_rows[k], per k
 };
 

@@ -278,6 +278,7 @@ std::string published_json(const PublishedValidation& v) {
   j["pooled_fit"] = fit_json(v.pooled);
   j["weight_only_fit"] = {{"bw_share", v.weight_only.bw_share},
                           {"flops_share", v.weight_only.flops_share},
+                          {"reread_share", v.weight_only.reread_share},
                           {"points", v.weight_only.points}};
   nlohmann::json pairs = nlohmann::json::array();
   for (const SkewPair& p : v.skew_pairs)

@@ -352,7 +352,9 @@ PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& h
   for (int draw = 0; draw < draws; ++draw) {
     GroupedCost g(model);
     int64_t local_rows = 0;
-    for (int64_t rows : published_loads(p, draw)) {
+    const std::vector<int64_t> loads = published_loads(p, draw);
+    g.set_launch_experts(static_cast<int64_t>(loads.size()));
+    for (int64_t rows : loads) {
       g.add(rows);
       local_rows += rows;
     }
@@ -508,37 +510,42 @@ WeightOnlyShares fit_weight_only_of(const std::vector<PublishedTable>& tables,
   WeightOnlyShares out;
   out.points = static_cast<int>(points.size());
   if (points.empty()) return out;
-  const auto loss = [&](double log_bw, double log_flops) {
+  const auto loss = [&](double log_bw, double log_flops, double log_reread) {
     double sum = 0;
     for (Point& p : points) {
       p.figures.weight_only_bw_share = std::exp(log_bw);
       p.figures.weight_only_flops_share = std::exp(log_flops);
+      p.figures.weight_only_reread_share = std::exp(log_reread);
       const double d = std::log(published_time_s(*p.terms, p.figures)) - p.log_measured;
       sum += d * d;
     }
     return sum;
   };
   // Log shares over [log 0.02, 0] in 12 steps (from the highest: a direction no point binds stays at 1),
-  // then 10 rounds of a 5 x 5 grid around the best, the step halved each round.
+  // then 10 rounds of a 5 x 5 x 5 grid around the best, the step halved each round.
   const double lo = std::log(0.02);
-  double step = -lo / 12.0, best = HUGE_VAL, best_bw = 0, best_flops = 0;
+  double step = -lo / 12.0, best = HUGE_VAL, best_bw = 0, best_flops = 0, best_reread = 0;
   for (int i = 12; i >= 0; --i)
-    for (int j = 12; j >= 0; --j) {
-      const double v = loss(lo + i * step, lo + j * step);
-      if (v < best) best = v, best_bw = lo + i * step, best_flops = lo + j * step;
-    }
+    for (int j = 12; j >= 0; --j)
+      for (int r = 12; r >= 0; --r) {
+        const double v = loss(lo + i * step, lo + j * step, lo + r * step);
+        if (v < best) best = v, best_bw = lo + i * step, best_flops = lo + j * step, best_reread = lo + r * step;
+      }
   for (int round = 0; round < 10; ++round) {
     step /= 2.0;
-    const double c_bw = best_bw, c_flops = best_flops;
+    const double c_bw = best_bw, c_flops = best_flops, c_reread = best_reread;
     for (int i = 2; i >= -2; --i)
-      for (int j = 2; j >= -2; --j) {
-        const double a = std::clamp(c_bw + i * step, lo, 0.0), b = std::clamp(c_flops + j * step, lo, 0.0);
-        const double v = loss(a, b);
-        if (v < best) best = v, best_bw = a, best_flops = b;
-      }
+      for (int j = 2; j >= -2; --j)
+        for (int r = 2; r >= -2; --r) {
+          const double a = std::clamp(c_bw + i * step, lo, 0.0), b = std::clamp(c_flops + j * step, lo, 0.0),
+                       c = std::clamp(c_reread + r * step, lo, 0.0);
+          const double v = loss(a, b, c);
+          if (v < best) best = v, best_bw = a, best_flops = b, best_reread = c;
+        }
   }
   out.bw_share = std::exp(best_bw);
   out.flops_share = std::exp(best_flops);
+  out.reread_share = std::exp(best_reread);
   return out;
 }
 
@@ -632,6 +639,7 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
       const WeightOnlyShares w = fit_weight_only_of(tables, samples, static_cast<int>(t));
       res.fit.figures.weight_only_bw_share = w.bw_share;
       res.fit.figures.weight_only_flops_share = w.flops_share;
+      res.fit.figures.weight_only_reread_share = w.reread_share;
     }
   }
   std::vector<std::vector<double>> overall(kPublishedColumnCount);

@@ -141,12 +141,12 @@ struct PublishedFit {
 constexpr double kPriorWeight = 1.0, kPriorLaunchScale_s = 2e-6, kPriorKStepScale_s = 0.1e-6;
 PublishedFit fit_published(const std::vector<PublishedSample>& samples, const KernelFigures* prior = nullptr);
 
-// The weight-only shares (KernelFigures::weight_only_bw_share, _flops_share; hardware_profile.hpp
-// WeightOnlyFit) that fit a set of weight-only rows, each with its table's shipped figures: least squares in
-// log time over shares in [0.02, 1], a coarse grid then 10 rounds of a finer one. points = 0 (and shares 1)
-// when there is none.
+// The weight-only shares (KernelFigures::weight_only_bw_share, _flops_share, _reread_share;
+// hardware_profile.hpp WeightOnlyFit) that fit a set of weight-only rows, each with its table's shipped
+// figures: least squares in log time over shares in [0.02, 1], a coarse grid then 10 rounds of a finer one.
+// points = 0 (and shares 1) when there is none.
 struct WeightOnlyShares {
-  double bw_share = 1, flops_share = 1;
+  double bw_share = 1, flops_share = 1, reread_share = 1;
   int points = 0;
 };
 // The shares fitted on every table's weight-only fitted rows but `skip`'s (skip < 0: none held out).

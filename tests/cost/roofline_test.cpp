@@ -311,6 +311,63 @@ TEST(Roofline, RowTileFollowsTheRowsPerExpert) {
   EXPECT_EQ(g1.tile_rows(), 1);
 }
 
+// A weight-only kernel on a GPU takes vLLM's Marlin MoE row blocks (8, 16, 32, 48, 64), the first with
+// mean / block < 0.9, the mean over every expert of the launch (idle ones and idle rows included); each
+// block streams its expert's weights (reread_s). Toy: hidden 256, ffn 512, int4 (0.5 + 2 / 128 B a weight):
+// W = 256 x 1536 x 0.515625 = 202752 B, 2.02752e-7 s at 1 TB/s; a row moves (768 + 2048 + 1024) x 2 = 7680 B.
+TEST(Roofline, WeightOnlyKernelTakesMarlinBlocksFromTheLaunchMean) {
+  const ExpertRoofline m(small_batch_toy(), 256, 512, {Dtype::fp16, WeightDtype::int4, true});
+  ASSERT_TRUE(m.marlin_blocks);
+  ASSERT_EQ(m.num_row_tiles, 5);
+  const int want[] = {8, 16, 32, 48, 64};
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(m.row_tile_rows[k], want[k]);
+  EXPECT_FALSE(m.row_tiles_double);
+  EXPECT_FALSE(ExpertRoofline(small_batch_toy(), 256, 512, Dtype::fp16).marlin_blocks);
+  const auto block = [&](std::vector<int64_t> loads, int64_t launch_experts, int64_t idle_rows = 0) {
+    GroupedCost g(m);
+    g.set_launch_experts(launch_experts);
+    for (int64_t n : loads) g.add(n);
+    g.add_idle_rows(idle_rows);
+    return g.tile_rows();
+  };
+  EXPECT_EQ(block({10, 6}, 4), 8);       // mean 16 / 4 = 4 < 7.2
+  EXPECT_EQ(block({10, 6}, 0), 16);      // unset: the 2 active experts, mean 8 >= 7.2, < 14.4
+  EXPECT_EQ(block({35}, 5), 8);          // mean 7
+  EXPECT_EQ(block({36}, 5), 16);         // mean 7.2: not below 0.9 x 8
+  EXPECT_EQ(block({10}, 2, 20), 32);     // (10 + 20 idle rows) / 2 = 15 >= 14.4, < 28.8
+  EXPECT_EQ(block({43, 43}, 2), 48);     // 43 < 43.2
+  EXPECT_EQ(block({44, 44}, 2), 64);     // 44 >= 43.2: the last block
+  EXPECT_EQ(block({1000}, 1), 64);
+  // Loads {10, 6} of a 4-expert launch: 8-row blocks, ceil(10 / 8) + ceil(6 / 8) = 3 of them.
+  GroupedCost g(m);
+  g.set_launch_experts(4);
+  g.add(10);
+  g.add(6);
+  const KernelTerms t = g.terms();
+  EXPECT_TRUE(t.weight_only);
+  EXPECT_NEAR(t.memory_s, (2 * 202752.0 + 16 * 7680.0) / 1e12, 1e-22);  // the 2 active experts' W once
+  EXPECT_NEAR(t.reread_s, 3 * 202752.0 / 1e12, 1e-22);                  // a stream of W per block
+  // Compute: up 3 x 16 = 48 tiles of 8 rows, 2 waves of 2 x 8 x 64 x 256 x 32 / 1e13 = 8.388608e-7 s;
+  // down 3 x 4 = 12 tiles, one wave of 1.6777216e-6 s split min(32 / 12, 4) = 2 ways.
+  EXPECT_NEAR(t.compute_s, 2 * 8.388608e-7 + 1.6777216e-6 / 2, 1e-20);
+  // The kernel model at efficiency_bw 0.1 (memory-bound), shares 1 but the re-read's 0.5, no launch, no K
+  // step: (5.28384e-7 + 0.5 x 6.08256e-7) / 0.1.
+  KernelFigures f;
+  f.efficiency_bw = 0.1;
+  f.weight_only_reread_share = 0.5;
+  EXPECT_NEAR(kernel_time_s(t, f), (5.28384e-7 + 0.5 * 6.08256e-7) / 0.1, 1e-18);
+  f.weight_only_reread_share = 0;
+  EXPECT_NEAR(kernel_time_s(t, f), 5.28384e-7 / 0.1, 1e-18);
+  // The ideal column has no blocks; a kernel of 16-bit weights has no re-read.
+  EXPECT_NEAR(kernel_ideal_s(t, f), 5.28384e-7 / 0.1, 1e-18);
+  const ExpertRoofline m16(small_batch_toy(), 256, 512, Dtype::fp16);
+  GroupedCost plain(m16);
+  plain.add(10);
+  plain.add(6);
+  EXPECT_EQ(plain.terms().reread_s, 0.0);
+  EXPECT_EQ(KernelFigures::of(small_batch_toy()).weight_only_reread_share, WeightOnlyFit::reread_share);
+}
+
 TEST(Roofline, SplitKWorkedByHand) {
   const ExpertRoofline m(small_batch_toy(), 256, 512, Dtype::fp16);
   const double launches = kLaunches;

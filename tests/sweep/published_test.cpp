@@ -488,7 +488,9 @@ TEST(Published, PowerLawMeanIsStable) {
         double sum = 0;
         for (int d = from; d < from + kPowerLawDraws; ++d) {
           GroupedCost g(m);
-          for (int64_t rows : published_loads(p, d)) g.add(rows);
+          const std::vector<int64_t> loads = published_loads(p, d);
+          g.set_launch_experts(static_cast<int64_t>(loads.size()));
+          for (int64_t rows : loads) g.add(rows);
           sum += g.time(p.scope).quantized_s;
         }
         return sum / kPowerLawDraws;
@@ -503,24 +505,22 @@ TEST(Published, PowerLawMeanIsStable) {
 }
 
 // The skew pairs of the shipped tables: with EP 1, where skew moved the measured time by more than 5 %,
-// the fused-MoE kernels' modeled ratio is within 6 % of the measured one (median), 15 % at the 90th
-// percentile, and on the right side of 1 in at least 80 % of them (docs/cost-model.md "What skew costs").
-// The weight-only (Marlin) pairs miss those bounds: held to what they reach (median 10.2 %, p90 21.1 %,
-// direction 75 %), so that a change that loses them fails.
+// the modeled ratio is within 6 % of the measured one (median), 15 % at the 90th percentile, and on the
+// right side of 1 in at least 80 % of them (docs/cost-model.md "What skew costs"): over every pair, and
+// over the fused-MoE (Triton) and the weight-only (Marlin) kernels' pairs each.
 TEST(Published, SkewPairsMatchTheMeasuredRatios) {
   const PublishedValidation v = validate_published(load_published("all"));
   const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::fused);
-  EXPECT_GE(s.pairs, 30);
-  EXPECT_LE(s.median_abs, 0.06);
-  EXPECT_LE(s.p90_abs, 0.15);
-  EXPECT_GE(s.direction_right, 0.8);
   const SkewSummary w = summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::weight_only);
-  EXPECT_GE(w.pairs, 50);
-  EXPECT_LE(w.median_abs, 0.11);
-  EXPECT_LE(w.p90_abs, 0.22);
-  EXPECT_GE(w.direction_right, 0.74);
   const SkewSummary all = summarize_skew(v.skew_pairs, kSkewMoved, true);
+  EXPECT_GE(s.pairs, 30);
+  EXPECT_GE(w.pairs, 50);
   EXPECT_EQ(all.pairs, s.pairs + w.pairs);
+  for (const SkewSummary* x : {&s, &w, &all}) {
+    EXPECT_LE(x->median_abs, 0.06);
+    EXPECT_LE(x->p90_abs, 0.15);
+    EXPECT_GE(x->direction_right, 0.8);
+  }
   // A pair by hand: the ratio is the model column's, power law over balanced.
   ASSERT_FALSE(v.skew_pairs.empty());
   const SkewPair& p = v.skew_pairs.front();

@@ -164,17 +164,19 @@ std::string published_table(const PublishedValidation& v) {
   for (const PublishedGpuSummary& g : v.gpus) summary_line("gpu", g.gpu, g.errors[0].points, g.errors);
   summary_line("overall", "", v.overall[0].points, v.overall);
   if (!v.skew_pairs.empty()) {
-    os << "\nwhat skew costs: power-law / balanced time at the same batch, modeled (the model column) against "
-          "measured\n     batch   ep  alpha  predicted  measured  error%\n";
+    os << "\nwhat skew costs: skewed (power-law or concentrated) / balanced time at the same batch, modeled (the "
+          "model column) against measured\n     batch   ep  routing         predicted  measured  error%\n";
     int table = -1;
     for (const SkewPair& p : v.skew_pairs) {
       if (p.table != table) {
         table = p.table;
         os << "  " << v.tables[static_cast<std::size_t>(table)].table.name << "\n";
       }
-      char line[160];
-      std::snprintf(line, sizeof line, "  %8lld  %3d  %5.2f  %9.3f  %8.3f  %6s\n", static_cast<long long>(p.batch),
-                    p.ep, p.alpha, p.predicted_ratio, p.measured_ratio, pct(p.error()).c_str());
+      char routing[32], line[160];
+      if (p.routing == PublishedRouting::power_law) std::snprintf(routing, sizeof routing, "power_law:%.2f", p.alpha);
+      else std::snprintf(routing, sizeof routing, "%s", to_string(p.routing));
+      std::snprintf(line, sizeof line, "  %8lld  %3d  %-14s  %9.3f  %8.3f  %6s\n", static_cast<long long>(p.batch),
+                    p.ep, routing, p.predicted_ratio, p.measured_ratio, pct(p.error()).c_str());
       os << line;
     }
     const auto line = [&](const char* what, const SkewSummary& s) {
@@ -183,9 +185,12 @@ std::string published_table(const PublishedValidation& v) {
          << fixed(s.p90_abs * 100, 1) << " %, direction right in " << fixed(s.direction_right * 100, 0) << " %\n";
     };
     line("skew pairs with ep 1", summarize_skew(v.skew_pairs, kSkewMoved, true));
-    line("  of them the fused-MoE kernels' (bf16, fp8)", summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::fused));
-    line("  of them the weight-only kernels' (int4, mxfp4)",
+    line("  of them the kernels run models", summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::modeled));
+    line("    the fused-MoE kernels' (bf16, fp8)", summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::fused));
+    line("    the weight-only kernels' (int4, mxfp4)",
          summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::weight_only));
+    line("  of them validation-only kernels' (fitted 0)",
+         summarize_skew(v.skew_pairs, kSkewMoved, true, SkewKernels::validation_only));
     line("skew pairs, every ep", summarize_skew(v.skew_pairs, kSkewMoved, false));
   }
   return os.str();
@@ -283,8 +288,8 @@ std::string published_json(const PublishedValidation& v) {
   nlohmann::json pairs = nlohmann::json::array();
   for (const SkewPair& p : v.skew_pairs)
     pairs.push_back({{"table", v.tables[static_cast<std::size_t>(p.table)].table.name}, {"batch", p.batch}, {"ep", p.ep},
-                     {"alpha", p.alpha}, {"predicted_ratio", p.predicted_ratio}, {"measured_ratio", p.measured_ratio},
-                     {"error", p.error()}, {"weight_only", p.weight_only}});
+                     {"routing", to_string(p.routing)}, {"alpha", p.alpha}, {"predicted_ratio", p.predicted_ratio}, {"measured_ratio", p.measured_ratio},
+                     {"error", p.error()}, {"weight_only", p.weight_only}, {"modeled", p.modeled}});
   j["skew_pairs"] = pairs;
   const auto skew_json = [&](bool ep_one, SkewKernels kernels) {
     const SkewSummary s = summarize_skew(v.skew_pairs, kSkewMoved, ep_one, kernels);
@@ -295,6 +300,8 @@ std::string published_json(const PublishedValidation& v) {
   j["skew_summary"] = skew_json(false, SkewKernels::all);
   j["skew_summary_ep1_fused"] = skew_json(true, SkewKernels::fused);
   j["skew_summary_ep1_weight_only"] = skew_json(true, SkewKernels::weight_only);
+  j["skew_summary_ep1_modeled"] = skew_json(true, SkewKernels::modeled);
+  j["skew_summary_ep1_validation_only"] = skew_json(true, SkewKernels::validation_only);
   j["overall"] = summary_json(v.overall);
   return j.dump(2) + "\n";
 }

@@ -30,6 +30,9 @@ const char* const kPublishedHeaderEp =
     "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep";
 const char* const kPublishedHeaderGated =
     "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep,gated";
+const char* const kPublishedHeaderFitted =
+    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep,gated,"
+    "fitted";
 
 std::string dtype_cell(const ExpertFormat& f) {
   return f.weights == WeightDtype::same ? to_string(f.dtype) : to_string(f.weights);
@@ -194,6 +197,7 @@ const char* to_string(PublishedRouting r) {
     case PublishedRouting::uniform: return "uniform";
     case PublishedRouting::balanced: return "balanced";
     case PublishedRouting::power_law: return "power_law";
+    case PublishedRouting::concentrated: return "concentrated";
   }
   return "?";
 }
@@ -221,8 +225,9 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const Where w{origin, number};
     if (number == 1) {
-      if (line != kPublishedHeader && line != kPublishedHeaderEp && line != kPublishedHeaderGated)
-        w.fail("header", std::string("the columns ") + kPublishedHeader + " (and optionally ,ep or ,ep,gated)",
+      if (line != kPublishedHeader && line != kPublishedHeaderEp && line != kPublishedHeaderGated &&
+          line != kPublishedHeaderFitted)
+        w.fail("header", std::string("the columns ") + kPublishedHeader + " (and optionally ,ep or ,ep,gated or ,ep,gated,fitted)",
                line.substr(0, 80));
       columns = split_csv_line(line).size();
       continue;
@@ -251,7 +256,9 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     p.source = f[9];
     if (p.source.empty()) w.fail("source", "the measurement's source (owner/repo#PR)", "");
     p.tool = f[11];
-    p.routing = f[13] == "balanced" ? PublishedRouting::balanced : PublishedRouting::uniform;
+    p.routing = f[13] == "balanced"       ? PublishedRouting::balanced
+                : f[13] == "concentrated" ? PublishedRouting::concentrated
+                                          : PublishedRouting::uniform;
     if (f[13].rfind("power_law:", 0) == 0) {
       const double alpha = whole_number(f[13].substr(10));
       if (!(alpha > 0 && alpha <= 10) || std::fabs(alpha - 1.0) < 1e-9)
@@ -271,6 +278,11 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     if (columns > 17) {
       if (f[17] != "0" && f[17] != "1") w.fail("gated", "1 (SwiGLU experts) or 0 (non-gated: relu^2, GELU)", f[17]);
       p.format.gated = f[17] == "1";
+    }
+    if (columns > 18) {
+      if (f[18] != "0" && f[18] != "1")
+        w.fail("fitted", "1 (the fits may see the row) or 0 (validation only: a kernel run does not model)", f[18]);
+      p.fitted = f[18] == "1";
     }
     if (!peak_flops_per_s(table.hardware, p.format.dtype))
       w.fail("dtype", std::string("a dtype with a dense peak on ") + table.hardware.name, f[1]);
@@ -298,9 +310,12 @@ std::vector<PublishedTable> load_published(const std::string& spec) {
   return tables;
 }
 
+bool skewed(PublishedRouting r) { return r == PublishedRouting::power_law || r == PublishedRouting::concentrated; }
+
 int published_draws(const PublishedPoint& p) {
   switch (p.routing) {
-    case PublishedRouting::balanced: return 1;
+    case PublishedRouting::balanced:
+    case PublishedRouting::concentrated: return 1;
     case PublishedRouting::power_law: return kPowerLawDraws;
     case PublishedRouting::uniform: break;
   }
@@ -314,6 +329,11 @@ std::vector<int64_t> published_loads(const PublishedPoint& p, int draw) {
   const int local = p.experts / p.ep;
   const uint64_t seed = static_cast<uint64_t>(p.experts) * 1000003u + static_cast<uint64_t>(p.top_k) * 7919u +
                         static_cast<uint64_t>(p.batch);
+  if (p.routing == PublishedRouting::concentrated) {
+    std::vector<int64_t> load(static_cast<std::size_t>(local), 0);
+    for (int e = 0; e < std::min(p.top_k, local); ++e) load[static_cast<std::size_t>(e)] = p.batch;
+    return load;
+  }
   if (p.routing != PublishedRouting::uniform) {
     std::vector<int64_t> all = p.routing == PublishedRouting::balanced
                                    ? balanced_round_robin_loads(p.batch, p.experts, p.top_k)
@@ -460,7 +480,7 @@ std::vector<PublishedSample> table_samples(const PublishedTable& t) {
     try {
       const bool weight_only = p.format.weights != WeightDtype::same;
       out.push_back({published_terms(p, t.hardware), p.measured_s, t.hardware.memory_compute_overlap,
-                     p.routing != PublishedRouting::power_law && !weight_only, weight_only});
+                     p.fitted && !skewed(p.routing) && !weight_only, weight_only});
     } catch (const Error& e) {  // e.g. a shape the profile cannot cost: name the row
       throw InputError(t.origin + ":" + std::to_string(p.line) + ": " + e.what());
     }
@@ -503,7 +523,7 @@ WeightOnlyShares fit_weight_only_of(const std::vector<PublishedTable>& tables,
     const KernelFigures shipped = KernelFigures::of(tables[t].hardware);
     for (std::size_t i = 0; i < samples[t].size(); ++i) {
       const PublishedSample& s = samples[t][i];
-      if (s.weight_only && tables[t].points[i].routing != PublishedRouting::power_law)
+      if (s.weight_only && tables[t].points[i].fitted && !skewed(tables[t].points[i].routing))
         points.push_back({&s.terms, shipped, std::log(s.measured_s)});
     }
   }
@@ -677,21 +697,25 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
   }
   for (int c = 0; c < kPublishedColumnCount; ++c) v.overall[c] = summarize_errors(overall[c]);
   v.weight_only = fit_weight_only_of(tables, samples, -1);
-  // Skew pairs: each power-law row against the balanced row of its table at the same batch.
+  // Skew pairs: each skewed row against the balanced row of its table at the same batch.
   for (const PublishedRow& r : v.rows) {
-    if (r.point.routing != PublishedRouting::power_law) continue;
+    if (!skewed(r.point.routing)) continue;
     for (const PublishedRow& b : v.rows) {
-      if (b.table != r.table || b.point.routing != PublishedRouting::balanced || b.point.batch != r.point.batch ||
-          b.point.ep != r.point.ep)
+      const PublishedPoint &x = b.point, &y = r.point;  // the same kernel, shape and batch
+      if (b.table != r.table || x.routing != PublishedRouting::balanced || x.batch != y.batch || x.ep != y.ep ||
+          x.experts != y.experts || x.top_k != y.top_k || x.n != y.n || x.k != y.k || x.scope != y.scope ||
+          dtype_cell(x.format) != dtype_cell(y.format) || x.format.gated != y.format.gated)
         continue;
       SkewPair pair;
       pair.table = r.table;
       pair.batch = r.point.batch;
       pair.ep = r.point.ep;
       pair.alpha = r.point.alpha;
+      pair.routing = r.point.routing;
       pair.predicted_ratio = r.model_s / b.model_s;
       pair.measured_ratio = r.point.measured_s / b.point.measured_s;
       pair.weight_only = r.point.format.weights != WeightDtype::same;
+      pair.modeled = r.point.fitted;
       v.skew_pairs.push_back(pair);
       break;
     }
@@ -705,8 +729,10 @@ SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, boo
   int right = 0;
   for (const SkewPair& p : pairs) {
     if (ep_one_only && p.ep != 1) continue;
-    if ((kernels == SkewKernels::fused && p.weight_only) || (kernels == SkewKernels::weight_only && !p.weight_only))
-      continue;
+    const bool in = kernels == SkewKernels::all || (kernels == SkewKernels::validation_only && !p.modeled) ||
+                    (p.modeled && (kernels == SkewKernels::modeled || (kernels == SkewKernels::fused && !p.weight_only) ||
+                                   (kernels == SkewKernels::weight_only && p.weight_only)));
+    if (!in) continue;
     if (std::fabs(p.measured_ratio - 1.0) <= moved) continue;
     errors.push_back(std::fabs(p.error()));
     right += (p.predicted_ratio > 1.0) == (p.measured_ratio > 1.0) ? 1 : 0;

@@ -30,6 +30,9 @@ extern const char* const kPublishedHeader;
 extern const char* const kPublishedHeaderEp;
 // ... and then `gated` as an 18th (1: SwiGLU experts, 0: non-gated ones; 1 when absent).
 extern const char* const kPublishedHeaderGated;
+// ... and then `fitted` as a 19th (1: the fits may see the row; 0: validation only, as for a kernel `run`
+// does not model, such as a training framework's own; 1 when absent).
+extern const char* const kPublishedHeaderFitted;
 // A format as the dtype cell spells it: the dtype, or int4 / mxfp4 for 4-bit weights.
 std::string dtype_cell(const ExpertFormat& f);
 
@@ -39,11 +42,16 @@ std::string dtype_cell(const ExpertFormat& f);
 //  balanced - token t takes experts (t + j ceil(E / k)) mod E, j < k (aiconfigurator's balanced_logits):
 //             every expert gets batch x top_k / E rows, +-1; one deterministic routing;
 //  power_law - aiconfigurator's power-law loads with exponent ALPHA (src/workload/load_distribution.hpp),
-//             the heaviest EP group on the timed GPU: the mean over kPowerLawDraws seeded draws.
-// A cell that reads `balanced` is balanced, `power_law:ALPHA` the power law; any other text (the sources'
-// own words, "random logits ...") is the uniform draw.
-enum class PublishedRouting { uniform, balanced, power_law };
+//             the heaviest EP group on the timed GPU: the mean over kPowerLawDraws seeded draws;
+//  concentrated - every token on the same top_k experts (experts 0 .. top_k - 1, batch rows each), as
+//             VeOmni's fused-MoE benchmark routes its `concentrated` case; one deterministic routing.
+// A cell that reads `balanced` is balanced, `power_law:ALPHA` the power law, `concentrated` concentrated;
+// any other text (the sources' own words, "random logits ...") is the uniform draw.
+enum class PublishedRouting { uniform, balanced, power_law, concentrated };
 const char* to_string(PublishedRouting r);
+// The skewed routings (power_law, concentrated): never fitted, each row paired with its table's balanced
+// row at the same batch (SkewPair).
+bool skewed(PublishedRouting r);
 
 struct PublishedPoint {
   std::string gpu;             // the gpu cell: a built-in profile name or a profile YAML (relative to the CSV)
@@ -58,6 +66,7 @@ struct PublishedPoint {
   KernelScope scope = KernelScope::layer;
   PublishedRouting routing = PublishedRouting::uniform;
   double alpha = 0;            // the power law's exponent (routing power_law)
+  bool fitted = true;          // the fitted cell: whether a fit may see the row (skewed rows never are)
   int line = 0;                // line in its file, for messages
 };
 
@@ -210,9 +219,11 @@ struct SkewPair {
   int table = 0;
   int64_t batch = 0;
   int ep = 1;
-  double alpha = 0;
-  double predicted_ratio = 0, measured_ratio = 0;  // power law / balanced
+  double alpha = 0;                                // the power law's exponent; 0 for concentrated
+  PublishedRouting routing = PublishedRouting::power_law;  // the skewed row's routing
+  double predicted_ratio = 0, measured_ratio = 0;  // skewed / balanced
   bool weight_only = false;                        // a weight-only 4-bit kernel's table (Marlin W4A16)
+  bool modeled = true;                             // a kernel run models (the rows' fitted cell is 1)
   double error() const { return predicted_ratio / measured_ratio - 1.0; }
 };
 // Over the pairs whose measured ratio moved more than `moved` either way: the median and 90th percentile
@@ -221,9 +232,10 @@ struct SkewSummary {
   int pairs = 0;
   double median_abs = 0, p90_abs = 0, direction_right = 0;
 };
-// kernels: every pair, or those of one kernel family (the Triton fused MoE in bf16/fp8, or the weight-only
-// 4-bit kernels), which skew meets differently.
-enum class SkewKernels { all, fused, weight_only };
+// kernels: every pair; the pairs of the kernels run models (vLLM's), or of one family of them (the Triton
+// fused MoE in bf16/fp8, or the weight-only 4-bit kernels), which skew meets differently; or the pairs of
+// the validation-only kernels (fitted 0: a kernel run does not model).
+enum class SkewKernels { all, modeled, fused, weight_only, validation_only };
 SkewSummary summarize_skew(const std::vector<SkewPair>& pairs, double moved, bool ep_one_only,
                            SkewKernels kernels = SkewKernels::all);
 constexpr double kSkewMoved = 0.05;  // the pairs the summary counts: skew moved the measured time > 5 %

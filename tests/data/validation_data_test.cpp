@@ -64,7 +64,8 @@ TEST(ValidationData, EveryFileIsWellFormed) {
       EXPECT_NE(file.filename().string().find("-a2a.csv"), std::string::npos) << "a communication table is named *-a2a.csv";
       continue;
     }
-    EXPECT_TRUE(line == kHeader || line == std::string(kHeader) + ",ep" || line == std::string(kHeader) + ",ep,gated")
+    EXPECT_TRUE(line == kHeader || line == std::string(kHeader) + ",ep" || line == std::string(kHeader) + ",ep,gated" ||
+                line == std::string(kHeader) + ",ep,gated,fitted")
         << line;
     const std::size_t fields = split_csv_line(line).size();
     std::set<std::tuple<std::string, std::string, std::string, std::string, std::string, std::string,
@@ -80,6 +81,7 @@ TEST(ValidationData, EveryFileIsWellFormed) {
       ASSERT_EQ(f.size(), fields) << "line " << line_no;
       if (fields > 16) EXPECT_TRUE(parses_positive(f[16])) << "line " << line_no << ": ep '" << f[16] << "'";
       if (fields > 17) EXPECT_TRUE(f[17] == "0" || f[17] == "1") << "line " << line_no << ": gated '" << f[17] << "'";
+      if (fields > 18) EXPECT_TRUE(f[18] == "0" || f[18] == "1") << "line " << line_no << ": fitted '" << f[18] << "'";
       for (const auto col : numeric)
         EXPECT_TRUE(parses_positive(f[col])) << "line " << line_no << " column " << col << " = '" << f[col] << "'";
       EXPECT_TRUE(is_profile(f[0])) << "line " << line_no << ": gpu '" << f[0] << "' has no configs/hardware profile";

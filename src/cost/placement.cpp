@@ -106,15 +106,12 @@ PlacedCost cost_placed(const ExpertRoofline& rm, const ExpertPlacement& p,
   PlacedCost out;
   out.device_tokens.assign(num_devices, 0);
   int64_t compute_bound = 0;
-  std::vector<int64_t> slots(num_devices, in.shared_experts);  // each device's launch: its slots and the shared
   for (size_t i = 0; i < p.expert.size(); ++i) {
     const int64_t rows = rule.rows(p.load[i], p.replicas[p.expert[i]]);
     groups[p.device[i]].add(rows);
-    ++slots[p.device[i]];
     compute_bound += rm.compute_bound(rows) ? 1 : 0;
     out.device_tokens[p.device[i]] += p.load[i];
   }
-  for (int d = 0; d < num_devices; ++d) groups[d].set_launch_experts(slots[d]);
   out.compute_bound = static_cast<double>(compute_bound);
   // Shared experts run on each device's local tokens (N / D, the first N mod D devices one more).
   for (int d = 0; d < num_devices; ++d) {
@@ -192,7 +189,6 @@ CostBreakdown balanced_experts(const ExpertRoofline& rm, const LayerCostInput& i
   const LayoutRule dropless{Layout::dropless, 1, 0};
   if (in.placement.kind == PlacementKind::single) {
     GroupedCost g(rm);
-    g.set_launch_experts(in.num_experts + in.shared_experts);
     g.add(even(0), even.rem);
     g.add(even(in.num_experts - 1), in.num_experts - even.rem);
     for (int s = 0; s < in.shared_experts; ++s) g.add(in.num_tokens);
@@ -605,14 +601,11 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
 
   LayerCost out;
   if (in.placement.kind == PlacementKind::single) {
-    const int64_t launch_experts = num_experts + in.shared_experts;
     GroupedCost actual(rm), even(rm);
-    even.set_launch_experts(launch_experts);
     int64_t tokens = 0, compute_bound = 0;  // locals: no loop-carried store through `out`
     const int64_t* load = in.load.data();
     {
       GroupedCost acc(rm);  // never leaves this block, so its counters can live in registers
-      acc.set_launch_experts(launch_experts);
       for (int e = 0; e < num_experts; ++e) {
         const int64_t rows = rule_actual.rows(load[e], 1);
         acc.add(rows);
@@ -642,7 +635,6 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     CostBreakdown loads = experts;
     if (in.layout != Layout::dropless) {
       GroupedCost plain(rm);
-      plain.set_launch_experts(launch_experts);
       for (int e = 0; e < num_experts; ++e) plain.add(load[e]);
       for (int s = 0; s < in.shared_experts; ++s) plain.add(in.num_tokens);
       loads = plain.time();

@@ -187,14 +187,19 @@ inline double combine_terms(double mem_s, double compute_s, double overlap) {
 class GroupedCost {
  public:
   explicit GroupedCost(const ExpertRoofline& model) : m_(&model) {}
+  // One expert of the launch with `rows` rows. An expert of 0 rows costs nothing, but it is one of the
+  // launch's experts (the weight tensor's expert dimension), which the Marlin rule's mean counts.
   void add(int64_t rows) {
+    ++launch_experts_;
     if (rows <= 0) return;
     rows_ += rows;
     ++experts_;
     add_row_tiles(rows - 1, 1);
   }
   void add(int64_t rows, int64_t experts) {  // `experts` experts of `rows` rows each
-    if (rows <= 0 || experts <= 0) return;
+    if (experts <= 0) return;
+    launch_experts_ += experts;
+    if (rows <= 0) return;
     rows_ += rows * experts;
     experts_ += experts;
     add_row_tiles(rows - 1, experts);
@@ -204,9 +209,6 @@ class GroupedCost {
   // top-k sum over them, and computes nothing: activation traffic A(n) / n each, no weights, no tiles.
   // moesim's own expert-parallel placement dispatches only local rows and adds none.
   void add_idle_rows(int64_t rows) { idle_rows_ += std::max<int64_t>(0, rows); }
-  // The experts the launch is built for, idle ones included (the weight tensor's expert dimension): the
-  // Marlin rule reads the mean rows over all of them. Unset (0), the experts with rows stand for them.
-  void set_launch_experts(int64_t experts) { launch_experts_ = std::max<int64_t>(0, experts); }
   int64_t rows() const { return rows_; }
   int64_t experts() const { return experts_; }
   // The row tile of this launch (rows per tile), 0 when no row is present.
@@ -241,8 +243,7 @@ class GroupedCost {
     const ExpertRoofline& m = *m_;
     const int last = m.num_row_tiles - 1;
     if (m.marlin_blocks) {  // mean rows of the launch's experts / block < kMarlinBlockFill, else the last
-      const double experts = static_cast<double>(launch_experts_ > 0 ? launch_experts_ : experts_);
-      const double mean = static_cast<double>(rows_ + idle_rows_) / std::max(1.0, experts);
+      const double mean = static_cast<double>(rows_ + idle_rows_) / static_cast<double>(std::max<int64_t>(1, launch_experts_));
       for (int k = 0; k < last; ++k) {
         if (mean < ExpertRoofline::kMarlinBlockFill * m.row_tile_rows[k]) return k;
       }
@@ -255,7 +256,8 @@ class GroupedCost {
   }
 
   const ExpertRoofline* m_;
-  int64_t rows_ = 0, experts_ = 0, idle_rows_ = 0, launch_experts_ = 0;
+  int64_t rows_ = 0, experts_ = 0, idle_rows_ = 0;
+  int64_t launch_experts_ = 0;  // every expert added, those of 0 rows included
   int64_t tiles_less_one_[ExpertRoofline::kMaxRowTiles] = {};  // sum_e (n_e - 1) / row_tile_rows[k], per k
 };
 

@@ -24,15 +24,14 @@
 
 namespace moesim {
 
-const char* const kPublishedHeader =
-    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope";
-const char* const kPublishedHeaderEp =
-    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep";
-const char* const kPublishedHeaderGated =
-    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep,gated";
-const char* const kPublishedHeaderFitted =
-    "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope,ep,gated,"
-    "fitted";
+// The required columns once, the optional ones appended in their order.
+#define MOESIM_PUBLISHED_COLUMNS \
+  "gpu,dtype,experts,n,k,top_k,tp,batch,measured_us,source,date,tool,kernel_config,routing,notes,scope"
+const char* const kPublishedHeader = MOESIM_PUBLISHED_COLUMNS;
+const char* const kPublishedHeaderEp = MOESIM_PUBLISHED_COLUMNS ",ep";
+const char* const kPublishedHeaderGated = MOESIM_PUBLISHED_COLUMNS ",ep,gated";
+const char* const kPublishedHeaderFitted = MOESIM_PUBLISHED_COLUMNS ",ep,gated,fitted";
+#undef MOESIM_PUBLISHED_COLUMNS
 
 std::string dtype_cell(const ExpertFormat& f) {
   return f.weights == WeightDtype::same ? to_string(f.dtype) : to_string(f.weights);
@@ -372,9 +371,7 @@ PublishedTerms published_terms(const PublishedPoint& p, const HardwareProfile& h
   for (int draw = 0; draw < draws; ++draw) {
     GroupedCost g(model);
     int64_t local_rows = 0;
-    const std::vector<int64_t> loads = published_loads(p, draw);
-    g.set_launch_experts(static_cast<int64_t>(loads.size()));
-    for (int64_t rows : loads) {
+    for (int64_t rows : published_loads(p, draw)) {
       g.add(rows);
       local_rows += rows;
     }

@@ -323,26 +323,32 @@ TEST(Roofline, WeightOnlyKernelTakesMarlinBlocksFromTheLaunchMean) {
   for (int k = 0; k < 5; ++k) EXPECT_EQ(m.row_tile_rows[k], want[k]);
   EXPECT_FALSE(m.row_tiles_double);
   EXPECT_FALSE(ExpertRoofline(small_batch_toy(), 256, 512, Dtype::fp16).marlin_blocks);
-  const auto block = [&](std::vector<int64_t> loads, int64_t launch_experts, int64_t idle_rows = 0) {
+  // Each load is one expert of the launch, those of 0 rows included (they count in the mean).
+  const auto block = [&](std::vector<int64_t> loads, int64_t idle_rows = 0) {
     GroupedCost g(m);
-    g.set_launch_experts(launch_experts);
     for (int64_t n : loads) g.add(n);
     g.add_idle_rows(idle_rows);
     return g.tile_rows();
   };
-  EXPECT_EQ(block({10, 6}, 4), 8);       // mean 16 / 4 = 4 < 7.2
-  EXPECT_EQ(block({10, 6}, 0), 16);      // unset: the 2 active experts, mean 8 >= 7.2, < 14.4
-  EXPECT_EQ(block({35}, 5), 8);          // mean 7
-  EXPECT_EQ(block({36}, 5), 16);         // mean 7.2: not below 0.9 x 8
-  EXPECT_EQ(block({10}, 2, 20), 32);     // (10 + 20 idle rows) / 2 = 15 >= 14.4, < 28.8
-  EXPECT_EQ(block({43, 43}, 2), 48);     // 43 < 43.2
-  EXPECT_EQ(block({44, 44}, 2), 64);     // 44 >= 43.2: the last block
-  EXPECT_EQ(block({1000}, 1), 64);
-  // Loads {10, 6} of a 4-expert launch: 8-row blocks, ceil(10 / 8) + ceil(6 / 8) = 3 of them.
+  EXPECT_EQ(block({10, 6, 0, 0}), 8);     // mean 16 / 4 = 4 < 7.2
+  EXPECT_EQ(block({10, 6}), 16);          // 2 experts: mean 8 >= 7.2, < 14.4
+  EXPECT_EQ(block({35, 0, 0, 0, 0}), 8);  // mean 7
+  EXPECT_EQ(block({36, 0, 0, 0, 0}), 16); // mean 7.2: not below 0.9 x 8
+  EXPECT_EQ(block({10, 0}, 20), 32);      // (10 + 20 idle rows) / 2 = 15 >= 14.4, < 28.8
+  EXPECT_EQ(block({43, 43}), 48);         // 43 < 43.2
+  EXPECT_EQ(block({44, 44}), 64);         // 44 >= 43.2: the last block
+  EXPECT_EQ(block({1000}), 64);
+  GroupedCost bulk(m);                    // the same launch of 4 experts through add(rows, experts)
+  bulk.add(10, 1);
+  bulk.add(6, 1);
+  bulk.add(0, 2);
+  EXPECT_EQ(bulk.tile_rows(), 8);
+  // Loads {10, 6, 0, 0} of a 4-expert launch: 8-row blocks, ceil(10 / 8) + ceil(6 / 8) = 3 of them.
   GroupedCost g(m);
-  g.set_launch_experts(4);
   g.add(10);
   g.add(6);
+  g.add(0);
+  g.add(0);
   const KernelTerms t = g.terms();
   EXPECT_TRUE(t.weight_only);
   EXPECT_NEAR(t.memory_s, (2 * 202752.0 + 16 * 7680.0) / 1e12, 1e-22);  // the 2 active experts' W once

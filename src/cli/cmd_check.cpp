@@ -2,7 +2,10 @@
 // [--update-baseline [--force]]`: exit 0 when every expect: bound and baseline comparison holds, 1 with
 // one line per failing metric, 2 for bad input, a baseline of another experiment included.
 // --update-baseline writes nothing while a bound fails, unless --force. A failing bound on a measured_*
-// metric whose times are noisy names the noise reason in its line. docs/gate-your-ci.md.
+// metric whose times are noisy names the noise reason in its line. The run is always the file's current
+// experiment: with --allow-change router.gating its new strategy runs and is compared with the baseline's
+// (report/check.hpp baseline_pairs), and every report names what it compared (strategy, config digest, the
+// baseline's value per metric). docs/gate-your-ci.md.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -59,18 +62,55 @@ void refuse_foreign_baseline(const Experiment& e, const nlohmann::json& base, co
                    d->key.substr(0, d->key.find(' ')) + " compares anyway)");
 }
 
-// check's own report: every failure, then the summary line; as text (the FAIL lines), JSON, CSV or Markdown.
-std::string check_report(ReportFormat format, const std::vector<CheckFailure>& failures, size_t files,
+// A number of a comparison as the report shows it: "-" for none.
+std::string shown_number(double v) { return std::isfinite(v) ? text::real(v) : std::string("-"); }
+
+// One comparison as the table says what it compared: the run's strategy and its config digest against the
+// baseline's strategy and digest (or the expect: bounds), then every metric, its value against the baseline's
+// (or its bound), the failing ones marked "worse" (a bound: "fails").
+std::string compared_line(const CheckComparison& c) {
+  auto short_digest = [](const std::string& d) {
+    const size_t colon = d.find(':');
+    return d.empty() ? std::string("-") : d.substr(colon == std::string::npos ? 0 : colon + 1, 12);
+  };
+  std::ostringstream os;
+  os << "compared " << c.file << ": " << c.strategy << " (config " << short_digest(c.config_digest) << ")";
+  if (c.baseline.empty()) {
+    os << " with its expect: bounds:";
+    for (size_t i = 0; i < c.metrics.size(); ++i) {
+      const CheckedMetric& m = c.metrics[i];
+      os << (i ? "," : "") << " " << m.metric << " " << shown_number(m.value) << " (" << m.bound
+         << (m.passed ? ")" : ", fails)");
+    }
+  } else {
+    os << " with " << c.baseline << ": " << c.baseline_strategy << " (config " << short_digest(c.baseline_config_digest)
+       << "), this run / the baseline:";
+    for (size_t i = 0; i < c.metrics.size(); ++i) {
+      const CheckedMetric& m = c.metrics[i];
+      os << (i ? "," : "") << " " << m.metric << " " << shown_number(m.value) << " / " << shown_number(m.baseline)
+         << (m.passed ? "" : " (worse)");
+    }
+    if (c.metrics.empty()) os << " no metric applies";
+  }
+  return text::wrap(os.str());
+}
+
+// check's own report: every failure, what was compared, then the summary line; as text (the FAIL lines), JSON,
+// CSV or Markdown.
+std::string check_report(ReportFormat format, const std::vector<CheckComparison>& compared, size_t files,
                          size_t expectations, const std::string& baseline, const std::string& aggregate,
                          const std::string& written) {
+  const std::vector<CheckFailure> failures = failures_of(compared);
   std::ostringstream os;
   const std::string summary = "check: " + std::to_string(files) + " file(s), " + std::to_string(expectations) +
                               " expectation(s)" + (baseline.empty() ? "" : ", baseline " + baseline) + ": " +
                               std::to_string(failures.size()) + " failure(s)";
+  auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   switch (format) {
     case ReportFormat::table:
       os << written;
       for (const CheckFailure& f : failures) os << "FAIL " << f.line() << "\n";
+      for (const CheckComparison& c : compared) os << compared_line(c) << "\n";
       os << summary << "\n";
       break;
     case ReportFormat::json: {
@@ -84,27 +124,53 @@ std::string check_report(ReportFormat format, const std::vector<CheckFailure>& f
       j["aggregate"] = aggregate;
       nlohmann::json rows = nlohmann::json::array();
       for (const CheckFailure& f : failures)
-        rows.push_back({{"file", f.file}, {"strategy", f.strategy}, {"metric", f.metric},
-                        {"value", std::isfinite(f.value) ? nlohmann::json(f.value) : nlohmann::json(nullptr)},
+        rows.push_back({{"file", f.file}, {"strategy", f.strategy}, {"metric", f.metric}, {"value", number(f.value)},
                         {"bound", f.bound}});
       j["failures"] = rows;
+      nlohmann::json list = nlohmann::json::array();
+      for (const CheckComparison& c : compared) {
+        nlohmann::json metrics = nlohmann::json::array();
+        for (const CheckedMetric& m : c.metrics)
+          metrics.push_back({{"metric", m.metric}, {"value", number(m.value)}, {"baseline", number(m.baseline)},
+                             {"bound", m.bound}, {"passed", m.passed}});
+        const bool bounds = c.baseline.empty();
+        list.push_back({{"file", c.file},
+                        {"strategy", c.strategy},
+                        {"config_digest", c.config_digest},
+                        {"against", bounds ? "expect" : "baseline"},
+                        {"baseline", bounds ? nlohmann::json(nullptr) : nlohmann::json(c.baseline)},
+                        {"baseline_strategy", bounds ? nlohmann::json(nullptr) : nlohmann::json(c.baseline_strategy)},
+                        {"baseline_config_digest",
+                         bounds ? nlohmann::json(nullptr) : nlohmann::json(c.baseline_config_digest)},
+                        {"metrics", metrics}});
+      }
+      j["compared"] = list;
       j["passed"] = failures.empty();
       os << j.dump(2) << "\n";
       break;
     }
     case ReportFormat::csv:
-      os << "file,strategy,metric,value,bound\n";
-      for (const CheckFailure& f : failures)
-        os << text::csv_cell(f.file) << "," << text::csv_cell(f.strategy) << "," << f.metric << ","
-           << (std::isfinite(f.value) ? text::real(f.value) : "") << "," << text::csv_cell(f.bound) << "\n";
+      os << "file,strategy,config_digest,baseline_strategy,baseline_config_digest,metric,value,baseline,bound,passed\n";
+      for (const CheckComparison& c : compared)
+        for (const CheckedMetric& m : c.metrics)
+          os << text::csv_cell(c.file) << "," << text::csv_cell(c.strategy) << "," << c.config_digest << ","
+             << text::csv_cell(c.baseline_strategy) << "," << c.baseline_config_digest << "," << m.metric << ","
+             << (std::isfinite(m.value) ? text::real(m.value) : "") << ","
+             << (std::isfinite(m.baseline) ? text::real(m.baseline) : "") << "," << text::csv_cell(m.bound) << ","
+             << (m.passed ? "true" : "false") << "\n";
       break;
     case ReportFormat::markdown:
       os << "**" << summary << "**\n";
-      if (!failures.empty()) {
-        os << "\n| file | strategy | metric | value | expected |\n| :--- | :--- | :--- | ---: | :--- |\n";
-        for (const CheckFailure& f : failures)
-          os << "| " << f.file << " | " << f.strategy << " | " << f.metric << " | "
-             << (std::isfinite(f.value) ? text::real(f.value) : "") << " | " << f.bound << " |\n";
+      if (!compared.empty()) {
+        os << "\n| file | strategy | config | against | metric | value | baseline | expected | passed |\n"
+              "| :--- | :--- | :--- | :--- | :--- | ---: | ---: | :--- | :--- |\n";
+        for (const CheckComparison& c : compared)
+          for (const CheckedMetric& m : c.metrics)
+            os << "| " << c.file << " | " << c.strategy << " | " << c.config_digest << " | "
+               << (c.baseline.empty() ? "expect:" : c.baseline + ": " + c.baseline_strategy + " (" +
+                                                        c.baseline_config_digest + ")")
+               << " | " << m.metric << " | " << shown_number(m.value) << " | " << shown_number(m.baseline) << " | "
+               << m.bound << " | " << (m.passed ? "yes" : "**no**") << " |\n";
       }
       break;
   }
@@ -175,7 +241,7 @@ int cmd_check(int argc, char** argv) {
   std::vector<Experiment> experiments;
   for (size_t i = 0; i < opts.files.size(); ++i) experiments.push_back(load_experiment_for(opts, i));
 
-  std::vector<CheckFailure> failures;
+  std::vector<CheckComparison> compared;
   nlohmann::json runs = nlohmann::json::array();
   size_t checked = 0;
   for (const Experiment& e : experiments) {
@@ -187,7 +253,12 @@ int cmd_check(int argc, char** argv) {
       throw InputError(baseline + ": expected a run of experiment '" + e.name + "' (" + e.source_file +
                        "), got runs of: " + names);
     }
-    if (b != baselines.end()) labels = baseline_labels(b->second, baseline);
+    std::vector<StrategyPair> pairs;
+    if (b != baselines.end()) {
+      baseline_labels(b->second, baseline);  // validates the baseline's strategies
+      pairs = baseline_pairs(e, b->second);
+      for (const StrategyPair& p : pairs) labels.push_back(p.run_label);
+    }
     bool needs_execute = execute;
     for (const Expectation& x : e.expect) needs_execute |= is_measured(x.metric);
     RunOptions ro;
@@ -212,23 +283,28 @@ int cmd_check(int argc, char** argv) {
     const std::vector<std::string> metrics = baseline_metrics(e, requested_metrics);
     if (b != baselines.end()) refuse_foreign_baseline(e, b->second, baseline, allow_change);
     const RunResult run = run_experiment(e, variants, ro);
-    auto f = check_expectations(run);
+    nlohmann::json run_json = run_to_json(run);
+    const std::string digest = config_digest(run_json);
+    std::vector<CheckComparison> c = expectation_comparisons(run, digest);
     // A bound on a measured metric is evaluated even when the measured times are noisy; its failure
     // line then says so and why (docs/design.md, "Measured spread and noise").
-    for (CheckFailure& x : f) {
-      if (!is_measured(x.metric)) continue;
-      for (const VariantResult& v : run.variants)
-        if (v.variant.label == x.strategy && v.executed && v.measured_noise.noisy)
-          x.bound += " (measured times noisy: " + v.measured_noise.reason + ")";
+    for (CheckComparison& x : c) {
+      for (CheckedMetric& m : x.metrics) {
+        if (m.passed || !is_measured(m.metric)) continue;
+        for (const VariantResult& v : run.variants)
+          if (v.variant.label == x.strategy && v.executed && v.measured_noise.noisy)
+            m.bound += " (measured times noisy: " + v.measured_noise.reason + ")";
+      }
     }
-    failures.insert(failures.end(), f.begin(), f.end());
+    compared.insert(compared.end(), c.begin(), c.end());
     if (b != baselines.end()) {
-      auto g = check_against_baseline(run, b->second, metrics, rtol, atol, aggregate);
-      failures.insert(failures.end(), g.begin(), g.end());
+      auto g = baseline_comparisons(run, digest, b->second, baseline, pairs, metrics, rtol, atol, aggregate);
+      compared.insert(compared.end(), g.begin(), g.end());
     }
     checked += e.expect.size();
-    runs.push_back(run_to_json(run));
+    runs.push_back(std::move(run_json));
   }
+  const std::vector<CheckFailure> failures = failures_of(compared);
   std::string written;
   if (update && !failures.empty() && !force) {
     written = "check: the baseline " + baseline + " was not written: " + std::to_string(failures.size()) +
@@ -241,7 +317,7 @@ int cmd_check(int argc, char** argv) {
     write_file_atomic(baseline, out.dump(2) + "\n");
     written = "check: wrote the baseline " + baseline + " (" + std::to_string(runs.size()) + " run(s))\n";
   }
-  emit(opts, check_report(format, failures, opts.files.size(), checked, baselines.empty() ? "" : baseline, aggregate,
+  emit(opts, check_report(format, compared, opts.files.size(), checked, baselines.empty() ? "" : baseline, aggregate,
                           written));
   return failures.empty() ? kExitOk : kExitCheckFailed;
 }

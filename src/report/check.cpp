@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "src/common/digest.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/report/provenance.hpp"
@@ -93,6 +94,81 @@ bool names_config_key(const nlohmann::json& config, const std::string& key) {
     at = &(*at)[part];
   }
   return !key.empty();
+}
+
+namespace {
+
+// The digest of each file of a result's `inputs` block, by key (defined below).
+std::map<std::string, nlohmann::json> input_digests(const nlohmann::json& run);
+
+// Feeds a config (sub)tree into an FNV-1a hash: keys in order, scalars by their JSON text, the keys in `skip`
+// left out; nesting past `depth` is hashed by its type alone (a hostile baseline may nest 100000 deep; a config
+// is 3 deep).
+uint64_t hash_config(const nlohmann::json& j, const std::string& path, const std::set<std::string>& skip, uint64_t h,
+                     int depth) {
+  auto feed = [&](const std::string& text) {
+    return fnv1a64(reinterpret_cast<const unsigned char*>(text.data()), text.size() + 1, h);
+  };
+  if (j.is_object() && depth > 0) {
+    h = feed("{");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string key = path.empty() ? it.key() : path + "." + it.key();
+      if (skipped_key(key) || skip.count(key)) continue;
+      h = fnv1a64(reinterpret_cast<const unsigned char*>(key.data()), key.size() + 1, h);
+      h = hash_config(it.value(), key, skip, h, depth - 1);
+    }
+    return feed("}");
+  }
+  if (j.is_structured()) {
+    if (depth > 0 && j.size() <= 4096) {
+      h = feed("[");
+      for (const auto& item : j) h = hash_config(item, path, skip, h, depth - 1);
+      return feed("]");
+    }
+    return feed(j.type_name());
+  }
+  return feed(j.dump());
+}
+
+}  // namespace
+
+std::string config_digest(const nlohmann::json& run) {
+  const nlohmann::json& config = at_path(run, {"experiment", "config"});
+  if (!config.is_object()) return "";
+  // As experiment_difference compares: a file an experiment key names by its contents, not its path (which
+  // moves with the checkout), a hardware profile by its values.
+  const std::map<std::string, nlohmann::json> files = input_digests(run);
+  std::set<std::string> by_content;
+  for (const auto& [key, digest] : files) by_content.insert(key);
+  uint64_t h = hash_config(config, "", by_content, kFnv1a64Offset, 8);
+  auto feed = [&h](const std::string& text) {
+    h = fnv1a64(reinterpret_cast<const unsigned char*>(text.data()), text.size() + 1, h);
+  };
+  for (const auto& [key, digest] : files)
+    if (key != "workload.path" && key != "hardware") feed(key + "=" + (digest.is_string() ? digest.get<std::string>() : ""));
+  const nlohmann::json& hw = at_path(run, {"hardware", "digest"});
+  if (hw.is_string()) feed("hardware=" + hw.get<std::string>());
+  const nlohmann::json& workload = at_path(run, {"workload", "file_digest"});
+  if (workload.is_string()) feed("workload.path=" + workload.get<std::string>());
+  return fnv1a64_text(h);
+}
+
+std::vector<StrategyPair> baseline_pairs(const Experiment& e, const nlohmann::json& baseline) {
+  std::vector<std::string> labels;
+  if (baseline.is_object() && baseline.contains("strategies") && baseline["strategies"].is_array())
+    for (const auto& s : baseline["strategies"])
+      if (s.is_object() && s.contains("strategy") && s["strategy"].is_string()) labels.push_back(s["strategy"].get<std::string>());
+  const nlohmann::json& was = at_path(baseline, {"experiment", "config", "router", "gating"});
+  const std::string now = to_string(e.router.gating);
+  std::vector<StrategyPair> pairs;
+  for (const std::string& label : labels) {
+    const size_t space = label.find(' ');
+    const std::string gating = label.substr(0, space), rest = space == std::string::npos ? "" : label.substr(space);
+    const bool own = was.is_string() && gating == was.get<std::string>() && gating != now;
+    const bool new_row_beside = std::find(labels.begin(), labels.end(), now + rest) != labels.end();
+    pairs.push_back({own && !new_row_beside ? now + rest : label, label});
+  }
+  return pairs;
 }
 
 const std::vector<std::string>& default_baseline_metrics() {
@@ -229,23 +305,42 @@ std::vector<RouterVariant> check_variants(const Experiment& e, const std::vector
   return variants;
 }
 
-std::vector<CheckFailure> check_expectations(const RunResult& run) {
+std::vector<CheckFailure> failures_of(const std::vector<CheckComparison>& comparisons) {
   std::vector<CheckFailure> failures;
+  for (const CheckComparison& c : comparisons)
+    for (const CheckedMetric& m : c.metrics)
+      if (!m.passed) failures.push_back({c.file, c.strategy, m.metric, m.value, m.bound});
+  return failures;
+}
+
+std::vector<CheckComparison> expectation_comparisons(const RunResult& run, const std::string& config_digest) {
+  std::vector<CheckComparison> out;
   const std::string& file = run.experiment.source_file;
+  auto comparison_of = [&](const std::string& strategy) -> CheckComparison& {
+    for (CheckComparison& c : out)
+      if (c.strategy == strategy) return c;
+    out.push_back({file, strategy, config_digest, "", "", "", {}});
+    return out.back();
+  };
   for (const Expectation& x : run.experiment.expect) {
     for (const VariantResult& v : run.variants) {
       if (!matches(x.strategy, v)) continue;
+      CheckComparison& c = comparison_of(v.variant.label);
       const std::string name = x.aggregate == "value" ? x.metric : x.metric + "." + x.aggregate;
       const std::optional<double> value = metric_value(run, v, x.metric, x.aggregate);
       if (!value) {
-        failures.push_back({file, v.variant.label, name, NAN, "a value, but this run does not produce it"});
+        c.metrics.push_back({name, NAN, NAN, "a value, but this run does not produce it", false});
         continue;
       }
-      if (x.min && !(*value >= *x.min)) failures.push_back({file, v.variant.label, name, *value, "min " + num(*x.min)});
-      if (x.max && !(*value <= *x.max)) failures.push_back({file, v.variant.label, name, *value, "max " + num(*x.max)});
+      if (x.min) c.metrics.push_back({name, *value, NAN, "min " + num(*x.min), *value >= *x.min});
+      if (x.max) c.metrics.push_back({name, *value, NAN, "max " + num(*x.max), *value <= *x.max});
     }
   }
-  return failures;
+  return out;
+}
+
+std::vector<CheckFailure> check_expectations(const RunResult& run) {
+  return failures_of(expectation_comparisons(run, ""));
 }
 
 std::vector<std::string> baseline_labels(const nlohmann::json& b, const std::string& name) {
@@ -331,42 +426,63 @@ const nlohmann::json& baseline_value(const nlohmann::json& s, const std::string&
 
 }  // namespace
 
-std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline,
-                                                 const std::vector<std::string>& metrics, double rtol, double atol,
-                                                 const std::string& aggregate) {
-  std::vector<CheckFailure> failures;
+std::vector<CheckComparison> baseline_comparisons(const RunResult& run, const std::string& config_digest,
+                                                  const nlohmann::json& baseline, const std::string& baseline_name,
+                                                  const std::vector<StrategyPair>& pairs,
+                                                  const std::vector<std::string>& metrics, double rtol, double atol,
+                                                  const std::string& aggregate) {
+  std::vector<CheckComparison> out;
   if (std::find(baseline_aggregates().begin(), baseline_aggregates().end(), aggregate) == baseline_aggregates().end())
     fail("--aggregate: expected value, last, mean, p50, p95 or max, got '" + aggregate + "'");
+  const std::string was_digest = moesim::config_digest(baseline);
   for (const auto& s : baseline["strategies"]) {
     const std::string label = s["strategy"].get<std::string>();
-    for (const VariantResult& v : run.variants) {
-      if (v.variant.label != label) continue;
-      for (const std::string& name : metrics) {
-        const std::string& metric = name;
-        const std::string shown_name = aggregate == "value" ? name : name + "." + aggregate;
-        const nlohmann::json& base = baseline_value(s, metric, aggregate);
-        const std::optional<double> now = metric_value(run, v, metric, aggregate);
-        if (!base.is_number() && !now) continue;  // the metric does not apply to this strategy
-        if (!base.is_number() || !now) {
-          failures.push_back({run.experiment.source_file, label, shown_name, now ? *now : NAN,
-                              std::string(now ? "no value, as in the baseline" : "a value, as in the baseline (") +
-                                  (now ? "" : num(base.get<double>()) + ")")});
-          continue;
+    for (const StrategyPair& pair : pairs) {
+      if (pair.baseline_label != label) continue;
+      for (const VariantResult& v : run.variants) {
+        if (v.variant.label != pair.run_label) continue;
+        CheckComparison c{run.experiment.source_file, v.variant.label, config_digest, baseline_name, label, was_digest, {}};
+        // Against another strategy than the run's own, every bound says whose value it is.
+        const std::string whose = label == v.variant.label ? "" : "the baseline's " + label + "; ";
+        for (const std::string& metric : metrics) {
+          const std::string shown_name = aggregate == "value" ? metric : metric + "." + aggregate;
+          const nlohmann::json& base = baseline_value(s, metric, aggregate);
+          const std::optional<double> now = metric_value(run, v, metric, aggregate);
+          if (!base.is_number() && !now) continue;  // the metric does not apply to this strategy
+          if (!base.is_number() || !now) {
+            c.metrics.push_back({shown_name, now ? *now : NAN, base.is_number() ? base.get<double>() : NAN,
+                                 std::string(now ? "no value, as in the baseline" : "a value, as in the baseline (") +
+                                     (now ? "" : whose + num(base.get<double>()) + ")"),
+                                 false});
+            continue;
+          }
+          const double was = base.get<double>();
+          const bool exact = is_count_metric(metric);
+          const double slack = exact ? 0.0 : atol + rtol * std::fabs(was);
+          const int dir = metric_direction(metric);
+          const bool worse =
+              dir < 0 ? *now > was + slack : dir > 0 ? *now < was - slack : std::fabs(*now - was) > slack;
+          const std::string how = dir < 0 ? "at most" : dir > 0 ? "at least" : "equal to";
+          const std::string tolerance = exact ? "exact count" : "rtol " + num(rtol) + ", atol " + num(atol);
+          c.metrics.push_back({shown_name, *now, was, how + " baseline " + num(was) + " (" + whose + tolerance + ")",
+                               !worse});
         }
-        const double was = base.get<double>();
-        const bool exact = is_count_metric(metric);
-        const double slack = exact ? 0.0 : atol + rtol * std::fabs(was);
-        const int dir = metric_direction(metric);
-        const bool worse = dir < 0 ? *now > was + slack : dir > 0 ? *now < was - slack : std::fabs(*now - was) > slack;
-        if (!worse) continue;
-        const std::string how = dir < 0 ? "at most" : dir > 0 ? "at least" : "equal to";
-        const std::string tolerance = exact ? "exact count" : "rtol " + num(rtol) + ", atol " + num(atol);
-        failures.push_back({run.experiment.source_file, label, shown_name, *now,
-                            how + " baseline " + num(was) + " (" + tolerance + ")"});
+        out.push_back(std::move(c));
       }
     }
   }
-  return failures;
+  return out;
+}
+
+std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline,
+                                                 const std::vector<std::string>& metrics, double rtol, double atol,
+                                                 const std::string& aggregate) {
+  std::vector<StrategyPair> pairs;
+  for (const auto& s : baseline["strategies"]) {
+    const std::string label = s["strategy"].get<std::string>();
+    pairs.push_back({label, label});
+  }
+  return failures_of(baseline_comparisons(run, "", baseline, "", pairs, metrics, rtol, atol, aggregate));
 }
 
 }  // namespace moesim

@@ -23,6 +23,44 @@ struct CheckFailure {
   std::string line() const;  // "FILE: STRATEGY: METRIC = VALUE, expected BOUND"
 };
 
+// One metric a check compared: this run's value against an expect: bound or the baseline's value.
+struct CheckedMetric {
+  std::string metric;     // METRIC, or METRIC.AGG for an aggregate other than value
+  double value = 0;       // this run's; NaN when the run has none
+  double baseline = 0;    // the baseline's; NaN for an expect: bound, or when the baseline has none
+  std::string bound;      // what was expected: "max 1.3", "at most baseline 1.21 (rtol 1e-06, atol 1e-12)"
+  bool passed = true;
+};
+
+// What a check compared for one strategy of one file: the run's strategy and the digest of its effective
+// experiment, and against it either its expect: bounds (baseline empty) or a strategy of the baseline, with the
+// digest of the experiment the baseline was recorded from. Every check report names these.
+struct CheckComparison {
+  std::string file, strategy, config_digest;
+  std::string baseline, baseline_strategy, baseline_config_digest;  // empty for expect: bounds
+  std::vector<CheckedMetric> metrics;
+};
+
+// The failing metrics of `comparisons`, in their order, as FAIL lines name them.
+std::vector<CheckFailure> failures_of(const std::vector<CheckComparison>& comparisons);
+
+// The digest of a run JSON's effective experiment over what a baseline comparison reads, as
+// experiment_difference reads it: experiment.config but the keys it skips, a file an experiment key names by
+// its contents (inputs[].digest, workload.file_digest), the hardware profile by its values (hardware.digest);
+// so that two runs a check takes for the same experiment have the same digest, in any folder
+// ("fnv1a64:..."; common/digest.hpp). "" when the run has no experiment.config object.
+std::string config_digest(const nlohmann::json& run);
+
+// Which of a baseline's strategies each strategy of this run is compared with (run label, baseline label).
+// A strategy is compared with the baseline's strategy of the same label, but where the experiment's own gating
+// changed (check --allow-change router.gating): the baseline's rows of its own gating that have no row of the
+// new gating beside them were the file's own strategy, and are compared with the file's new strategy (the
+// same label with the gating replaced), which is what runs; the old strategy is not run in its place.
+struct StrategyPair {
+  std::string run_label, baseline_label;
+};
+std::vector<StrategyPair> baseline_pairs(const Experiment& e, const nlohmann::json& baseline_run);
+
 // Baseline tolerances by default: above the rounding noise of a float metric printed to 17 digits and
 // recomputed by another compiler or BLAS kernel, far below any change a router or workload makes.
 constexpr double kBaselineRtol = 1e-6;
@@ -72,8 +110,11 @@ int metric_direction(const std::string& metric);
 // or the baseline names (labels "gating key=value ..." are rebuilt as router overrides).
 std::vector<RouterVariant> check_variants(const Experiment& e, const std::vector<std::string>& baseline_labels);
 
-// Bounds of the experiment's expect: block against the run.
+// Bounds of the experiment's expect: block against the run: failures_of(expectation_comparisons(run, "")).
 std::vector<CheckFailure> check_expectations(const RunResult& run);
+// Every bound of the experiment's expect: block against the run, one comparison per strategy a bound reads;
+// `config_digest` names the run's experiment.
+std::vector<CheckComparison> expectation_comparisons(const RunResult& run, const std::string& config_digest);
 
 // The aggregates a baseline comparison may read (check --aggregate): "value" (the headline, the default),
 // "last" (the last batch or record), "mean", "p50", "p95", "max" (over the batches or records).
@@ -85,9 +126,18 @@ const std::vector<std::string>& baseline_aggregates();
 // aggregate, its metrics). Counts compare exactly, other metrics within atol + rtol |baseline|; a metric
 // with a good direction fails only when it moves the bad way, one without (capacity, critical_batch) when
 // it moves either way. A failure names the metric as METRIC.AGG for an aggregate other than value.
+// check_against_baseline is failures_of(baseline_comparisons(...)) with every strategy paired by its label.
 std::vector<CheckFailure> check_against_baseline(const RunResult& run, const nlohmann::json& baseline_run,
                                                  const std::vector<std::string>& metrics, double rtol,
                                                  double atol, const std::string& aggregate = "value");
+// The same for the `pairs` given (baseline_pairs), one comparison per pair whose strategies are in the run and
+// the baseline, in the baseline's order; `baseline_name` and the digests name what was compared. A bound
+// against another strategy of the baseline than the run's says which.
+std::vector<CheckComparison> baseline_comparisons(const RunResult& run, const std::string& config_digest,
+                                                  const nlohmann::json& baseline_run, const std::string& baseline_name,
+                                                  const std::vector<StrategyPair>& pairs,
+                                                  const std::vector<std::string>& metrics, double rtol, double atol,
+                                                  const std::string& aggregate = "value");
 
 // Strategy labels in a run JSON; throws InputError (naming `name`) when it is not one: another
 // schema_version, a shape that is not a run's (schema_version, experiment.config, strategies[]).

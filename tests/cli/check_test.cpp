@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -280,11 +281,86 @@ TEST(Check, ItsReportInEveryFormat) {
   EXPECT_EQ(j["failures"][0]["bound"], "max 1.05");
   const auto csv = run_cli("check " + dir + "/bad.yaml --format csv");
   EXPECT_EQ(csv.exit_code, 1);
-  EXPECT_EQ(csv.out.rfind("file,strategy,metric,value,bound\n", 0), 0u) << csv.out;
+  EXPECT_EQ(csv.out.rfind("file,strategy,config_digest,baseline_strategy,baseline_config_digest,metric,value,baseline,"
+                          "bound,passed\n", 0), 0u) << csv.out;
+  EXPECT_NE(csv.out.find(",imbalance,"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",max 1.05,false\n"), std::string::npos) << csv.out;
   const auto md = run_cli("check " + dir + "/bad.yaml --format markdown --out " + dir + "/r.md");
   EXPECT_EQ(md.exit_code, 1);
-  EXPECT_NE(testing::read_text(dir + "/r.md").find("| token_choice | imbalance |"), std::string::npos);
+  const std::string r = testing::read_text(dir + "/r.md");
+  EXPECT_NE(r.find("| token_choice | fnv1a64:"), std::string::npos) << r;
+  EXPECT_NE(r.find("| expect: | imbalance |"), std::string::npos) << r;
+  // JSON names what it compared: the strategy, the config's digest, each metric with its bound.
+  ASSERT_EQ(j["compared"].size(), 1u);
+  EXPECT_EQ(j["compared"][0]["strategy"], "token_choice");
+  EXPECT_EQ(j["compared"][0]["against"], "expect");
+  EXPECT_EQ(j["compared"][0]["config_digest"].get<std::string>().rfind("fnv1a64:", 0), 0u);
+  EXPECT_EQ(j["compared"][0]["metrics"][0]["bound"], "max 1.05");
+  EXPECT_FALSE(j["compared"][0]["metrics"][0]["passed"].get<bool>());
   EXPECT_EQ(run_cli("check " + dir + "/bad.yaml --format yaml").exit_code, 2);
+}
+
+// The gate tests the change: a baseline recorded with one gating, the file changed to another and the change
+// allowed, check runs the file's new gating (not the baseline's again) and compares it with the baseline's
+// strategy, naming both, with the config digest of each. aux_free_bias balances these skewed batches better
+// than plain token choice, so the changed router is worse on the gated metrics: exit 1, the metrics named.
+TEST(Check, AnAllowedGatingChangeRunsTheFilesStrategyAgainstTheBaselines) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string text =
+      "name: my-router\nmodel: {experts: 8, top_k: 2}\n"
+      "router: {gating: aux_free_bias, capacity_factor: 1.25, groups: 1, topk_groups: 1}\n"
+      "workload: {source: synthetic, batch: 2048, batches: 4, seed: 11, skew: 0.8}\nexecute: {enabled: false}\n";
+  write_text(dir + "/r.yaml", text);
+  const std::string baseline = dir + "/b.json";
+  ASSERT_EQ(run_cli("check " + dir + "/r.yaml --baseline " + baseline + " --update-baseline").exit_code, 0);
+  std::string changed = text;
+  changed.replace(changed.find("aux_free_bias"), 13, "token_choice");
+  write_text(dir + "/r.yaml", changed);
+  EXPECT_EQ(run_cli("check " + dir + "/r.yaml --baseline " + baseline).exit_code, 2);
+  const auto gate = run_cli("check " + dir + "/r.yaml --baseline " + baseline + " --allow-change router.gating");
+  EXPECT_EQ(gate.exit_code, 1) << gate.out << gate.err;
+  for (const char* metric : {"imbalance", "drop_rate"})
+    EXPECT_NE(gate.out.find(std::string("FAIL ") + dir + "/r.yaml: token_choice: " + metric + " = "), std::string::npos)
+        << gate.out;
+  EXPECT_NE(gate.out.find("(the baseline's aux_free_bias; rtol"), std::string::npos) << gate.out;
+  // The compared line (wrapped at 120 columns) names both strategies with their config digests.
+  const std::string compared = std::regex_replace(gate.out, std::regex("\\s+"), " ");
+  EXPECT_NE(compared.find("r.yaml: token_choice (config "), std::string::npos) << gate.out;
+  EXPECT_NE(compared.find("b.json: aux_free_bias (config "), std::string::npos) << gate.out;
+  EXPECT_EQ(gate.out.find("FAIL " + dir + "/r.yaml: aux_free_bias"), std::string::npos) << gate.out;
+  const auto json = run_cli("check " + dir + "/r.yaml --baseline " + baseline + " --allow-change router.gating "
+                            "--format json");
+  EXPECT_EQ(json.exit_code, 1);
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_FALSE(j["passed"].get<bool>());
+  ASSERT_EQ(j["compared"].size(), 1u);
+  const nlohmann::json& c = j["compared"][0];
+  EXPECT_EQ(c["strategy"], "token_choice");
+  EXPECT_EQ(c["baseline_strategy"], "aux_free_bias");
+  EXPECT_NE(c["config_digest"], c["baseline_config_digest"]);
+  const nlohmann::json b = nlohmann::json::parse(testing::read_text(baseline));
+  for (const auto& m : c["metrics"]) {
+    // Each metric's baseline is the baseline's aux_free_bias value.
+    EXPECT_EQ(m["baseline"], b["strategies"][0]["metrics"][m["metric"].get<std::string>()]) << m.dump();
+    if (m["metric"] == "imbalance" || m["metric"] == "drop_rate") EXPECT_FALSE(m["passed"].get<bool>()) << m.dump();
+  }
+  // The unchanged file compared with its own baseline: the same digest on both sides.
+  write_text(dir + "/r.yaml", text);
+  const auto same = run_cli("check " + dir + "/r.yaml --baseline " + baseline + " --format json");
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  const nlohmann::json s = nlohmann::json::parse(same.out);
+  EXPECT_EQ(s["compared"][0]["config_digest"], s["compared"][0]["baseline_config_digest"]);
+  EXPECT_EQ(s["compared"][0]["strategy"], "aux_free_bias");
+  // A baseline of several strategies side by side (compare --gating) keeps comparing each with its own row.
+  const std::string side = dir + "/side.json";
+  ASSERT_EQ(run_cli("compare " + dir + "/r.yaml --gating aux_free_bias,token_choice --no-execute --format json --out " +
+                    side).exit_code, 0);
+  write_text(dir + "/r.yaml", changed);
+  const auto pairs = run_cli("check " + dir + "/r.yaml --baseline " + side + " --allow-change router.gating --format json");
+  EXPECT_EQ(pairs.exit_code, 0) << pairs.out << pairs.err;
+  const nlohmann::json p = nlohmann::json::parse(pairs.out);
+  ASSERT_EQ(p["compared"].size(), 2u);
+  for (const auto& x : p["compared"]) EXPECT_EQ(x["strategy"], x["baseline_strategy"]);
 }
 
 }  // namespace

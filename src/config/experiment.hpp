@@ -254,7 +254,17 @@ struct Experiment {
   // by (key_effects.hpp inert_user_keys). Null without a --set, for the built-in experiment, or when the file
   // alone does not load. Not a YAML key.
   std::shared_ptr<const Experiment> as_written;
+  // What a key that fills other keys (model.hf_config, router.semantics: compound_keys()) changed, traced from
+  // the loader itself: the same experiment loaded without that key, by key. A key of this map changed the
+  // keys whose values differ between the two (key_effects.cpp judges it by them). Carried through
+  // apply_override (each row of compare and sweep has its own). Absent where the key is not given, or the
+  // experiment does not load without it. Not a YAML key.
+  std::map<std::string, std::shared_ptr<const Experiment>> without_key;
 };
+
+// The keys that fill other keys, and so act through them: model.hf_config (the model and router from a
+// config.json) and router.semantics (a framework's router conventions).
+const std::vector<std::string>& compound_keys();
 
 // Name tables: the YAML spelling of each enum value. parse_* throw ConfigError (caller adds the key).
 const char* to_string(Dtype v);

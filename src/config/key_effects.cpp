@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <sstream>
 
 #include "src/config/load_config_internal.hpp"
@@ -367,10 +368,10 @@ const std::vector<KeyEffect>& key_effects() {
        model_size},
       {"model.gated_experts", "always, but in moesim route and validate (the experts' matrices in the cost model)",
        model_size},
-      {"model.hf_config", "when a key it fills (one not given in the file or by --set) acts", model_hf_config},
+      {"model.hf_config", "when a key it changes (one not given in the file or by --set) acts", model_hf_config},
       {"router.gating", "whenever a router runs (not load_profile or load_distribution, not a trace without logits)",
        router_gating},
-      {"router.semantics", "when a key it presets, left to it, differs from exact and acts", router_semantics},
+      {"router.semantics", "when a key it presets, left to it, changes and acts", router_semantics},
       {"router.score",
        "group_limited, aux_free_bias, expert_choice, sinkhorn (selection); token_choice where weights matter "
        "(executed layer, decoder, dumped routing, drop_policy score)",
@@ -490,47 +491,43 @@ const KeyEffect* find_effect(const std::string& key) {
   return nullptr;
 }
 
-// The router keys of semantics_preset_keys() that the preset set (not given) to other than their defaults,
-// which are exact's values (apply_semantics_preset leaves every key as it is under exact).
-std::vector<std::string> semantics_changes(const Experiment& e) {
-  const Experiment d;
-  const auto& given = e.router.given_preset_keys;
+// The keys a compound key (model.hf_config, router.semantics) changed in e: every key whose value differs from
+// the same experiment loaded without it (Experiment::without_key), but the key itself and the labels; empty
+// optional when that load is not known (the key is not given, or the experiment needs it to load).
+std::optional<std::vector<std::string>> changed_by(const Experiment& e, const std::string& key) {
+  const auto it = e.without_key.find(key);
+  if (it == e.without_key.end() || !it->second) return std::nullopt;
+  const std::vector<std::string> paths = schema_key_paths();
+  const std::vector<std::string> now = experiment_key_values(e), without = experiment_key_values(*it->second);
   std::vector<std::string> changed;
-  for (const std::string& k : semantics_preset_keys()) {
-    const std::string path = "router." + k;
-    if (std::find(given.begin(), given.end(), k) == given.end() && emitted_value(e, path) != emitted_value(d, path))
-      changed.push_back(path);
-  }
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (now[i] != without[i] && paths[i] != key && paths[i] != "name" && paths[i] != "model.name")
+      changed.push_back(paths[i]);
   return changed;
+}
+
+// A compound key acts where one of the keys it changed acts. Where the load without it is not known, it is
+// taken to act: a line that says "no effect" must be true.
+R compound(const Experiment& e, const EffectContext& ctx, const std::string& key, const char* verb) {
+  const std::optional<std::vector<std::string>> changed = changed_by(e, key);
+  if (!changed) return kActs;
+  for (const std::string& k : *changed) {
+    const KeyEffect* ke = find_effect(k);
+    if (!ke || ke->inert(e, ctx).empty()) return kActs;
+  }
+  if (changed->empty())
+    return std::string("(every key it ") + verb + " has the value it has without it: given by the file or a --set, or the same)";
+  return std::string("(the keys it ") + verb + ", " + config_detail::join(*changed, ", ") + ", have none here)";
 }
 
 }  // namespace
 
-// model.hf_config acts through the keys it filled (model.hf_config_keys): one of them acting is enough.
-// (Only a key it moved off its default counts, filling router.gating with token_choice changes nothing, and
-// not the model's name: a label.)
-R model_hf_config(const Experiment& e, const EffectContext& ctx) {
-  const Experiment plain;
-  std::vector<std::string> moved;
-  for (const std::string& k : e.model.hf_config_keys) {
-    if (k == "model.name" || emitted_value(e, k) == emitted_value(plain, k)) continue;
-    moved.push_back(k);
-    const KeyEffect* ke = find_effect(k);
-    if (ke && ke->inert(e, ctx).empty()) return kActs;
-  }
-  if (moved.empty()) return "(the file or a --set gives every key it would fill a value to)";
-  return "(the keys it fills, " + config_detail::join(moved, ", ") + ", have none here)";
-}
+// model.hf_config acts through the keys it changed (changed_by: the load with and without it), one acting is enough.
+R model_hf_config(const Experiment& e, const EffectContext& ctx) { return compound(e, ctx, "model.hf_config", "fills"); }
 
-// router.semantics acts through the keys it presets: one of them changed and acting is enough.
+// router.semantics acts through the keys it presets to another value than they have without it.
 R router_semantics(const Experiment& e, const EffectContext& ctx) {
-  const std::vector<std::string> changed = semantics_changes(e);
-  for (const std::string& k : changed) {
-    const KeyEffect* ke = find_effect(k);
-    if (ke && ke->inert(e, ctx).empty()) return kActs;
-  }
-  if (changed.empty()) return "(every key it presets was given, or keeps exact's value)";
-  return "(the keys it presets, " + config_detail::join(changed, ", ") + ", have none here)";
+  return compound(e, ctx, "router.semantics", "presets");
 }
 
 std::vector<std::string> experiment_key_values(const Experiment& e) {

@@ -303,8 +303,26 @@ using config_detail::Loader;
 using config_detail::scan_documents;
 using config_detail::top_keys;
 
-Experiment load_experiment_text(const std::string& yaml_text, const std::string& source_name,
-                                const std::vector<std::string>& overrides) {
+const std::vector<std::string>& compound_keys() {
+  static const std::vector<std::string> keys = {"model.hf_config", "router.semantics"};
+  return keys;
+}
+
+namespace {
+
+// The node at a "section.key" path of a parsed experiment, without inserting anything; null when absent.
+YAML::Node node_at(const YAML::Node& root, const std::string& path) {
+  const size_t dot = path.find('.');
+  const YAML::Node section = root[path.substr(0, dot)];
+  if (!section.IsDefined() || !section.IsMap()) return YAML::Node();
+  const YAML::Node value = section[path.substr(dot + 1)];
+  return value.IsDefined() ? value : YAML::Node();
+}
+
+// `trace`: also load the experiment without each compound key it gives (Experiment::without_key), from the
+// same tree and --set origins, so that what the key changed is what the loader did.
+Experiment load_text(const std::string& yaml_text, const std::string& source_name,
+                     const std::vector<std::string>& overrides, bool trace) {
   Loader loader(source_name);
   try {
     YAML::Node root;
@@ -325,14 +343,38 @@ Experiment load_experiment_text(const std::string& yaml_text, const std::string&
                         ", got " + got);
     }
     for (const std::string& kv : overrides) loader.apply_set(root, kv);
+    const Loader before_read = loader;  // its --set origins, for the loads without a compound key
     Experiment e = loader.read(root);
     e.source_file = source_name;
+    for (const std::string& key : trace ? compound_keys() : std::vector<std::string>{}) {
+      const YAML::Node given = node_at(root, key);
+      if (!given.IsDefined() || given.IsNull()) continue;
+      YAML::Node without = YAML::Clone(root);
+      YAML::Node section = without[key.substr(0, key.find('.'))];
+      section.remove(key.substr(key.find('.') + 1));
+      try {
+        Loader l = before_read;
+        Experiment w = l.read(without);
+        w.source_file = source_name;
+        e.without_key[key] = std::make_shared<const Experiment>(std::move(w));
+      } catch (const Error&) {
+        // The experiment needs the key to load (e.g. the model's expert count comes from it): the key acts.
+      } catch (const YAML::Exception&) {
+      }
+    }
     return e;
   } catch (const ConfigError& ex) {
     throw ex;  // as it is: a ConfigError derived from it would lose its missing_file
   } catch (const YAML::Exception& ex) {
     throw ConfigError(source_name + ": invalid YAML: " + ex.what());
   }
+}
+
+}  // namespace
+
+Experiment load_experiment_text(const std::string& yaml_text, const std::string& source_name,
+                                const std::vector<std::string>& overrides) {
+  return load_text(yaml_text, source_name, overrides, true);
 }
 
 Experiment load_experiment_file(const std::string& path, const std::vector<std::string>& overrides) {
@@ -406,7 +448,7 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
   // (perhaps a new one, or one that follows a new score or top_k) sets them again.
   YAML::Emitter text;
   emit_experiment(text, e, true);
-  Experiment updated = load_experiment_text(std::string(text.c_str()) + "\n", source, {key_eq_value});
+  Experiment updated = load_text(std::string(text.c_str()) + "\n", source, {key_eq_value}, false);
   updated.source_file = e.source_file;
   // The re-emitted text gives every key: the user gave what e's user gave, and what this override changed
   // (not the convention keys a changed preset set again, nor what model.hf_config filled again).
@@ -429,6 +471,25 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
   updated.given_keys = given;
   updated.set_keys = set;
   updated.as_written = e.as_written;
+  // What each compound key changed, row by row: the experiment without it takes the same override (an override
+  // of the key itself leaves it as it was: the row without the key is the row before).
+  std::string set_key = key_eq_value.substr(0, key_eq_value.find('='));
+  while (!set_key.empty() && set_key.back() == ' ') set_key.pop_back();
+  while (!set_key.empty() && set_key.front() == ' ') set_key.erase(set_key.begin());
+  for (const std::string& key : compound_keys()) {
+    const auto it = e.without_key.find(key);
+    if (set_key == key) {
+      updated.without_key[key] = it != e.without_key.end() ? it->second : std::make_shared<const Experiment>(e);
+      continue;
+    }
+    if (it == e.without_key.end()) continue;
+    Experiment w = *it->second;
+    try {
+      apply_override(w, key_eq_value);
+      updated.without_key[key] = std::make_shared<const Experiment>(std::move(w));
+    } catch (const Error&) {
+    }
+  }
   // An unchanged hardware reference keeps naming where it was first given, not the re-emitted text.
   if (updated.hardware.name == e.hardware.name && updated.hardware.inline_yaml == e.hardware.inline_yaml) {
     updated.hardware.origin = e.hardware.origin;

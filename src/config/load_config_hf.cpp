@@ -64,6 +64,22 @@ void Loader::apply_hf_config(Experiment& e) {
                              "; docs/workloads.md; set workload.skew)");
     }
   }
+  // The built-in experiment's expert-parallel placement (8 devices) is no choice of the user's: where the
+  // model's experts do not split over it, it takes the most devices up to its own that they split over, and
+  // says so (a placement the user gave is checked as given, its error naming the key).
+  const PlacementConfig& p = e.placement;
+  const int slots = e.model.experts + p.replicas;
+  if (built_in && !given("placement.devices") && p.kind == PlacementKind::expert_parallel &&
+      (p.policy == PlacementPolicy::global || p.policy == PlacementPolicy::hierarchical) && p.devices > 1 &&
+      slots % p.devices != 0) {
+    int devices = p.devices;
+    while (devices > 1 && slots % devices != 0) --devices;
+    e.load_notes.push_back("model.hf_config " + hf.source + ": its " + std::to_string(e.model.experts) +
+                           " experts do not split over the built-in experiment's " + std::to_string(p.devices) +
+                           " devices: placement.devices " + std::to_string(devices) + " (set placement.devices)");
+    e.placement.devices = devices;
+    origins_["placement.devices"] = hf.source + ": the model's experts over the built-in placement";
+  }
   if (!given("model.moe_layers")) {
     const HfLayerPattern& p = hf.moe_layers;
     const std::string at = hf.source + ": " + p.json_key;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -237,6 +238,133 @@ TEST_F(KeyEffectsCli, ShippedConfigsCarryOnlyKeysThatAct) {
     }
   }
   EXPECT_GE(checked, 4 * configs.size() - 4);
+}
+
+// A result's numbers, those a run's keys can move: the strategies' JSON without wall-clock times and the noise
+// judged from them (the executed layer's output digest stays: it is the executed layer's number).
+nlohmann::json numbers_of(nlohmann::json j) {
+  if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "measured") {
+        if (it.value().is_object() && it.value().contains("output_digest")) out[k] = it.value()["output_digest"];
+        continue;
+      }
+      if (k.rfind("measured_", 0) == 0) continue;  // measured_layer_s, measured_batching_efficiency: wall clock
+      if (k == "noisy" || k == "noise_reason" || k == "provenance") continue;
+      out[k] = numbers_of(it.value());
+    }
+    return out;
+  }
+  if (j.is_array())
+    for (auto& x : j) x = numbers_of(x);
+  return j;
+}
+
+// The command without `--set KEY=...` (and without --strict): the same run with the key left out.
+std::vector<std::string> without_key(const std::vector<std::string>& args, const std::string& key) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--strict") continue;
+    if (args[i] == "--set" && i + 1 < args.size() && args[i + 1].rfind(key + "=", 0) == 0) {
+      ++i;
+      continue;
+    }
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+// Whether the command's numbers move when `key` is left out: its JSON (route: also its dumped routing, written
+// to a file of its own each time), small and with the executed layer as the command has it.
+bool key_changes_numbers(const std::vector<std::string>& args, const std::string& key, const std::string& dir) {
+  std::vector<std::string> with;
+  for (const std::string& a : args)
+    if (a != "--strict") with.push_back(a);
+  const std::vector<std::string> without = without_key(args, key);
+  const bool route = args.at(0) == "route";
+  auto result = [&](std::vector<std::string> cmd, const std::string& tag) {
+    std::string dump;
+    for (size_t i = 0; i + 1 < cmd.size(); ++i)
+      if (cmd[i] == "--dump-routing") cmd[i + 1] = dump = dir + "/dump-" + tag + ".jsonl";
+    const std::string small =
+        route ? " --format json" : " --format json --set workload.batch=512 --set workload.batches=2 --set execute.hidden=64 --set execute.ffn=64";
+    const auto r = testing::run_cli(joined(cmd) + small);
+    EXPECT_EQ(r.exit_code, 0) << joined(cmd) << ": " << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    nlohmann::json n = route ? nlohmann::json(j.is_object() && j.contains("metrics") ? j["metrics"] : j)
+                             : numbers_of(j.is_object() && j.contains("strategies") ? j["strategies"] : j);
+    if (!dump.empty()) n["dumped"] = testing::read_text(dump);
+    return n;
+  };
+  return result(with, "with") != result(without, "without");
+}
+
+// Every router.semantics preset and every Hugging Face import of tests/data/hf on the built-in experiment, under
+// run, compare --gating all and route (with and without a dumped routing), with --strict: a key named as having
+// no effect must change no number (the command is run again without it, and its results compared). An import
+// changes the model, so it is never named; the two false lines are held to their truth by name.
+TEST_F(KeyEffectsCli, PresetsAndImportsAreNamedOnlyWhereTheyChangeNothing) {
+  const std::string dir = testing::make_temp_dir();
+  std::string csv;
+  for (int t = 0; t < 64; ++t) {
+    for (int e = 0; e < 8; ++e) csv += (e ? "," : "") + std::to_string(((t * 7 + e * 13) % 11) * 0.37 - 1.5);
+    csv += "\n";
+  }
+  testing::write_text(dir + "/logits.csv", csv);
+  std::vector<std::vector<std::string>> commands;
+  for (const auto& entry : fs::directory_iterator(kRoot / "tests/data/hf")) {
+    if (!fs::exists(entry.path() / "config.json")) continue;
+    const std::string set = "model.hf_config=" + (entry.path() / "config.json").string();
+    commands.push_back({"run", "--set", set, "--strict"});
+    commands.push_back({"compare", "--gating", "all", "--set", set, "--strict"});
+  }
+  const size_t imports = commands.size();
+  ASSERT_GE(imports, 2 * 10u);
+  for (const char* preset : {"megatron", "huggingface", "deepseek", "exact"}) {
+    const std::string set = std::string("router.semantics=") + preset;
+    for (const std::vector<std::string>& extra :
+         std::vector<std::vector<std::string>>{{}, {"--set", "router.pre_softmax=true"}, {"--set", "router.score=sigmoid"}}) {
+      std::vector<std::vector<std::string>> base = {
+          {"run", "--set", set},
+          {"run", "--no-execute", "--set", set},
+          {"compare", "--gating", "all", "--set", set},
+          {"route", "--logits", dir + "/logits.csv", "--set", set},
+          {"route", "--logits", dir + "/logits.csv", "--set", set, "--dump-routing", dir + "/d.jsonl"}};
+      for (auto& c : base) {
+        c.insert(c.end(), extra.begin(), extra.end());
+        c.push_back("--strict");
+        commands.push_back(c);
+      }
+    }
+  }
+  size_t checked = 0, named = 0;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const std::vector<std::string>& c = commands[i];
+    const Outcome o = keys_of(c);
+    ASSERT_TRUE(o.checked) << "moesim " << joined(c) << ": " << o.error;
+    ++checked;
+    if (i < imports)
+      for (const InertKey& k : o.keys) ADD_FAILURE() << "moesim " << joined(c) << ": " << inert_key_message(k);
+    for (const InertKey& k : o.keys) {
+      ++named;
+      EXPECT_FALSE(key_changes_numbers(c, k.key, dir))
+          << "moesim " << joined(c) << ": " << inert_key_message(k) << ", yet the results move with it";
+    }
+  }
+  EXPECT_EQ(checked, commands.size());
+  // The cases by name: an import that makes the built-in run dropless acts; megatron's renormalize false
+  // changes the dumped weights of pre-softmax routing.
+  EXPECT_TRUE(keys_of({"run", "--set", "model.hf_config=" + (kRoot / "tests/data/hf/mixtral-8x7b/config.json").string()})
+                  .keys.empty());
+  EXPECT_TRUE(keys_of({"route", "--logits", dir + "/logits.csv", "--set", "router.semantics=megatron", "--set",
+                       "router.pre_softmax=true", "--dump-routing", dir + "/d.jsonl"})
+                  .keys.empty());
+  EXPECT_TRUE(key_changes_numbers({"route", "--logits", dir + "/logits.csv", "--set", "router.semantics=megatron", "--set",
+                                   "router.pre_softmax=true", "--dump-routing", dir + "/d.jsonl"},
+                                  "router.semantics", dir));
+  std::cout << checked << " commands, " << named << " keys named, each checked against its results\n";
 }
 
 TEST_F(KeyEffectsCli, TheSeamSeesWhatTheBinaryPrints) {

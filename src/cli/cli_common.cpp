@@ -31,7 +31,8 @@ extern "C" void openblas_set_num_threads(int);
 
 namespace moesim::cli {
 
-void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute) {
+void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute,
+                        bool executes_by_default) {
   desc.add_options()
       ("set", po::value(&opts.overrides)->composing(), "override a config key: --set model.top_k=4 (repeatable)")
       ("format", po::value(&opts.format)->default_value("table"), "table | json | csv | markdown")
@@ -42,12 +43,18 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
   if (with_execute) {
     desc.add_options()
         ("memory-limit", po::value(&opts.memory_limit), "refuse runs whose memory estimate exceeds this (e.g. 4GiB)")
-        ("verify", po::bool_switch(&opts.verify), "run the serial references beside the fast path and compare")
+        ("verify", po::bool_switch(&opts.verify),
+         "run the executed layer and the serial references beside it, and compare (runs the executed pipeline)")
         ("records", po::bool_switch(&opts.records),
          "step runs (decoder, trace, load_profile, load_distribution): list every (step, layer) record with its modeled cost in the "
          "json report (default: aggregates, phases and headline only); spooled through a temporary file (TMPDIR), "
          "so it costs disk, not memory")
-        ("no-execute", po::bool_switch(&opts.no_execute), "model only: skip the executed CPU pipeline")
+        ("measure", po::bool_switch(&opts.measure),
+         executes_by_default ? "run the executed CPU pipeline too (the default here; measured columns)"
+                             : "also run the executed CPU pipeline (measured columns); by default this command models only")
+        ("no-execute", po::bool_switch(&opts.no_execute),
+         executes_by_default ? "model only: skip the executed CPU pipeline"
+                             : "model only (the default here): skip the executed CPU pipeline")
         ("wide", po::bool_switch(&opts.wide),
          "table: every column (by default the table keeps to 120 characters and names the columns it leaves out)")
         ("backend", po::value(&opts.backend)->default_value("auto"),
@@ -55,6 +62,17 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
         ("repeats", po::value(&opts.repeats)->default_value(0),
          "timed repeats of the executed layer after one warm-up, medians reported (0: execute.repeats)");
   }
+}
+
+bool executes(const CommonOptions& opts, bool executes_by_default) {
+  if (opts.measure && opts.no_execute)
+    throw InputError("--measure, --no-execute: expected one of them (--measure runs the executed pipeline, "
+                     "--no-execute models only), got both");
+  // --verify checks the executed layer against the references: it runs it, and cannot with --no-execute.
+  if (opts.verify && opts.no_execute)
+    throw InputError("--verify: expected a run of the executed layer (it checks it against the serial references), "
+                     "got --no-execute");
+  return opts.measure || opts.verify || (executes_by_default && !opts.no_execute);
 }
 
 void check_records_option(const CommonOptions& opts, const Experiment& e, ReportFormat format) {

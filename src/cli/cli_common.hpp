@@ -35,14 +35,23 @@ struct CommonOptions {
   bool strict = false;                  // --strict: a key set to no effect is an error (exit 2)
   bool records = false;                 // --records (run, compare): list every step record in the report
   bool wide = false;                    // --wide (run, compare): every column in the table, past 120 characters
+  bool measure = false;                 // --measure (run, compare, sweep): run the executed CPU pipeline too
 };
 
 // --records acts on the json report of a step-structured run (decoder, trace, load_profile) only: anywhere
 // else it would be accepted and ignored, so it is an InputError (exit 2) naming what it needs.
 void check_records_option(const CommonOptions& opts, const Experiment& e, ReportFormat format);
 
-// Adds the common options to `desc`, storing into `opts`.
-void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute);
+// Adds the common options to `desc`, storing into `opts`. `with_execute` (run, compare): also --memory-limit,
+// --verify, --records, --no-execute, --measure, --wide, --explain, --backend, --repeats; `executes_by_default`
+// says which of --measure and --no-execute is the default (run: executes; compare: models), and the other
+// one the choice (executes() resolves them; given both, it is an InputError).
+void add_common_options(po::options_description& desc, CommonOptions& opts, bool with_execute,
+                        bool executes_by_default = true);
+
+// Whether the command runs the executed CPU pipeline: --measure or --verify (which checks it), --no-execute, else
+// its default. Throws InputError naming both flags when --no-execute is given with --measure or --verify.
+bool executes(const CommonOptions& opts, bool executes_by_default);
 
 // Parses argv (after the subcommand name) into the variables bound in `desc`; throws InputError on
 // unknown options or bad values. `positional` names the option that takes positional arguments.

@@ -1,5 +1,5 @@
-// `moesim compare [FILE] [--gating a,b,c|all] [--vary KEY=v1,v2] ...`: the same experiment (same
-// logits, same seed) under each strategy and variant, one row each. On a trace without logits --gating is
+// `moesim compare [FILE] [--gating a,b,c|all] [--vary KEY=v1,v2] [--measure] ...`: the same experiment (same
+// logits, same seed) under each strategy and variant, one row each, modeled (--measure: executed too). On a trace without logits --gating is
 // refused (exit 2): the rows replay the recorded routing (--vary of capacity keys still applies).
 #include <iostream>
 #include <sstream>
@@ -96,8 +96,10 @@ int cmd_compare(int argc, char** argv) {
       "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's; refused on a trace without logits, "
       "which is only replayed as recorded)")(
       "vary", po::value(&varies)->composing(), "router variants as rows: --vary router.capacity_factor=1,1.25,2");
-  add_common_options(desc, opts, true);
+  // Modeled by default, as sweep is: the executed layer fills measured columns the default table does not show.
+  add_common_options(desc, opts, true, false);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
+  opts.no_execute = !executes(opts, false);
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);

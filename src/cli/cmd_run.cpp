@@ -20,8 +20,9 @@ int cmd_run(int argc, char** argv) {
                    "write every routing of the run (each batch; decoder: every step and MoE layer; trace: as "
                    "replayed) as a trace, JSON Lines, that workload.source trace replays to the same loads, drops "
                    "and modeled times; written atomically (not for load_profile or load_distribution)");
-  add_common_options(desc, opts, true);
+  add_common_options(desc, opts, true, true);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
+  opts.no_execute = !executes(opts, true);
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   const Experiment e = load_experiment_for(opts);

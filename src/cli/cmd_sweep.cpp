@@ -17,7 +17,7 @@ namespace moesim::cli {
 int cmd_sweep(int argc, char** argv) {
   CommonOptions opts;
   bool help = false;
-  bool measure = false;
+  bool measure = false, no_execute = false;
   std::vector<std::string> varies;
   po::options_description desc(
       "moesim sweep [FILE] --vary KEY=VALUES [--vary KEY2=VALUES] [options]\n"
@@ -26,12 +26,16 @@ int cmd_sweep(int argc, char** argv) {
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
       "vary", po::value(&varies)->composing(), "an axis: --vary workload.batch=1..4096*2 (repeatable; cartesian product)")(
       "measure", po::bool_switch(&measure), "also run the executed CPU pipeline at each point (measured columns)")(
+      "no-execute", po::bool_switch(&no_execute), "model only (the default here), as run --no-execute")(
       "memory-limit", po::value(&opts.memory_limit), "refuse points whose memory estimate exceeds this (e.g. 4GiB)")(
       "wide", po::bool_switch(&opts.wide),
       "table: every column (by default the table keeps to 120 characters and names the columns it leaves out)");
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   if (varies.empty()) throw InputError("sweep: expected at least one --vary KEY=VALUES");
+  if (measure && no_execute)
+    throw InputError("--measure, --no-execute: expected one of them (--measure runs the executed pipeline, "
+                     "--no-execute models only), got both");
   apply_threads(opts.threads);
   const ReportFormat format = parse_report_format(opts.format);
   if (opts.wide && format != ReportFormat::table)

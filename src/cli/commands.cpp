@@ -11,7 +11,8 @@ namespace moesim::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"run", "[FILE]", "route, execute and cost one experiment (default: the built-in quickstart)", cmd_run},
-      {"compare", "[FILE]", "run every gating strategy (--gating all) or a list side by side", cmd_compare},
+      {"compare", "[FILE]", "model every gating strategy (--gating all) or a list side by side (--measure: executed too)",
+       cmd_compare},
       {"route", "--logits F", "route a user's logits (.npy or .csv) and print the balance metrics", cmd_route},
       {"config", "[FILE]", "print the effective experiment as YAML (--explain: when each key acts)", cmd_config},
       {"hardware", "[NAME]", "list hardware profiles, or show one with its critical batch per dtype", cmd_hardware},

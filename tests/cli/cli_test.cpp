@@ -92,6 +92,37 @@ TEST(Cli, CompareAllHasOneRowPerStrategy) {
   EXPECT_NE(md.out.find("| ---: |"), std::string::npos);
 }
 
+// compare and sweep model unless --measure; run executes unless --no-execute; all three take both flags, and
+// refuse both at once; --verify checks the executed layer, so it runs it (and refuses --no-execute).
+TEST(Cli, ExecutionFlagsAreTheSameInEveryCommand) {
+  auto measured = [](const std::string& args) {
+    const auto r = run_cli(args + " --format json" + kSmall);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    return j["strategies"][0].contains("measured");
+  };
+  EXPECT_FALSE(measured("compare"));
+  EXPECT_FALSE(measured("compare --no-execute"));
+  EXPECT_TRUE(measured("compare --measure"));
+  EXPECT_TRUE(measured("compare --verify"));
+  EXPECT_TRUE(measured("run"));
+  EXPECT_TRUE(measured("run --measure"));
+  EXPECT_FALSE(measured("run --no-execute"));
+  for (const char* cmd : {"run", "compare"}) {
+    const auto both = run_cli(std::string(cmd) + " --measure --no-execute" + kSmall);
+    EXPECT_EQ(both.exit_code, 2) << cmd;
+    EXPECT_NE(both.err.find("--measure, --no-execute: expected one of them"), std::string::npos) << both.err;
+    const auto verify = run_cli(std::string(cmd) + " --verify --no-execute" + kSmall);
+    EXPECT_EQ(verify.exit_code, 2) << cmd;
+    EXPECT_NE(verify.err.find("--verify: expected a run of the executed layer"), std::string::npos) << verify.err;
+  }
+  const std::string sweep = "sweep --vary workload.batch=64,128 --format json" + kSmall;
+  const auto s = run_cli(sweep + " --no-execute");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(testing::without_provenance(run_cli(sweep).out), testing::without_provenance(s.out));  // the default
+  EXPECT_EQ(run_cli(sweep + " --measure --no-execute").exit_code, 2);
+}
+
 TEST(Cli, ConfigRoundTrips) {
   const std::string dir = testing::make_temp_dir();
   const auto a = run_cli("config --set model.top_k=4 --out " + dir + "/a.yaml");

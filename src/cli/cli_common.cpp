@@ -57,6 +57,8 @@ void add_common_options(po::options_description& desc, CommonOptions& opts, bool
                              : "model only (the default here): skip the executed CPU pipeline")
         ("wide", po::bool_switch(&opts.wide),
          "table: every column (by default the table keeps to 120 characters and names the columns it leaves out)")
+        ("explain", po::bool_switch(&opts.explain),
+         "table and markdown: after the table, define every column and show the strategies, placement and notes")
         ("backend", po::value(&opts.backend)->default_value("auto"),
          "executed layer on: auto (cuda when a device is present) | cpu | cuda")
         ("repeats", po::value(&opts.repeats)->default_value(0),
@@ -79,6 +81,9 @@ void check_records_option(const CommonOptions& opts, const Experiment& e, Report
   if (opts.wide && format != ReportFormat::table)
     throw InputError("--wide: expected together with --format table (csv, json and markdown have every column), got "
                      "--format " + opts.format);
+  if (opts.explain && format != ReportFormat::table && format != ReportFormat::markdown)
+    throw InputError("--explain: expected together with --format table or markdown (docs/json-schema.md defines the " +
+                     opts.format + " fields), got --format " + opts.format);
   if (!opts.records) return;
   if (format != ReportFormat::json) {
     throw InputError("--records: expected together with --format json (the " + opts.format +
@@ -189,7 +194,7 @@ int emit_run(const CommonOptions& opts, const RunResult& run, ReportFormat forma
       file.commit();
     }
   } else {
-    emit(opts, format_run(run, format, opts.wide));
+    emit(opts, format_run(run, format, opts.wide, opts.explain));
   }
   for (const VariantResult& v : run.variants) {
     if (!v.verify_message.empty() && v.verify_message != "ok") {

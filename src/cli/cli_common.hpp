@@ -35,6 +35,7 @@ struct CommonOptions {
   bool strict = false;                  // --strict: a key set to no effect is an error (exit 2)
   bool records = false;                 // --records (run, compare): list every step record in the report
   bool wide = false;                    // --wide (run, compare): every column in the table, past 120 characters
+  bool explain = false;                 // --explain (run, compare): every column defined, after the table
   bool measure = false;                 // --measure (run, compare, sweep): run the executed CPU pipeline too
 };
 

@@ -84,9 +84,12 @@ nlohmann::json record_to_json(const StepRecord& s, const BalanceMetrics& m, cons
 nlohmann::json modeled_json(const std::vector<ModeledPlacement>& placements);
 
 nlohmann::json run_to_json(const RunResult& run);
-// The run as `format`. The table keeps to 120 columns (text::kTerminalWidth: the columns it leaves out are
-// named under it) unless `wide`; CSV has every column of every run under the same names, empty where a value
-// does not apply; Markdown every column that applies, with the table's legends as bullets.
-std::string format_run(const RunResult& run, ReportFormat format, bool wide = false);
+// The run as `format`. The table and Markdown open with one line a strategy saying what imbalance costs
+// (report/verdict.hpp), then the title, the table and a short paragraph on the columns shown; `explain` adds
+// every column's definition, the strategies, the placement and the noise. The table keeps to 120 columns
+// (text::kTerminalWidth: the columns it leaves out are named under it) unless `wide`; rows that drop
+// assignments or leave tokens unrouted are marked "*". CSV has every column of every run under the same names,
+// empty where a value does not apply; Markdown every column that applies.
+std::string format_run(const RunResult& run, ReportFormat format, bool wide = false, bool explain = false);
 
 }  // namespace moesim

@@ -15,6 +15,7 @@
 #include "src/cost/hardware_profile.hpp"
 #include "src/report/report_internal.hpp"
 #include "src/report/text_format.hpp"
+#include "src/report/verdict.hpp"
 
 namespace moesim {
 namespace {
@@ -139,6 +140,24 @@ std::string erosion_legend(const RunResult& run) {
   return os.str();
 }
 
+// What re-planning the placement every placement.rebalance_every steps gained a strategy (has_rebalance).
+std::string rebalance_line(const RunResult& run, const VariantResult& v) {
+  const PlacementConfig& pc = run.experiment.placement;
+  const RebalanceRun& r = v.rebalance;
+  std::ostringstream os;
+  os << "rebalancing every " << pc.rebalance_every << " steps (" << to_string(pc.load_estimator)
+     << " estimator): " << r.epochs.size() << " plans";
+  if (r.gain_steps > 0) {
+    os << "; over the " << r.gain_steps << " steps from the first re-plan, rank_imbalance "
+       << fmt(r.static_rank_imbalance, 3) << " (static plan of step 0) -> " << fmt(r.rank_imbalance, 3)
+       << ", modeled layer " << fmt(r.static_layer_s * 1e6, 1) << " -> " << fmt(r.layer_s * 1e6, 1) << " us ("
+       << fmt(r.layer_s > 0 ? r.static_layer_s / r.layer_s : 1.0, 3) << "x, at the model's size)";
+  } else {
+    os << "; no step after the first re-plan (workload.batches <= placement.rebalance_every)";
+  }
+  return os.str();
+}
+
 // The expert-parallel plan of each strategy (slots per device when there are at most 64), its predicted
 // against realised balancedness, the rebalancing gain when placement.rebalance_every re-plans, then each
 // strategy's all-to-all.
@@ -156,7 +175,11 @@ std::string placement_section(const RunResult& run) {
     const ExpertPlacement& p = mp->cost.placement;
     os << "  " << v.variant.label << ": predicted " << fmt(mp->cost.predicted_balancedness, 3) << ", realised "
        << fmt(mp->cost.balancedness, 3) << ", colocated replicas " << colocated_replicas(p);
-    if (p.expert.size() <= 64) {
+    bool identity = p.expert.size() == static_cast<size_t>(p.num_devices);
+    for (size_t i = 0; identity && i < p.expert.size(); ++i)
+      identity = p.expert[i] == static_cast<int>(i) && p.device[i] == static_cast<int>(i);
+    // An identity map (expert d on device d) says nothing the device count does not.
+    if (p.expert.size() <= 64 && !identity) {
       os << "; experts per device:";
       for (int d = 0; d < p.num_devices; ++d) {
         os << (d ? " |" : "") << " " << d << ":";
@@ -165,20 +188,7 @@ std::string placement_section(const RunResult& run) {
       }
     }
     os << "\n";
-    if (v.has_rebalance) {
-      const RebalanceRun& r = v.rebalance;
-      os << "    rebalancing every " << pc.rebalance_every << " steps (" << to_string(pc.load_estimator)
-         << " estimator): " << r.epochs.size() << " plans";
-      if (r.gain_steps > 0) {
-        os << "; over the " << r.gain_steps << " steps from the first re-plan, rank_imbalance "
-           << fmt(r.static_rank_imbalance, 3) << " (static plan of step 0) -> " << fmt(r.rank_imbalance, 3)
-           << ", modeled layer " << fmt(r.static_layer_s * 1e6, 1) << " -> " << fmt(r.layer_s * 1e6, 1) << " us ("
-           << fmt(r.layer_s > 0 ? r.static_layer_s / r.layer_s : 1.0, 3) << "x, at the model's size)";
-      } else {
-        os << "; no step after the first re-plan (workload.batches <= placement.rebalance_every)";
-      }
-      os << "\n";
-    }
+    if (v.has_rebalance) os << "    " << rebalance_line(run, v) << "\n";
   }
   for (const VariantResult& v : run.variants) {
     const ModeledPlacement* mp = find_placement(v, "expert_parallel");
@@ -362,7 +372,7 @@ std::vector<std::vector<std::string>> phase_rows(const RunResult& run) {
   return rows;
 }
 
-std::string phase_section(const RunResult& run, ReportFormat format, bool wide = false) {
+std::string phase_section(const RunResult& run, ReportFormat format, bool wide = false, bool explain = true) {
   const std::vector<std::vector<std::string>> rows = phase_rows(run);
   std::ostringstream os;
   if (format == ReportFormat::markdown) {
@@ -403,6 +413,12 @@ std::string phase_section(const RunResult& run, ReportFormat format, bool wide =
     }
   }
   const bool decoder = run.has_decoder;
+  if (!explain) {
+    // The per-layer loads and every column's definition come with --explain.
+    os << "imb_*: max/mean per " << (decoder ? "step and layer" : "record") << "; moe_us per MoE layer"
+       << (decoder ? ", attn_us per layer," : "") << " at the model's size; --explain: per-layer loads and every column\n";
+    return format == ReportFormat::markdown ? os.str() : text::wrap(os.str());
+  }
   os << "\n"
      << (run.experiment.workload.source == WorkloadSource::load_profile        ? "recorded loads per layer"
          : run.experiment.workload.source == WorkloadSource::load_distribution ? "drawn loads per draw"
@@ -463,7 +479,7 @@ Cells fill(const RunResult& run, const std::vector<Column>& cols) {
 
 // What the report says under its table, one subject a line: the strategies, the columns, the placement, the
 // noise, and how a run of many batches or records makes each number.
-std::string legends(const RunResult& run, const std::string& bullet) {
+std::string legends(const RunResult& run, const std::string& bullet, bool meas_eff_shown) {
   const Experiment& e = run.experiment;
   std::ostringstream os;
   if (run.variants.size() > 1) os << bullet << "strategies:\n" << strategy_notes(run, bullet.empty() ? "  " : "  " + bullet);
@@ -474,7 +490,7 @@ std::string legends(const RunResult& run, const std::string& bullet) {
   std::istringstream placement(placement_section(run));
   for (std::string line; std::getline(placement, line);)
     os << (line.rfind("  ", 0) == 0 && !bullet.empty() ? "  " + bullet + line.substr(2) : bullet + line) << "\n";
-  os << noise_legend(run, bullet);
+  if (meas_eff_shown) os << noise_legend(run, bullet);
   const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
   const bool batches = !stepped && !run.variants.empty() && run.variants.front().per_batch.size() > 1;
   if (stepped) {
@@ -495,7 +511,57 @@ std::string legends(const RunResult& run, const std::string& bullet) {
 
 }  // namespace
 
-std::string format_run(const RunResult& run, ReportFormat format, bool wide) {
+namespace {
+
+// The paragraph under the table: how the shown time columns add up, what batch_eff and rank are, the drop mark,
+// what a run of many batches or records shows, and where the rest is. Names only the columns in `shown`.
+std::string short_legend(const RunResult& run, const std::vector<std::string>& shown,
+                         const std::vector<std::string>& hidden, bool any_drops, bool explain) {
+  const Experiment& e = run.experiment;
+  auto has = [&](const std::string& h) { return std::find(shown.begin(), shown.end(), h) != shown.end(); };
+  auto listed = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "" : i + 1 == v.size() ? " and " : ", ") + v[i];
+    return out;
+  };
+  const bool ep = e.placement.kind == PlacementKind::expert_parallel;
+  const std::string total = ep ? "ep_us" : "model_us";
+  std::ostringstream os;
+  std::vector<std::string> parts, imbalance, balanced;
+  for (const char* h : {"ref_us", "imb_us", "imb_tile_us", "tile_us", "pad_us", "mb_us", "comm_us", "comm_imb_us"}) {
+    if (!has(h)) continue;
+    parts.push_back(h);
+    const std::string name = h;
+    if (name == "imb_us" || name == "imb_tile_us" || name == "comm_imb_us") imbalance.push_back(name);
+    else if (name != "ref_us") balanced.push_back(name);
+  }
+  if (has(total) && !parts.empty()) {
+    os << total << " = ";
+    for (size_t i = 0; i < parts.size(); ++i) os << (i ? " + " : "") << parts[i];
+    os << ": ref_us the assignments balanced on the ideal roofline";
+    if (!imbalance.empty()) os << "; " << listed(imbalance) << " what imbalance adds";
+    if (!balanced.empty()) os << "; " << listed(balanced) << " what balanced loads pay too";
+    os << ". ";
+  }
+  std::vector<std::string> terms;
+  if (has("batch_eff")) terms.push_back("batch_eff = 1 - imbalance / " + total);
+  if (has("rank")) terms.push_back("rank by time per assignment served");
+  if (any_drops) terms.push_back("* drops assignments (charged in the rank)");
+  for (size_t i = 0; i < terms.size(); ++i) os << (i ? "; " : "") << terms[i] << (i + 1 == terms.size() ? ". " : "");
+  const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
+  if (stepped) os << "Means over the records, by tokens. ";
+  else if (!run.variants.empty() && run.variants.front().per_batch.size() > 1)
+    os << "Means over the " << run.variants.front().per_batch.size() << " batches. ";
+  if (!explain) os << "--explain defines every column";
+  if (!hidden.empty()) os << (explain ? "" : "; ") << "--wide adds " << hidden.size() << " more";
+  std::string text = os.str();
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text + "\n";
+}
+
+}  // namespace
+
+std::string format_run(const RunResult& run, ReportFormat format, bool wide, bool explain) {
   if (format == ReportFormat::json) return run_to_json(run).dump(2) + "\n";
   const std::vector<Column> cols = columns(run);
   const Cells cells = fill(run, cols);
@@ -512,23 +578,44 @@ std::string format_run(const RunResult& run, ReportFormat format, bool wide) {
   }
   const Experiment& e = run.experiment;
   std::ostringstream title;
-  title << e.name << ": " << run.num_tokens << " tokens x " << e.workload.batches << " batch(es), E=" << e.model.experts
-        << ", k=" << e.model.top_k << ", modeled on " << run.hardware.name << " (" << format_label(expert_format(e.model))
-        << ", hidden " << e.model.hidden << ", ffn " << e.model.ffn << ", critical batch "
-        << fmt(critical_batch(run.hardware, expert_format(e.model)), 0) << ")";
-  if (e.placement.kind == PlacementKind::expert_parallel)
-    title << " and over " << e.placement.devices << " devices (ep_us)";
-  title << ", executed at hidden " << e.execute.hidden << ", ffn " << e.execute.ffn << " on "
-        << (run.backend == ExecBackend::cuda ? run.device : "the CPU");
+  const size_t batches = run.variants.empty() ? 1 : run.variants.front().per_batch.size();
+  const bool ep_title = e.placement.kind == PlacementKind::expert_parallel;
+  title << e.name << ": " << run.num_tokens << " tokens x " << batches << (batches == 1 ? " batch" : " batches")
+        << ", E=" << e.model.experts << ", k=" << e.model.top_k << " on "
+        << (ep_title ? std::to_string(e.placement.devices) + " x " : std::string()) << run.hardware.name << " ("
+        << format_label(expert_format(e.model)) << ", hidden " << e.model.hidden << ", ffn " << e.model.ffn
+        << ", critical batch " << fmt(critical_batch(run.hardware, expert_format(e.model)), 0) << ")";
+  const bool executed = std::any_of(run.variants.begin(), run.variants.end(), [](const VariantResult& v) { return v.executed; });
+  if (executed)
+    title << "; executed at hidden " << e.execute.hidden << ", ffn " << e.execute.ffn << " on "
+          << (run.backend == ExecBackend::cuda ? run.device : "the CPU");
   const bool stepped = !run.variants.empty() && !run.variants.front().records.empty();
   if (stepped) {
     title.str("");
     title << phase_title(run);
   }
-  auto cell = [&](size_t row, size_t c) { return cells.rows[row][c].empty() ? std::string("-") : cells.rows[row][c]; };
+  // Rows that drop assignments or leave tokens unrouted are marked: their time is for less work.
+  std::vector<bool> drops;
+  for (const VariantResult& v : run.variants) {
+    const std::optional<double> d = metric_value(run, v, "drop_rate", "value");
+    const std::optional<double> u = metric_value(run, v, "tokens_unrouted", "value");
+    drops.push_back((d && *d > 0) || (u && *u > 0));
+  }
+  const bool any_drops = std::find(drops.begin(), drops.end(), true) != drops.end();
+  auto cell = [&](size_t row, size_t c) {
+    if (c == 0) return cells.rows[row][c] + (drops[row] ? "*" : "");
+    return cells.rows[row][c].empty() ? std::string("-") : cells.rows[row][c];
+  };
   if (format == ReportFormat::markdown) {
-    os << "**" << title.str() << "**\n\n|";
-    for (size_t c : cells.shown) os << " " << cols[c].header << " |";
+    // The answer first: what imbalance costs each strategy.
+    for (const VariantResult& v : run.variants)
+      if (const std::string line = verdict_line(run, v); !line.empty()) os << "- " << line << "\n";
+    os << "\n**" << title.str() << "**\n\n|";
+    std::vector<std::string> shown;
+    for (size_t c : cells.shown) {
+      os << " " << cols[c].header << " |";
+      shown.push_back(cols[c].header);
+    }
     os << "\n|";
     for (size_t c : cells.shown) os << (c == 0 ? " :--- |" : " ---: |");
     os << "\n";
@@ -537,8 +624,12 @@ std::string format_run(const RunResult& run, ReportFormat format, bool wide) {
       for (size_t c : cells.shown) os << " " << cell(r, c) << " |";
       os << "\n";
     }
-    os << "\n" << legends(run, "- ");
-    if (stepped) os << phase_section(run, format);
+    os << "\n" << short_legend(run, shown, {}, any_drops, explain);
+    if (!explain)
+      for (const VariantResult& v : run.variants)
+        if (v.has_rebalance) os << "\n- " << v.variant.label << ": " << rebalance_line(run, v) << "\n";
+    if (explain) os << "\n" << legends(run, "- ", true);
+    if (stepped) os << phase_section(run, format, false, explain);
     return os.str();
   }
   // The table: within kTerminalWidth unless --wide; the columns left out are named under it.
@@ -551,6 +642,9 @@ std::string format_run(const RunResult& run, ReportFormat format, bool wide) {
     prio.push_back(cols[c].priority);
   }
   const std::vector<size_t> fit = text::fit_columns(width, prio, wide ? 0 : text::kTerminalWidth);
+  // The answer first: what imbalance costs each strategy, one line each.
+  for (const VariantResult& v : run.variants)
+    if (const std::string line = verdict_line(run, v); !line.empty()) os << text::wrap(line) << "\n";
   os << text::wrap(title.str()) << "\n";
   auto line = [&](const std::vector<std::string>& row) {
     for (size_t j = 0; j < fit.size(); ++j) {
@@ -568,14 +662,17 @@ std::string format_run(const RunResult& run, ReportFormat format, bool wide) {
     for (size_t c : cells.shown) row.push_back(cell(r, c));
     line(row);
   }
-  if (fit.size() < cells.shown.size()) {
-    std::string left;
-    for (size_t k = 0; k < cells.shown.size(); ++k)
-      if (std::find(fit.begin(), fit.end(), k) == fit.end()) left += (left.empty() ? "" : ", ") + header[k];
-    os << text::wrap("(--wide adds " + left + "; --format csv, json and markdown have every column)") << "\n";
-  }
-  os << text::wrap(legends(run, ""));
-  if (stepped) os << phase_section(run, format, wide);
+  std::vector<std::string> shown, hidden;
+  for (size_t k = 0; k < cells.shown.size(); ++k)
+    (std::find(fit.begin(), fit.end(), k) == fit.end() ? hidden : shown).push_back(header[k]);
+  os << text::wrap(short_legend(run, shown, hidden, any_drops, explain));
+  // Re-planning's gain is an answer of its own: its line stays without --explain.
+  if (!explain)
+    for (const VariantResult& v : run.variants)
+      if (v.has_rebalance) os << text::wrap(v.variant.label + ": " + rebalance_line(run, v)) << "\n";
+  if (explain)
+    os << text::wrap(legends(run, "", std::find(shown.begin(), shown.end(), "meas_eff") != shown.end()));
+  if (stepped) os << phase_section(run, format, wide, explain);
   return os.str();
 }
 

@@ -196,9 +196,19 @@ TEST(DocsExamples, ReadmeErosionTableIsTheDefaultCompare) {
   const std::string readme = testing::read_text(kRoot + "/README.md");
   const size_t at = readme.find("### What imbalance costs");
   ASSERT_NE(at, std::string::npos);
-  const auto shown = markdown_rows(readme.substr(at, readme.find("\n### ", at + 4) - at));
-  const auto r = run_cli("compare --gating all --no-execute --format markdown");
+  const std::string section = readme.substr(at, readme.find("\n### ", at + 4) - at);
+  const auto shown = markdown_rows(section);
+  const auto r = run_cli("compare --gating all --format markdown");
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The answer lines it quotes are lines of the output.
+  size_t answers = 0;
+  std::istringstream lines(section);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("- ", 0) != 0 || line.find(": imbalance costs ") == std::string::npos) continue;
+    ++answers;
+    EXPECT_NE(("\n" + r.out).find("\n" + line + "\n"), std::string::npos) << "README: " << line << "\nthe binary:\n" << r.out;
+  }
+  EXPECT_GE(answers, 3u);
   const auto actual = markdown_rows(r.out);
   ASSERT_EQ(shown.size(), 9u);
   for (const auto& [strategy, cells] : shown) {

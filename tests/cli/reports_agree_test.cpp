@@ -55,8 +55,9 @@ std::string table_cell(const std::string& table, const std::string& strategy, co
     if (headers.empty() && line.rfind("strategy ", 0) == 0) {
       std::istringstream words(line);
       for (std::string w; words >> w;) headers.push_back(w);
-    } else if (!headers.empty() && line.rfind(strategy + "  ", 0) == 0) {
-      std::istringstream words(line.substr(strategy.size()));
+    } else if (!headers.empty() && (line.rfind(strategy + "  ", 0) == 0 || line.rfind(strategy + "*  ", 0) == 0)) {
+      // A row that drops assignments is marked "*" after its label.
+      std::istringstream words(line.substr(strategy.size() + (line[strategy.size()] == '*' ? 1 : 0)));
       std::vector<std::string> cells = {strategy};
       for (std::string w; words >> w;) cells.push_back(w);
       if (cells.size() != headers.size()) continue;

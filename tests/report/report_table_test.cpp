@@ -61,7 +61,8 @@ std::string first_row_cell(const std::string& text, const std::string& column, R
 TEST(ReportTable, NoisyMeasEffIsADashWithTheReason) {
   const RunResult r = one_repeat_run();
   ASSERT_TRUE(r.variants.front().measured_noise.noisy);
-  const std::string table = format_run(r, ReportFormat::table, true);
+  // The reason is an explanation of a shown column: with --explain, where meas_eff is in the table.
+  const std::string table = format_run(r, ReportFormat::table, true, true);
   EXPECT_EQ(first_row_cell(table, "meas_eff", ReportFormat::table), "-") << table;
   EXPECT_NE(table.find("meas_eff -: token_choice: execute.repeats 1 < 3: a median of 1 has no spread"),
             std::string::npos)
@@ -71,8 +72,12 @@ TEST(ReportTable, NoisyMeasEffIsADashWithTheReason) {
 
   const std::string csv = format_run(r, ReportFormat::csv);
   EXPECT_EQ(first_row_cell(csv, "meas_eff", ReportFormat::csv), "") << csv;  // CSV: empty, not "-"
-  const std::string md = format_run(r, ReportFormat::markdown);
+  const std::string md = format_run(r, ReportFormat::markdown, false, true);
   EXPECT_NE(md.find("- meas_eff -: token_choice: execute.repeats 1 < 3"), std::string::npos) << md;
+  // Nothing is said of a column the table does not show: the default table leaves meas_eff out.
+  const std::string narrow = format_run(r, ReportFormat::table, false, true);
+  if (narrow.find(" meas_eff") == std::string::npos)
+    EXPECT_EQ(narrow.find("meas_eff -:"), std::string::npos) << narrow;
   EXPECT_EQ(first_row_cell(md, "meas_eff", ReportFormat::markdown), "-") << md;
 }
 
@@ -110,14 +115,22 @@ TEST(ReportTable, TheTableFitsTheTerminalAndWideShowsEveryColumn) {
   const std::string table = format_run(run, ReportFormat::table);
   EXPECT_LE(widest_line(table), text::kTerminalWidth) << table;
   // The columns left out are named; --wide has them all, past 120 characters.
-  EXPECT_NE(table.find("(--wide adds max_vio"), std::string::npos) << table;
+  // The columns left out are counted, not named (nothing is said about a column the table does not show).
+  EXPECT_NE(table.find("--wide adds "), std::string::npos) << table;
+  EXPECT_EQ(table.find("max_vio"), std::string::npos) << table;
+  // The answer first: one line a strategy, then the title, the table and the short paragraph; at most 25 lines.
+  EXPECT_EQ(table.rfind("token_choice: imbalance costs ", 0), 0u) << table;
+  EXPECT_LE(std::count(table.begin(), table.end(), '\n'), 25) << table;
   const std::string wide = format_run(run, ReportFormat::table, true);
   for (const char* c : {"max_vio", "entropy_norm", "model_us", "ep_us", "rank_imb", "drop_us", "comm_us"})
     EXPECT_NE(wide.find(std::string(" ") + c), std::string::npos) << c;
   EXPECT_GT(widest_line(wide), text::kTerminalWidth);
-  // Markdown has every column that applies, and the table's legends as bullets.
-  const std::string md = format_run(run, ReportFormat::markdown);
-  EXPECT_NE(md.find("| max_vio |"), std::string::npos);
+  // Markdown has every column that applies, the verdicts first; --explain adds the legends as bullets.
+  const std::string brief = format_run(run, ReportFormat::markdown);
+  EXPECT_NE(brief.find("| max_vio |"), std::string::npos);
+  EXPECT_EQ(brief.rfind("- token_choice: imbalance costs ", 0), 0u) << brief;
+  EXPECT_EQ(brief.find("- strategies:"), std::string::npos) << brief;
+  const std::string md = format_run(run, ReportFormat::markdown, false, true);
   EXPECT_NE(md.find("\n- ep_us = ref_us + imb_us"), std::string::npos) << md;
   EXPECT_NE(md.find("\n- strategies:\n  - token_choice: top-2"), std::string::npos) << md;
   EXPECT_NE(md.find("- placement: global, 8 devices"), std::string::npos) << md;
@@ -158,7 +171,9 @@ TEST(ReportTable, ManyLayersWrapWithinTheTerminal) {
                                        "workload: {source: load_profile, path: loads.json, profile_key: p, batch: 256}\n");
   const Experiment e = load_experiment_file(dir + "/e.yaml", {});
   const RunResult run = run_experiment(e, own_variant(e), RunOptions{});
-  const std::string table = format_run(run, ReportFormat::table);
+  // The per-layer loads come with --explain.
+  EXPECT_EQ(format_run(run, ReportFormat::table).find(" L31 "), std::string::npos);
+  const std::string table = format_run(run, ReportFormat::table, false, true);
   EXPECT_LE(widest_line(table), text::kTerminalWidth) << table;
   EXPECT_NE(table.find(" L31 "), std::string::npos) << table;
   EXPECT_NE(table.find("\n    "), std::string::npos) << table;  // continuation lines, indented under the strategy

@@ -1,0 +1,59 @@
+// The imbalance verdict of a run's report (see verdict.hpp).
+#include "src/report/verdict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "src/report/report.hpp"
+#include "src/report/text_format.hpp"
+
+namespace moesim {
+namespace {
+
+// A share in percent: whole percents from 10, one decimal below.
+std::string percent(double share) {
+  const double p = 100.0 * share;
+  return text::fixed(p, std::fabs(p) >= 9.95 ? 0 : 1) + " %";
+}
+
+// Microseconds: whole from 100 us, one decimal below.
+std::string micro(double s) {
+  const double us = s * 1e6;
+  return text::fixed(us, std::fabs(us) >= 99.95 ? 0 : 1);
+}
+
+}  // namespace
+
+ImbalanceVerdict imbalance_verdict(const Erosion& x, bool one_device) {
+  ImbalanceVerdict v;
+  v.layer_s = x.actual_s;
+  v.saves_s = one_device ? std::max(0.0, -x.imbalance_s) : 0.0;
+  v.costs_s = imbalance_total_s(x) + v.saves_s;
+  return v;
+}
+
+std::string verdict_line(const RunResult& run, const VariantResult& v) {
+  const ModeledPlacement* p = primary_of(v.modeled);
+  if (!p) return "";
+  const ImbalanceVerdict x = imbalance_verdict(p->cost.erosion, p->placement == "single");
+  const double layer = x.layer_s > 0 ? x.layer_s : 1.0;
+  std::ostringstream os;
+  if (x.costs_s == 0 && x.saves_s == 0)
+    os << v.variant.label << ": imbalance costs nothing (0 of " << micro(x.layer_s) << " us)";
+  else
+    os << v.variant.label << ": imbalance costs " << percent(x.costs_s / layer) << " of the layer (" << micro(x.costs_s)
+       << " of " << micro(x.layer_s) << " us)";
+  if (x.saves_s > 0)
+    os << ", saves " << percent(x.saves_s / layer) << " (" << micro(x.saves_s) << " us: idle experts' weights not read)";
+  const std::optional<double> drop = metric_value(run, v, "drop_rate", "value");
+  const std::optional<double> unrouted = metric_value(run, v, "tokens_unrouted", "value");
+  if (drop && *drop > 0) {
+    const double pct = 100.0 * *drop;
+    os << "; drops " << text::fixed(pct, pct >= 9.95 ? 0 : pct >= 0.995 ? 1 : 2) << " % of its assignments";
+  }
+  if (unrouted && *unrouted > 0) os << "; leaves " << text::fixed(*unrouted, 0) << " tokens unrouted";
+  return os.str();
+}
+
+}  // namespace moesim

@@ -1,0 +1,32 @@
+// The answer a run's report opens with: per strategy, one line saying what imbalance costs the modeled MoE
+// layer, in percent and microseconds, and what skew saves where it saves (idle experts whose weights are not
+// read), read from the primary placement's erosion (src/cost/placement.hpp Erosion, imbalance_total_s).
+// The one place its wording and arithmetic live: `run` and `compare` tables and Markdown open with it.
+// Host only. Covered by tests/report/verdict_test.cpp.
+#pragma once
+
+#include <string>
+
+#include "src/pipeline/results.hpp"
+
+namespace moesim {
+
+// What imbalance does to one modeled layer, in seconds: costs_s - saves_s = imbalance_total_s(erosion).
+struct ImbalanceVerdict {
+  double costs_s = 0;  // what the uneven loads add: the erosion's imbalance parts with a saving taken out
+  double saves_s = 0;  // what skew saves, >= 0: on one device, the negative part of imbalance_s (experts left
+                       // idle whose weights balanced routing reads)
+  double layer_s = 0;  // the modeled layer it is a share of (the erosion's actual_s)
+};
+
+// The verdict of one placement's erosion; `one_device`: the placement is a single device.
+ImbalanceVerdict imbalance_verdict(const Erosion& erosion, bool one_device);
+
+// "token_choice: imbalance costs 22 % of the layer (222 of 1025 us)" ("balanced: imbalance costs nothing (0 of
+// 803 us)" where it costs and saves nothing), with ", saves 5 % (51 us: idle experts'
+// weights not read)" where skew saves, and "; drops 0.12 % of its assignments" / "; leaves N tokens unrouted"
+// where the routing does. Of the variant's headline (the primary placement, a mean over a run's batches or
+// records); "" when nothing is modeled.
+std::string verdict_line(const RunResult& run, const VariantResult& v);
+
+}  // namespace moesim

@@ -1,0 +1,67 @@
+// The line run and compare open with (src/report/verdict.hpp): what imbalance costs and what skew saves,
+// worked by hand from an erosion's parts, and the line as a run prints it: the same figures as the JSON's
+// erosion of the headline placement, first in the table. Host only.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "src/config/load_config.hpp"
+#include "src/pipeline/run_experiment.hpp"
+#include "src/report/report.hpp"
+#include "src/report/verdict.hpp"
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+TEST(Verdict, CostsAreTheImbalancePartsOfTheLayer) {
+  // The README's token_choice row: imb 165.3 + imb_tile 46.9 + comm_imb 10.1 = 222.3 us of ep_us 1025.5.
+  Erosion x;
+  x.actual_s = 1025.5e-6;
+  x.imbalance_s = 165.3e-6;
+  x.imbalance_tiles_s = 46.9e-6;
+  x.communication_imbalance_s = 10.1e-6;
+  const ImbalanceVerdict v = imbalance_verdict(x, false);
+  EXPECT_NEAR(v.costs_s, 222.3e-6, 1e-12);
+  EXPECT_EQ(v.saves_s, 0.0);
+  EXPECT_EQ(v.layer_s, 1025.5e-6);
+  // 222.3 / 1025.5 = 0.2168: "22 %".
+  EXPECT_NEAR(v.costs_s / v.layer_s, 0.2168, 1e-4);
+}
+
+TEST(Verdict, OnOneDeviceANegativeImbalanceIsWhatSkewSaves) {
+  // Skew left experts idle: imbalance_s = -30 us (their weights not read), the tiles of the hot experts
+  // +80 us. Net imbalance_total_s = 50 us; the verdict splits it: costs 80, saves 30.
+  Erosion x;
+  x.actual_s = 1000e-6;
+  x.imbalance_s = -30e-6;
+  x.imbalance_tiles_s = 80e-6;
+  const ImbalanceVerdict one = imbalance_verdict(x, true);
+  EXPECT_NEAR(one.saves_s, 30e-6, 1e-15);
+  EXPECT_NEAR(one.costs_s, 80e-6, 1e-15);
+  EXPECT_NEAR(one.costs_s - one.saves_s, imbalance_total_s(x), 1e-15);
+  // Over several devices the saving is not split out (yet): the net is the cost.
+  const ImbalanceVerdict ep = imbalance_verdict(x, false);
+  EXPECT_EQ(ep.saves_s, 0.0);
+  EXPECT_NEAR(ep.costs_s, 50e-6, 1e-15);
+}
+
+TEST(Verdict, TheRunOpensWithItsLineFromTheHeadlineErosion) {
+  const auto r = testing::run_cli("run --no-execute --format json --set workload.batches=2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& x = j["strategies"][0]["modeled"]["expert_parallel"]["erosion"];
+  const double costs = x["imbalance_total_s"].get<double>(), layer = x["actual_s"].get<double>();
+  const auto t = testing::run_cli("run --no-execute --set workload.batches=2");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const std::string first = t.out.substr(0, t.out.find('\n'));
+  char want[160];
+  std::snprintf(want, sizeof want, "token_choice: imbalance costs %.0f %% of the layer (%.0f of %.0f us)",
+                100 * costs / layer, costs * 1e6, layer * 1e6);
+  EXPECT_EQ(first.rfind(want, 0), 0u) << first << "\nwant: " << want;
+}
+
+}  // namespace
+}  // namespace moesim

@@ -5,6 +5,7 @@
 
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
+#include "src/common/json_error.hpp"
 #include "src/report/atomic_write.hpp"
 #include "src/report/report_html.hpp"
 
@@ -35,7 +36,7 @@ int cmd_report(int argc, char** argv) {
   try {
     run = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(files.front() + ": expected a moesim run JSON, got a parse error: " + e.what());
+    throw InputError(files.front() + ": expected a moesim run JSON, got invalid JSON: " + json_error_text(e.what()));
   }
   write_file_atomic(html, render_html_report(run, files.front()));
   std::cout << "report: wrote " << html << "\n";

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/common/json_error.hpp"
 #include "src/config/load_config_internal.hpp"
 
 namespace moesim {
@@ -517,7 +518,7 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& source
   try {
     root = json::parse(json_text);
   } catch (const json::exception& ex) {
-    throw ConfigError(source + ": expected a Hugging Face config.json, got invalid JSON: " + ex.what());
+    throw ConfigError(source + ": expected a Hugging Face config.json, got invalid JSON: " + json_error_text(ex.what()));
   }
   if (!root.is_object()) {
     throw ConfigError(source + ": expected a Hugging Face config.json (a JSON object), got " + shown(root));

@@ -10,6 +10,7 @@
 
 #include "src/common/digest.hpp"
 #include "src/common/error.hpp"
+#include "src/common/json_error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/report/provenance.hpp"
 #include "src/report/report.hpp"
@@ -384,7 +385,7 @@ std::map<std::string, nlohmann::json> parse_baselines(const std::string& text, c
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(name + ": expected JSON written by moesim run/compare/check, got a parse error: " + e.what());
+    fail(name + ": expected JSON written by moesim run/compare/check, got invalid JSON: " + json_error_text(e.what()));
   }
   std::vector<const nlohmann::json*> runs;
   if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/common/json_error.hpp"
 #include "src/workload/megatron_loads.hpp"
 #include "src/workload/npz_file.hpp"
 
@@ -63,7 +64,7 @@ LoadProfile parse_load_profile(const std::string& json_text, const std::string& 
   try {
     doc = json::parse(json_text);
   } catch (const json::exception& e) {
-    throw InputError(name + ": expected a JSON load profile, got a parse error: " + e.what());
+    throw InputError(name + ": expected a JSON load profile, got invalid JSON: " + json_error_text(e.what()));
   }
   if (!doc.is_object()) throw InputError(name + ": expected a JSON object of load profiles, got " + doc.type_name());
   const json& root = doc.contains("data") && doc.at("data").is_object() ? doc.at("data") : doc;

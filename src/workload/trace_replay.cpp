@@ -16,6 +16,7 @@
 #include <thrust/system/cpp/execution_policy.h>
 
 #include "src/common/error.hpp"
+#include "src/common/json_error.hpp"
 #include "src/workload/megatron_loads.hpp"
 #include "router/capacity.hpp"
 #include "router/route.hpp"
@@ -140,8 +141,8 @@ FlatTrace parse_flat(std::istream& in, const std::string& name, int num_experts)
     try {
       obj = json::parse(raw);
     } catch (const json::exception& e) {
-      throw InputError(name + ":" + std::to_string(line_no) + ": expected one JSON object per line, got a parse error: " +
-                       e.what());
+      throw InputError(name + ":" + std::to_string(line_no) + ": expected one JSON object per line, got invalid JSON: " +
+                       json_error_text(e.what()));
     }
     if (!obj.is_object()) {
       throw InputError(name + ":" + std::to_string(line_no) + ": expected one JSON object per line, got " + describe(obj));

@@ -133,7 +133,7 @@ TEST(LoadProfile, ReaderErrorsNameFileAndKey) {
   fails_with("{\"a\": {\"7\": [1, 2], \"07\": [3, 4]}}", "a", 2, "without leading zeros), got '07'");
   fails_with("{\"a\": {\"00\": [1, 2]}}", "a", 2, "got '00'");
   fails_with("[1]", "a", 2, "expected a JSON object");
-  fails_with("{", "a", 2, "parse error");
+  fails_with("{", "a", 2, "invalid JSON: line 1");
   // Nested keys and the "data" wrapper are both accepted.
   const LoadProfile p = parse_load_profile("{\"data\": {\"m\": {\"k\": {\"10\": [0, 4], \"2\": [1, 3]}}}}", "p.json", "m/k", 2);
   EXPECT_EQ(p.layers, (std::vector<int>{2, 10}));

@@ -151,7 +151,7 @@ TEST(TraceReplay, MalformedLinesNameTheLine) {
       {"{\"step\": 0, \"layer\": 0, \"token\": 1, \"experts\": [3], \"weights\": [\"x\"]}", "\"weights\": expected"},
       {"{\"step\": 0, \"layer\": 0, \"token\": 1, \"experts\": [3], \"weights\": [1], \"kept\": [2]}", "\"kept\": expected"},
       {"{\"step\": 0, \"layer\": 0, \"token\": 1, \"experts\": [3], \"weights\": [1], \"phase\": \"train\"}", "\"phase\""},
-      {"{\"step\": 0, \"layer\": 0, \"token\": 1, \"experts\": [3], \"weights\": [1]", "parse error"},
+      {"{\"step\": 0, \"layer\": 0, \"token\": 1, \"experts\": [3], \"weights\": [1]", "invalid JSON: line 1"},
       {"[1, 2]", "expected one JSON object per line"},
   };
   for (const Case& c : cases) {

@@ -146,6 +146,32 @@ std::string base_profile_text(const std::string& base) {
   return it->second;
 }
 
+Experiment load_with_flags(const std::vector<std::string>& overrides,
+                           const std::vector<std::pair<std::string, std::string>>& flags) {
+  try {
+    return default_experiment(overrides);
+  } catch (const ConfigError& ex) {
+    std::string message = ex.what();
+    for (const auto& [set, flag] : flags) {
+      const std::string made = "--set " + set;
+      for (size_t at = message.find(made); at != std::string::npos;) {
+        // Only the whole override: "--set placement.devices=3" but not "... =32".
+        const size_t end = at + made.size();
+        if (end < message.size() && message[end] != ':' && message[end] != ' ' && message[end] != ')' &&
+            message[end] != ',' && message[end] != ';') {
+          at = message.find(made, at + 1);
+          continue;
+        }
+        message.replace(at, made.size(), flag);
+        at = message.find(made, at + flag.size());
+      }
+    }
+    ConfigError named(message);
+    named.missing_file = ex.missing_file;
+    throw named;
+  }
+}
+
 std::function<void(const std::vector<InertKey>&)> inert_keys_observer;
 
 void warn_inert_keys(const std::vector<Experiment>& rows, const EffectContext& ctx, bool strict) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -125,6 +126,12 @@ EffectContext effect_context(const CommonOptions& opts, const char* command, con
 
 // The experiment of each variant: `e` with the variant's router.
 std::vector<Experiment> variant_experiments(const Experiment& e, const std::vector<RouterVariant>& variants);
+
+// A command that turns its own flags into --set overrides (plan --devices D, route --top-k K) loads its experiment
+// through this: an error about one of those overrides names the flag the user typed ("--devices 3"), not the
+// --set the command made ("--set placement.devices=3"). `flags`: each override with the flag text it came from.
+Experiment load_with_flags(const std::vector<std::string>& overrides,
+                           const std::vector<std::pair<std::string, std::string>>& flags);
 
 // Writes `text` to --out atomically, or to stdout.
 void emit(const CommonOptions& opts, const std::string& text);

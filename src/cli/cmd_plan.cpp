@@ -68,18 +68,23 @@ int cmd_plan(int argc, char** argv) {
     const LoadProfile probe = read_load_profile_file(path, probe_format, key, 0, {}, 0);
     experts = probe.counts.empty() ? 0 : static_cast<int>(probe.counts.front().size());
   }
-  std::vector<std::string> sets = {"model.experts=" + std::to_string(experts), "placement.kind=expert_parallel",
-                                   "placement.devices=" + std::to_string(devices),
-                                   "placement.replicas=" + std::to_string(replicas), "router.groups=1",
-                                   "router.topk_groups=1", "workload.source=load_profile", "workload.format=" + load_format,
-                                   "workload.path=" + path};
-  if (!policy.empty()) sets.push_back("placement.policy=" + policy);
-  if (nodes > 0) sets.push_back("placement.nodes=" + std::to_string(nodes));
-  if (groups > 0) sets.push_back("placement.groups=" + std::to_string(groups));
-  if (spread) sets.push_back("placement.spread_replicas=true");
-  if (!key.empty()) sets.push_back("workload.profile_key=" + key);
+  // The flags as overrides, each remembered with the flag it came from (errors name the flag).
+  std::vector<std::pair<std::string, std::string>> flags = {
+      {"model.experts=" + std::to_string(experts), "--experts " + std::to_string(experts) + " (the loads' expert count)"},
+      {"placement.devices=" + std::to_string(devices), "--devices " + std::to_string(devices)},
+      {"placement.replicas=" + std::to_string(replicas), "--replicas " + std::to_string(replicas)},
+      {"workload.format=" + load_format, "--load-format " + load_format},
+      {"workload.path=" + path, path}};
+  if (!policy.empty()) flags.push_back({"placement.policy=" + policy, "--policy " + policy});
+  if (nodes > 0) flags.push_back({"placement.nodes=" + std::to_string(nodes), "--nodes " + std::to_string(nodes)});
+  if (groups > 0) flags.push_back({"placement.groups=" + std::to_string(groups), "--groups " + std::to_string(groups)});
+  if (spread) flags.push_back({"placement.spread_replicas=true", "--spread"});
+  if (!key.empty()) flags.push_back({"workload.profile_key=" + key, "--key " + key});
+  std::vector<std::string> sets = {"placement.kind=expert_parallel", "router.groups=1", "router.topk_groups=1",
+                                   "workload.source=load_profile"};
+  for (const auto& [set, flag] : flags) sets.push_back(set);
   sets.insert(sets.end(), overrides.begin(), overrides.end());
-  const Experiment e = default_experiment(sets);
+  const Experiment e = load_with_flags(sets, flags);
   if (e.placement.policy != PlacementPolicy::global && e.placement.policy != PlacementPolicy::hierarchical)
     throw InputError("--policy: expected global or hierarchical (EPLB plans from loads), got '" +
                      std::string(to_string(e.placement.policy)) + "'");

@@ -84,7 +84,12 @@ int cmd_route(int argc, char** argv) {
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "logits", po::value(&logits_path), "router logits [tokens, experts]: .npy (float32/float64) or .csv")(
       "gating", po::value(&settings.gating), "gating strategy (default token_choice)")(
-      "top-k", po::value(&settings.top_k), "experts per token (default 2, at most the column count)")(
+      "top-k", po::value<int>()->notifier([&settings](int k) {
+        // Given, it is the user's: 0 or less is refused, not read as "not given" (the default, min(2, E)).
+        if (k < 1) throw InputError("--top-k: expected an integer >= 1 (at most the file's expert count), got " +
+                                    std::to_string(k));
+        settings.top_k = k;
+      }), "experts per token (default 2, at most the column count)")(
       "capacity-factor", po::value(&settings.capacity_factor), "capacity factor (default 0: dropless)")(
       "renormalize", po::bool_switch(&settings.renormalize),
       "renormalise each token's k weights to sum to 1 (router.renormalize=true; the built-in experiment's)")(

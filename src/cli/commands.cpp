@@ -1,7 +1,9 @@
 // The subcommand table (see commands.hpp). Host only. Covered by tests/cli/cli_test.cpp.
 #include "src/cli/commands.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "src/cli/cli_common.hpp"
 #include "src/cli/cmd_mpi.hpp"
@@ -24,8 +26,9 @@ const std::vector<Command>& commands() {
        cmd_calibrate},
       {"calibrate-link", "", "under mpirun: measure the MPI link and write it into a profile (--out FILE)",
        cmd_calibrate_link},
-      {"validate", "[FILE] | --published [all|FILE]",
-       "executed CPU pipeline (or published GPU kernel times) vs the cost model, with the error", cmd_validate},
+      {"validate", "[FILE]",
+       "the executed CPU pipeline (--published: published GPU kernel times) against the cost model, with the error",
+       cmd_validate},
       {"report", "F --html O", "a self-contained HTML page (inline SVG) of a run/compare JSON", cmd_report},
       {"import", "FILE... --out O",
        "convert an engine's recorded expert loads (Megatron-Core .npz dumps) into a load-profile JSON", cmd_import},
@@ -43,12 +46,25 @@ const Command* find_command(const std::string& name) {
 }
 
 std::string usage_text() {
+  // The summaries start in one column, after the longest command with its arguments, and wrap under it.
+  size_t width = 0;
+  for (const Command& c : commands())
+    width = std::max(width, std::string(c.name).size() + (*c.args ? 1 + std::string(c.args).size() : 0));
   std::string out = "usage: moesim <command> [options]\n\ncommands:\n";
   for (const Command& c : commands()) {
     const std::string head = std::string(c.name) + (*c.args ? std::string(" ") + c.args : std::string());
-    char line[256];
-    std::snprintf(line, sizeof line, "  %-17s %s\n", head.c_str(), c.summary);
-    out += line;
+    const std::string indent(2 + width + 2, ' ');
+    std::string line = "  " + head + std::string(width + 2 - head.size(), ' ');
+    std::string summary = c.summary;
+    // Wrap at 120 columns, continuing under the summary's first word.
+    while (line.size() + summary.size() > 120) {
+      size_t cut = summary.rfind(' ', 120 - line.size());
+      if (cut == std::string::npos || cut == 0) break;
+      out += line + summary.substr(0, cut) + "\n";
+      summary = summary.substr(cut + 1);
+      line = indent;
+    }
+    out += line + summary + "\n";
   }
   out += "\ncommon options: --set KEY=VALUE (repeatable), --format table|json|csv|markdown, --out FILE\n"
          "route as a framework does: --set router.semantics=exact|megatron|huggingface|deepseek\n"

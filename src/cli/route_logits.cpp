@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/cost/hardware_profile.hpp"
@@ -15,17 +16,23 @@ Experiment route_experiment(const RouteSettings& s, int num_experts) {
   if (s.top_k < 0 || s.top_k > num_experts)
     throw InputError("--top-k: expected 1.." + std::to_string(num_experts) + " (the file's expert count), got " +
                      std::to_string(s.top_k));
-  std::vector<std::string> sets = {"model.experts=" + std::to_string(num_experts),
-                                   "model.top_k=" + std::to_string(s.top_k > 0 ? s.top_k : std::min(2, num_experts)),
+  const std::string k = std::to_string(s.top_k > 0 ? s.top_k : std::min(2, num_experts));
+  std::vector<std::string> sets = {"model.experts=" + std::to_string(num_experts), "model.top_k=" + k,
                                    "router.capacity_factor=0", "router.groups=1", "router.topk_groups=1"};
   // Routing statistics only: no placement is modeled, so the built-in one's devices must not constrain E.
   sets.push_back("placement.kind=single");
-  if (!s.gating.empty()) sets.push_back("router.gating=" + s.gating);
-  if (!s.capacity_factor.empty()) sets.push_back("router.capacity_factor=" + s.capacity_factor);
-  if (s.renormalize) sets.push_back("router.renormalize=true");
-  if (s.no_renormalize) sets.push_back("router.renormalize=false");
+  // The flags as overrides, each with the flag it came from, which an error about it names.
+  std::vector<std::pair<std::string, std::string>> flags = {
+      {"model.experts=" + std::to_string(num_experts), "the logits' " + std::to_string(num_experts) + " columns"},
+      {"model.top_k=" + k, s.top_k > 0 ? "--top-k " + k : "the default top-k " + k}};
+  if (!s.gating.empty()) flags.push_back({"router.gating=" + s.gating, "--gating " + s.gating});
+  if (!s.capacity_factor.empty())
+    flags.push_back({"router.capacity_factor=" + s.capacity_factor, "--capacity-factor " + s.capacity_factor});
+  if (s.renormalize) flags.push_back({"router.renormalize=true", "--renormalize"});
+  if (s.no_renormalize) flags.push_back({"router.renormalize=false", "--no-renormalize"});
+  for (size_t i = 2; i < flags.size(); ++i) sets.push_back(flags[i].first);
   sets.insert(sets.end(), s.overrides.begin(), s.overrides.end());
-  Experiment e = default_experiment(sets);
+  Experiment e = load_with_flags(sets, flags);
   // The settings route makes itself (the file's expert count, dropless, no placement) are not the user's.
   const auto users = [&](const std::string& key) {
     if (key == "router.gating") return !s.gating.empty();

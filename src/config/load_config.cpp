@@ -44,7 +44,7 @@ Experiment Loader::read(const YAML::Node& root) {
     } else if (name == "expect") {
       read_expect(v, at, e);
     } else {
-      fail(at, name, "unknown key (known: " + join(top_keys(), ", ") + ")");
+      fail(at, name, "unknown key (" + nearest_names(name, top_keys(), "", "known: " + join(top_keys(), ", ")) + ")");
     }
     origins_[name] = at;
   }

@@ -133,7 +133,8 @@ void Loader::read_expect(const YAML::Node& n, const std::string& at, Experiment&
     const std::string metric = key_name(it->first, "expect", where("expect", it->first.Mark()), seen);
     const std::string path = "expect." + metric;
     if (!is_known_metric(metric)) {
-      fail(where(path, it->first.Mark()), path, "unknown key (known: " + join(known_expect_metrics(), ", ") + ")");
+      fail(where(path, it->first.Mark()), path,
+           "unknown key (" + nearest_names(metric, known_expect_metrics(), "expect.", "a metric of docs/json-schema.md's metrics") + ")");
     }
     const YAML::Node v = it->second;
     if (v.IsSequence()) {  // several bounds on one metric, e.g. one per strategy

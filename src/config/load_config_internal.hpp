@@ -79,6 +79,11 @@ std::string enum_choices() {
 // ---- YAML helpers (load_config_yaml.cpp) -----------------------------------------------------------
 // The items with `sep` between them.
 std::string join(const std::vector<std::string>& items, const char* sep);
+// What to say of an unknown `word` among `names`: "did you mean PREFIXname?" for the names it is a part of (or
+// that are a part of it) or the nearest spellings (a few edits), up to five; else "known: a, b, c" when there
+// are at most 8 names; else `every` (where the whole list is: "moesim config --explain lists every key").
+std::string nearest_names(const std::string& word, const std::vector<std::string>& names, const std::string& prefix,
+                          const std::string& every);
 // Scalar text -> value, strictly (YAML 1.2 core spellings, no octal, hex or 1.1 booleans).
 bool parse_int64_text(const std::string& s, int64_t* out);
 bool parse_uint64_text(const std::string& s, uint64_t* out);
@@ -243,6 +248,9 @@ class Loader {
         return it->second;
       }
     }
+    // The built-in experiment's lines are configs/quickstart.yaml's, which `moesim config` prints.
+    if (mark.line >= 0 && source_ == "<built-in>")
+      return "the built-in experiment (configs/quickstart.yaml:" + std::to_string(mark.line + 1) + ", --set overrides it)";
     if (mark.line >= 0) return source_ + ":" + std::to_string(mark.line + 1);
     return source_;
   }

@@ -290,7 +290,7 @@ void Loader::read_section(const Section& s, const YAML::Node& n, const std::stri
     const std::string path = s.key + "." + name;
     const std::string at = where(path, it->first.Mark());
     const Field* f = s.find(name);
-    if (!f) fail(at, path, "unknown key (known: " + join(s.keys(), ", ") + ")");
+    if (!f) fail(at, path, "unknown key (" + nearest_names(name, s.keys(), s.key + ".", "moesim config --explain lists every key") + ")");
     f->read(*this, it->second, path, at, e);
     origins_[path] = at;
   }

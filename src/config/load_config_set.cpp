@@ -77,7 +77,7 @@ void Loader::apply_set(YAML::Node& root, const std::string& key_eq_value) {
   const std::string& top = parts[0];
   bool known_top = false;
   for (const std::string& k : top_keys()) known_top = known_top || k == top;
-  if (!known_top) unknown("known: " + join(top_keys(), ", "));
+  if (!known_top) unknown(nearest_names(top, top_keys(), "", "known: " + join(top_keys(), ", ")));
 
   if (const Section* s = find_section(top)) {
     if (parts.size() == 1 && value.IsMap()) {
@@ -85,14 +85,15 @@ void Loader::apply_set(YAML::Node& root, const std::string& key_eq_value) {
       for (auto it = value.begin(); it != value.end(); ++it) {
         const std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
         if (!s->find(k)) {
-          throw ConfigError(prefix + ": unknown key " + top + "." + k + " (known: " + join(s->keys(), ", ") + ")");
+          throw ConfigError(prefix + ": unknown key " + top + "." + k + " (" +
+                            nearest_names(k, s->keys(), top + ".", "moesim config --explain lists every key") + ")");
         }
         set_at(root, {top, k}, it->second, prefix);
       }
       return;
     }
     if (parts.size() > 2 || (parts.size() == 2 && !s->find(parts[1]))) {
-      unknown("known: " + join(s->keys(), ", "));
+      unknown(nearest_names(parts[1], s->keys(), top + ".", "moesim config --explain lists every key"));
     }
   } else if (top == "name") {
     if (parts.size() > 1) unknown("name is a string");
@@ -117,7 +118,8 @@ void Loader::apply_set(YAML::Node& root, const std::string& key_eq_value) {
     if (expect.IsDefined() && expect.IsSequence()) {
       unknown("expect is a list here: set it whole, --set expect=[{metric: ..., max: ...}]");
     }
-    if (!is_known_metric(parts[1])) unknown("known metrics: " + join(known_expect_metrics(), ", "));
+    if (!is_known_metric(parts[1]))
+      unknown(nearest_names(parts[1], known_expect_metrics(), "expect.", "a metric of docs/json-schema.md's metrics"));
     if (parts.size() > 3 || (parts.size() == 3 && (parts[2] == "metric" || !one_of(parts[2], kExpectItemKeys)))) {
       unknown("known: min, max, aggregate, strategy");
     }

@@ -7,6 +7,8 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -72,6 +74,54 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
   std::string s;
   for (size_t i = 0; i < items.size(); ++i) s += (i ? sep : "") + items[i];
   return s;
+}
+
+namespace {
+
+// Optimal string alignment distance: insertions, deletions, substitutions and swaps of neighbours, each 1.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1, 0));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+std::string nearest_names(const std::string& word, const std::vector<std::string>& names, const std::string& prefix,
+                          const std::string& every) {
+  // Names the word is a part of, or that are a part of it (capacity -> capacity_factor), else the nearest
+  // spellings within a third of the word (at least 2 edits).
+  std::vector<std::string> near;
+  if (word.size() >= 3) {
+    for (const std::string& n : names)
+      if (n.find(word) != std::string::npos || (n.size() >= 3 && word.find(n) != std::string::npos)) near.push_back(n);
+  }
+  if (near.empty() && !word.empty() && word.size() <= 64) {
+    size_t best = std::max<size_t>(2, word.size() / 3) + 1;
+    for (const std::string& n : names) {
+      const size_t d = edit_distance(word, n);
+      if (d < best) {
+        best = d;
+        near.clear();
+      }
+      if (d == best) near.push_back(n);
+    }
+  }
+  if (!near.empty() && near.size() <= 5) {
+    std::string out = "did you mean ";
+    for (size_t i = 0; i < near.size(); ++i) out += (i == 0 ? "" : i + 1 == near.size() ? " or " : ", ") + prefix + near[i];
+    return out + "?";
+  }
+  if (names.size() <= 8) return "known: " + join(names, ", ");
+  return every;
 }
 
 // ---- scalar text -> value, strictly (YAML 1.2 core spellings, no octal, hex or 1.1 booleans) -------

@@ -34,6 +34,26 @@ TEST(HfConfigCli, ConfigPrintsTheResolvedModelAndLoadsBackTheSame) {
   EXPECT_EQ(back.out, r.out);
 }
 
+TEST(HfConfigCli, TheBuiltInPlacementTakesTheModelsExpertCount) {
+  // Qwen1.5-MoE's 60 experts do not split over the built-in experiment's 8 devices: it takes 6 (the most up to 8
+  // that divide 60) and says so; a placement the user gives is checked as given, its error naming where.
+  const auto r = run_cli("run --no-execute --format json --set workload.batch=256 --set workload.batches=1 "
+                         "--set model.hf_config=" + hf_path("qwen1.5-moe-a2.7b"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("its 60 experts do not split over the built-in experiment's 8 devices: placement.devices 6 "
+                       "(set placement.devices)"), std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["experiment"]["config"]["placement"]["devices"], 6);
+  const auto given = run_cli("run --no-execute --set placement.devices=8 --set model.hf_config=" + hf_path("qwen1.5-moe-a2.7b"));
+  EXPECT_EQ(given.exit_code, 2);
+  EXPECT_NE(given.err.find("--set placement.devices=8: placement.devices: expected a divisor of model.experts + "
+                           "placement.replicas (60)"), std::string::npos) << given.err;
+  // A built-in key's error says where the built-in experiment has it, not "<built-in>:LINE".
+  const auto built_in = run_cli("run --no-execute --set model.experts=60");
+  EXPECT_EQ(built_in.exit_code, 2);
+  EXPECT_EQ(built_in.err.find("<built-in>:"), std::string::npos) << built_in.err;
+  EXPECT_NE(built_in.err.find("configs/quickstart.yaml:"), std::string::npos) << built_in.err;
+}
+
 TEST(HfConfigCli, BadConfigJsonExitsTwoNamingFileAndKey) {
   const std::string dir = testing::make_temp_dir();
   testing::write_text(dir + "/config.json", R"({"model_type": "mixtral", "hidden_size": 64})");

@@ -98,12 +98,15 @@ TEST(Plan, BadInputsExitTwoNamingWhatWasExpected) {
       {"plan " + loads + " --devices 2 --policy round_robin", "--policy"},
       {"plan " + dir + "/none.json --devices 2", "cannot open"},
       {"plan --devices 2", "expected a file"},
+      // The user's own flag, not the --set plan makes of it.
+      {"plan " + loads + " --devices 3", "moesim plan: --devices 3: placement.devices: expected a divisor"},
   };
   for (const Case& c : cases) {
     const auto r = run_cli(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << c.args << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+    EXPECT_EQ(r.err.find("--set"), std::string::npos) << c.args << " typed no --set: " << r.err;
   }
   // A map file that misses an expert, or whose slots the devices do not divide.
   testing::write_text(dir + "/missing.json", "[[0, 0, 1, 1]]");

@@ -338,8 +338,8 @@ struct BadConfig {
 TEST(LoadConfig, BadConfigsAreRejectedWithKeyAndLine) {
   const std::string ok = "model:\n  experts: 8\n";
   const std::vector<BadConfig> cases = {
-      {"unknown top-level key", "name: x\nmodle:\n  experts: 8\n", {}, {"exp.yaml:2:", "modle: unknown key (known: name, model"}},
-      {"unknown nested key", "router:\n  gating: hash\n  topk: 3\n", {}, {"exp.yaml:3:", "router.topk: unknown key (known: gating, semantics, score"}},
+      {"unknown top-level key", "name: x\nmodle:\n  experts: 8\n", {}, {"exp.yaml:2:", "modle: unknown key (did you mean model?)"}},
+      {"unknown nested key", "router:\n  gating: hash\n  topk: 3\n", {}, {"exp.yaml:3:", "router.topk: unknown key (did you mean router.topk_groups?)"}},
       {"unknown key in an expect bound", "expect:\n  imbalance: {max: 2, maxx: 3}\n", {}, {"exp.yaml:2:", "expect.imbalance.maxx: unknown key"}},
       {"unknown metric", "expect:\n  imbalanse: {max: 2}\n", {}, {"exp.yaml:2:", "expect.imbalanse: unknown key"}},
       {"float for an integer", "model:\n  experts: 1.5\n", {}, {"exp.yaml:2:", "model.experts: expected an integer", "'1.5'"}},

@@ -263,11 +263,14 @@ def cost(loads, *, model=None, hardware=None, placement=None, router=None, token
     return doc
 
 
-def plan(loads, *, devices, replicas=0, policy=None, format="json", experts=None, model=None, set=None, out=None):
+def plan(loads, *, devices, replicas=0, policy=None, format="json", experts=None, layers=None, model=None, set=None,
+         out=None):
     """`moesim plan`: an expert-parallel placement of `devices` GPUs with `replicas` redundant experts for the
     loads (1-D [experts] or 2-D [layers, experts], or a path to any load source moesim reads), made by the EPLB
-    code `run` uses, as format json (moesim's plan), vllm, sglang or trtllm. Returns the file's text; with
-    out=PATH writes it (atomically) and returns None."""
+    code `run` uses, as format json (moesim's plan), vllm, sglang or trtllm. `layers` is the model's decoder
+    layer count (`--layers`: sglang writes a row for each, the trivial map where no loads were recorded; by
+    default the model's num_hidden_layers when `model` names a Hugging Face config, else the last loaded layer
+    + 1). Returns the file's text; with out=PATH writes it (atomically) and returns None."""
     import tempfile
     args = ["plan"]
     tmp = None
@@ -290,6 +293,10 @@ def plan(loads, *, devices, replicas=0, policy=None, format="json", experts=None
             args += ["--policy", policy]
         if experts is not None:
             args += ["--experts", str(experts)]
+        if layers is not None:
+            if isinstance(layers, bool) or int(layers) != layers or layers < 1:
+                raise ValueError(f"moesim plan: --layers: expected an integer >= 1, got {layers!r}")
+            args += ["--layers", str(int(layers))]
         if out is not None:
             args += ["--out", os.fspath(out)]
         for s in _model_overrides(model, None, None, None) + _overrides(set):

@@ -39,7 +39,7 @@ int cmd_plan(int argc, char** argv) {
       "load-format", po::value(&load_format), "auto, moesim_json, megatron_npz or megatron_router_trace (workload.format)")(
       "layers", po::value(&decoder_layers),
       "sglang: the model's decoder layers (num_hidden_layers), each a row; layers without loads get the trivial map "
-      "(default: the last loaded layer + 1)")(
+      "(default: model.layers when --set model.hf_config names the model, else the last loaded layer + 1)")(
       "format", po::value(&format), "json (moesim's plan) | vllm | sglang | trtllm")(
       "out", po::value(&out), "write the file here (atomically) instead of stdout")(
       "set", po::value(&overrides), "override a config key (repeatable), e.g. --set workload.expert_map=[...]");
@@ -97,7 +97,8 @@ int cmd_plan(int argc, char** argv) {
   plan.replicas = e.placement.replicas;
   plan.nodes = e.placement.nodes;
   plan.policy = to_string(e.placement.policy);
-  plan.decoder_layers = decoder_layers;
+  // A model named by its config.json knows its decoder layers (DeepSeek-V3: 61, of which 58 are MoE).
+  plan.decoder_layers = decoder_layers > 0 || e.model.hf_config.empty() ? decoder_layers : e.model.layers;
   const PlacementConfig placement = resolve_placement(e.placement, e.router);
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     PlannedLayer pl;

@@ -300,6 +300,19 @@ class Plan(unittest.TestCase):
             self.assertIsNone(moesim.plan(path, devices=2, replicas=2, out=out))
             with open(out) as f:
                 self.assertEqual(json.load(f)["layers"][0]["physical_to_logical"], [0, 0, 3, 0, 2, 1])
+            # The model's decoder layers: SGLang wants a row for each, the trivial map where no loads were
+            # recorded (DeepSeek-V3: 61 rows, 58 of them MoE). layers= is the CLI's --layers; a Hugging Face
+            # config.json as model= sets it from num_hidden_layers.
+            rows = moesim.plan(np.array(loads), devices=2, replicas=2, format="sglang", layers=5)
+            self.assertEqual(rows, cli("plan", path, "--devices", "2", "--replicas", "2", "--format", "sglang",
+                                       "--layers", "5")[1])
+            self.assertEqual(len(json.loads(rows)["physical_to_logical_map"]), 5)
+            hf = os.path.join(SOURCE, "tests", "data", "hf", "mixtral-8x7b", "config.json")
+            eight = [[10, 2, 3, 1, 4, 4, 4, 4]]
+            self.assertEqual(len(json.loads(moesim.plan(np.array(eight), devices=2, format="sglang", model=hf))
+                                 ["physical_to_logical_map"]), 32)
+            with self.assertRaises(ValueError):
+                moesim.plan(np.array(loads), devices=2, layers=0)
         with self.assertRaises(ValueError):
             moesim.plan([10, 2, 3, 1], devices=3, replicas=0)  # 3 devices do not divide 4 slots
         with self.assertRaises(FileNotFoundError):

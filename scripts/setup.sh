@@ -20,6 +20,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   pybind11-dev python3-dev           # the Python module (python/, import moesim)
   python3-torch                      # its recorder's test (moesim.torch.record on a torch MoE)
+  chromium                           # the HTML report rendered headless in its test (tests/report/report_html_test.cpp)
 )
 case "${1:-}" in
   --demo) packages=("${demo_packages[@]}") ;;

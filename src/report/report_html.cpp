@@ -175,7 +175,12 @@ struct SeriesAxis {
 
 // Polyline of the per-batch (or per-record) imbalance series of each strategy that has one.
 std::string series_chart(const std::vector<std::pair<std::string, std::vector<double>>>& series, const SeriesAxis& axis) {
-  const double w = 780, h = 240, legend = 150;  // the legend sits right of the plot
+  // The legend sits right of the plot, as wide as its longest label (11 px sans: at most about 6.5 px a
+  // character), so that every label shows whole.
+  size_t longest = 0;
+  for (const auto& [l, s] : series) longest = std::max(longest, l.size());
+  const double legend = std::max(150.0, 6.5 * static_cast<double>(longest) + 12), w = 630 + legend;
+  const double h = std::max(240.0, 14.0 * static_cast<double>(series.size()) + 60);
   size_t n = 0;
   double max_v = 1.0;
   for (const auto& [l, s] : series) {
@@ -283,7 +288,15 @@ std::string bias_charts(const nlohmann::json& run) {
         if (u.value("layer", 0) == layer && u.contains("bias") && u["bias"].is_array())
           updates.push_back(u["bias"].get<std::vector<double>>());
       }
-      if (!updates.empty()) os << bias_chart(s["strategy"].get<std::string>(), layer, updates);
+      if (updates.size() >= 2) {
+        os << bias_chart(s["strategy"].get<std::string>(), layer, updates);
+      } else if (updates.size() == 1 && !updates.front().empty()) {
+        // One update draws no line: its values in words instead of an empty chart.
+        const auto [lo, hi] = std::minmax_element(updates.front().begin(), updates.front().end());
+        os << "<p class=\"bias-note\">" << esc(s["strategy"].get<std::string>()) << ", layer " << layer
+           << ": one bias update (one batch), its bias spans [" << num(*lo, 4) << ", " << num(*hi, 4)
+           << "]; a chart needs two updates or more (workload.batches)</p>\n";
+      }
     }
   }
   const std::string charts = os.str();
@@ -382,7 +395,21 @@ std::string time_chart(const nlohmann::json& run) {
     }
     hi = std::max(hi, r.total);
   }
-  const double row = 24, left = 230, w = 780, legend_h = 22;
+  const double row = 24, left = 230, w = 780;
+  // The legend in rows within the figure's width: each entry after the last one's text (11 px sans: at most
+  // about 6.5 px a character), a new row where the next would pass the right edge.
+  std::vector<std::pair<double, double>> at_xy;
+  double lx = 8, ly = 4;
+  for (size_t k = 0; k < kNumParts; ++k) {
+    const double entry = 16 + 6.5 * std::string(kParts[k]).size();
+    if (lx > 8 && lx + entry > w - 8) {
+      lx = 8;
+      ly += 18;
+    }
+    at_xy.push_back({lx, ly});
+    lx += entry + 14;
+  }
+  const double legend_h = ly + 18;
   const double h = rows.size() * row + 56 + legend_h;
   const Plot p{left, w - 70, 8 + legend_h, h - 44, 0, hi * 1.05, 0, 1};
   std::ostringstream os;
@@ -390,11 +417,11 @@ std::string time_chart(const nlohmann::json& run) {
      << "): the parts sum to the modeled time</figcaption>" << svg_open("time-split", w, h)
      << "<defs><pattern id=\"neg\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,4 L4,0\" "
         "stroke=\"#333\" stroke-width=\"1\"/></pattern></defs>";
-  double lx = 8;  // each legend entry after the last one's text (11 px sans: about 6.5 px a character)
   for (size_t k = 0; k < kNumParts; ++k) {
-    os << "<rect x=\"" << num(lx, 1) << "\" y=\"4\" width=\"12\" height=\"12\" fill=\"" << kFill[k] << "\"/><text x=\""
-       << num(lx + 16, 1) << "\" y=\"14\">" << kParts[k] << "</text>";
-    lx += 16 + 6.5 * std::string(kParts[k]).size() + 14;
+    const auto [x, y] = at_xy[k];
+    os << "<g class=\"legend-entry\"><rect x=\"" << num(x, 1) << "\" y=\"" << num(y, 1)
+       << "\" width=\"12\" height=\"12\" fill=\"" << kFill[k] << "\"/><text x=\"" << num(x + 16, 1) << "\" y=\""
+       << num(y + 10, 1) << "\">" << kParts[k] << "</text></g>";
   }
   for (size_t i = 0; i < rows.size(); ++i) {
     const double y = p.y0 + i * row;
@@ -446,6 +473,38 @@ std::string erosion_table(const nlohmann::json& run) {
          "<th>+ all-to-all imbalance</th><th>= modeled</th>"
          "<th>dropped work (not done)</th></tr></thead><tbody>\n" +
          rows.str() + "</tbody></table>\n";
+}
+
+// The prefill/decode split of a step run (strategies[].phases): per strategy and phase its steps, tokens, the
+// imbalance over its records, the modeled MoE layer and step, and the modeled throughput; "" for batch runs.
+std::string phase_table(const nlohmann::json& run) {
+  std::ostringstream rows;
+  for (const auto& s : run["strategies"]) {
+    if (!s.contains("phases") || !s["phases"].is_object()) continue;
+    for (auto it = s["phases"].begin(); it != s["phases"].end(); ++it) {
+      const auto& p = it.value();
+      if (!p.is_object()) continue;
+      const double steps = as_number(p, "steps"), moe_layers = as_number(p, "moe_layers");
+      const auto& agg = p.value("aggregates", nlohmann::json::object());
+      auto imb = [&](const char* which) {
+        return agg.contains("imbalance") && agg["imbalance"].is_object() ? as_number(agg["imbalance"], which) : NAN;
+      };
+      const double moe_us = steps > 0 && moe_layers > 0 ? as_number(p, "modeled_moe_s") / (steps * moe_layers) * 1e6 : NAN;
+      const double step_ms = steps > 0 ? as_number(p, "modeled_s") / steps * 1e3 : NAN;
+      const double kv = as_number(p, "kv_cache_bytes");
+      rows << "<tr><td>" << esc(s["strategy"].get<std::string>()) << "</td><td>" << esc(it.key()) << "</td><td>"
+           << num(steps, 0) << "</td><td>" << num(as_number(p, "tokens"), 0) << "</td><td>" << num(imb("p50"))
+           << "</td><td>" << num(imb("p95")) << "</td><td>" << num(as_number(p, "tokens_unrouted"), 0) << "</td><td>"
+           << num(moe_us, 1) << "</td><td>" << num(step_ms, 3) << "</td><td>" << num(as_number(p, "modeled_tokens_per_s"), 0)
+           << "</td><td>" << (std::isfinite(kv) ? num(kv / (1024.0 * 1024.0), 1) : std::string("-")) << "</td></tr>\n";
+    }
+  }
+  const std::string body = rows.str();
+  if (body.empty()) return "";
+  return "<h2>Per phase</h2>\n<table id=\"phases\"><thead><tr><th>strategy</th><th>phase</th><th>steps</th><th>tokens</th>"
+         "<th>imbalance p50</th><th>imbalance p95</th><th>unrouted</th><th>MoE layer (us, per step)</th>"
+         "<th>modeled step (ms)</th><th>modeled tokens/s</th><th>KV cache (MiB)</th></tr></thead><tbody>\n" +
+         body + "</tbody></table>\n";
 }
 
 }  // namespace
@@ -501,10 +560,12 @@ std::string render_html_report(const nlohmann::json& run, const std::string& sou
        << "</td><td>" << s.value("rank", 0) << "</td></tr>\n";
     efficiency.push_back({label, as_number(m, "batching_efficiency")});
     imbalance.push_back({label, as_number(m, "imbalance")});
-    if (s.contains("series") && s["series"].contains("imbalance"))
+    // A series of one point draws no line: a chart needs two batches or records.
+    if (s.contains("series") && s["series"].contains("imbalance") && s["series"]["imbalance"].size() >= 2)
       series.push_back({label, s["series"]["imbalance"].get<std::vector<double>>()});
   }
   os << "</tbody></table>\n";
+  os << phase_table(run);
   const std::string split = time_chart(run);
   const std::string table = erosion_table(run);
   if (!split.empty()) os << table.substr(0, table.find("<table")) << split << table.substr(table.find("<table"));

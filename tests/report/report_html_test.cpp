@@ -6,6 +6,11 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
 #include "src/report/report_html.hpp"
@@ -87,26 +92,121 @@ TEST(ReportHtml, ScalesTo256ExpertsOn32DevicesAndLabelsDecodeRecords) {
   EXPECT_EQ(dec.find("batch 1.."), std::string::npos);
 }
 
+TEST(ReportHtml, NoEmptyChartAndThePhaseTableOfADecodeRun) {
+  const std::string dir = testing::make_temp_dir();
+  // One batch of aux_free_bias: one bias update and a series of one point draw no line, so neither is a chart.
+  const auto one = testing::run_cli("run --no-execute --format json --set router.gating=aux_free_bias "
+                                    "--set router.groups=1 --set router.topk_groups=1 --set workload.batches=1 "
+                                    "--set workload.batch=256 --out " + dir + "/one.json");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const std::string html = render_html_report(nlohmann::json::parse(testing::read_text(dir + "/one.json")), "one.json");
+  EXPECT_EQ(count(html, "<svg class=\"bias\""), 0);
+  EXPECT_EQ(count(html, "<svg class=\"series\""), 0);
+  EXPECT_EQ(count(html, "<p class=\"bias-note\">aux_free_bias, layer 0: one bias update (one batch)"), 1) << html;
+  // A decode run's report has its prefill/decode table, one row per strategy and phase.
+  const auto d = testing::run_cli("run " MOESIM_SOURCE_DIR "/configs/mixtral-8x7b-decode.yaml --no-execute"
+                                  " --set workload.batch=4 --set workload.decode_steps=3 --format json --out " +
+                                  dir + "/d.json");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const std::string dec = render_html_report(nlohmann::json::parse(testing::read_text(dir + "/d.json")), "d.json");
+  ASSERT_EQ(count(dec, "<table id=\"phases\">"), 1);
+  EXPECT_EQ(count(dec, "<tr><td>token_choice</td><td>prefill</td><td>1</td>"), 1) << dec;
+  EXPECT_EQ(count(dec, "<tr><td>token_choice</td><td>decode</td><td>3</td>"), 1) << dec;
+  EXPECT_EQ(count(html, "<table id=\"phases\">"), 0);  // a batch run has no phases
+}
+
+// The installed Chromium, or "" (the test then skips, saying so).
+std::string find_chromium() {
+  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"})
+    if (std::ifstream(c).good()) return c;
+  return "";
+}
+
+// Renders the report at `html_path` in headless Chromium with a script appended that measures the laid-out
+// page: every <text> of every chart inside its chart's box, no two legend entries of the time chart overlapping,
+// no line of fewer than two points; returns the script's verdict (JSON) from the dumped DOM.
+nlohmann::json rendered_layout(const std::string& chromium, const std::string& dir, const std::string& html_path) {
+  std::string page = testing::read_text(html_path);
+  const std::string probe = R"(<script>
+const problems = [];
+document.querySelectorAll('svg').forEach(svg => {
+  const box = svg.getBoundingClientRect();
+  svg.querySelectorAll('text').forEach(t => {
+    const r = t.getBoundingClientRect();
+    if (!t.textContent.trim()) return;
+    if (r.width === 0 || r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 ||
+        r.bottom > box.bottom + 0.5)
+      problems.push('outside ' + svg.getAttribute('class') + ': ' + t.textContent);
+  });
+  svg.querySelectorAll('polyline').forEach(p => {
+    if (p.points.numberOfItems < 2) problems.push('a line of ' + p.points.numberOfItems + ' point(s) in ' + svg.getAttribute('class'));
+  });
+});
+const entries = [...document.querySelectorAll('.legend-entry')].map(g => g.getBoundingClientRect());
+for (let i = 0; i < entries.length; ++i)
+  for (let j = i + 1; j < entries.length; ++j) {
+    const a = entries[i], b = entries[j];
+    if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) problems.push('legend ' + i + ' over ' + j);
+  }
+const out = document.createElement('pre');
+out.id = 'layout';
+out.textContent = JSON.stringify({problems: problems, legend_entries: entries.length,
+                                  charts: document.querySelectorAll('svg').length});
+document.body.appendChild(out);
+</script>)";
+  page.insert(page.rfind("</body>"), probe);
+  testing::write_text(dir + "/probe.html", page);
+  const std::string cmd = chromium +
+                          " --headless --no-sandbox --disable-gpu --disable-background-networking"
+                          " --disable-component-update --disable-sync --no-first-run --disable-quic"
+                          " --window-size=1200,2000 --user-data-dir=" + dir + "/profile-" +
+                          std::to_string(std::rand()) + " --dump-dom file://" + dir + "/probe.html > " + dir +
+                          "/dom.html 2>/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  const std::string dom = testing::read_text(dir + "/dom.html");
+  const size_t at = dom.find("<pre id=\"layout\">");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no layout verdict in the rendered page: " << dom.substr(0, 400);
+    return nlohmann::json::object();
+  }
+  std::string text = dom.substr(at + 17, dom.find("</pre>", at) - at - 17);
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"&quot;", "\""}, {"&lt;", "<"},
+                                                                                   {"&gt;", ">"}, {"&amp;", "&"}})
+    for (size_t p = text.find(from); p != std::string::npos; p = text.find(from, p + to.size()))
+      text.replace(p, from.size(), to);
+  return nlohmann::json::parse(text);
+}
+
 TEST(ReportHtml, RendersInHeadlessChromium) {
-  const char* candidates[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"};
-  std::string chromium;
-  for (const char* c : candidates)
-    if (std::ifstream(c).good()) chromium = c;
+  const std::string chromium = find_chromium();
   if (chromium.empty()) GTEST_SKIP() << "no Chromium installed (apt-get install chromium); structure is checked above";
   const std::string dir = testing::make_temp_dir();
   const auto r = testing::run_cli("report " + compare_json(dir) + " --html " + dir + "/r.html");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  // --dump-dom prints the DOM after the page has loaded and rendered.
-  const std::string cmd = chromium +
-                          " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
-                          " --disable-background-networking --disable-component-update --disable-sync"
-                          " --user-data-dir=" + dir + "/profile --dump-dom file://" + dir + "/r.html > " + dir +
-                          "/dom.html 2>/dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const nlohmann::json layout = rendered_layout(chromium, dir, dir + "/r.html");
+  EXPECT_TRUE(layout["problems"].empty()) << layout.dump(1);
+  // Every part of the time split has its legend entry, the eighth ("all-to-all imbalance") too.
+  EXPECT_EQ(layout["legend_entries"], 8) << layout.dump();
   const std::string dom = testing::read_text(dir + "/dom.html");
   EXPECT_EQ(count(dom, "class=\"load-bars\""), 3) << dom.substr(0, 400);
   EXPECT_NE(dom.find("id=\"metrics\""), std::string::npos);
   EXPECT_NE(dom.find("aux_free_bias"), std::string::npos);
+  EXPECT_NE(dom.find(">all-to-all imbalance</text>"), std::string::npos);
+
+  // A one-batch run and a decode run: no chart without a line, and the phase table in the decode report.
+  ASSERT_EQ(testing::run_cli("run --no-execute --format json --set router.gating=aux_free_bias --set router.groups=1 "
+                             "--set router.topk_groups=1 --set workload.batches=1 --set workload.batch=256 --out " +
+                             dir + "/one.json").exit_code, 0);
+  ASSERT_EQ(testing::run_cli("report " + dir + "/one.json --html " + dir + "/one.html").exit_code, 0);
+  const nlohmann::json one = rendered_layout(chromium, dir, dir + "/one.html");
+  EXPECT_TRUE(one["problems"].empty()) << one.dump(1);
+  ASSERT_EQ(testing::run_cli("run " MOESIM_SOURCE_DIR "/configs/mixtral-8x7b-decode.yaml --no-execute --set "
+                             "workload.batch=4 --set workload.decode_steps=3 --format json --out " + dir + "/d.json")
+                .exit_code, 0);
+  ASSERT_EQ(testing::run_cli("report " + dir + "/d.json --html " + dir + "/d.html").exit_code, 0);
+  const nlohmann::json dec = rendered_layout(chromium, dir, dir + "/d.html");
+  EXPECT_TRUE(dec["problems"].empty()) << dec.dump(1);
+  EXPECT_NE(testing::read_text(dir + "/dom.html").find("id=\"phases\""), std::string::npos);
 }
 
 }  // namespace

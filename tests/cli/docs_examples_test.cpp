@@ -217,6 +217,20 @@ TEST(DocsExamples, ReadmeErosionTableIsTheDefaultCompare) {
   }
 }
 
+// Runs of whitespace as one space: README's lines wrap where the binary's do not.
+std::string one_line(const std::string& text) { return std::regex_replace(text, std::regex("\\s+"), " "); }
+
+TEST(DocsExamples, ReadmeKneeQuoteIsTheSweeps) {
+  // README quotes the knee line of the command beside it: `moesim sweep ARGS` finds the knee: "QUOTE".
+  const std::string readme = one_line(testing::read_text(kRoot + "/README.md"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(readme, m, std::regex("\\(`moesim sweep ([^`]*)`\\) finds the knee: \"([^\"]*)\"")))
+      << "README.md: the knee quote is not where this test reads it";
+  const auto r = run_cli("sweep " + m[1].str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(one_line(r.out).find(m[2].str()), std::string::npos) << "README quotes: " << m[2] << "\nthe binary:\n" << r.out;
+}
+
 TEST(DocsExamples, UnknownCommandNamesEveryCommand) {
   const auto r = run_cli("nosuch");
   EXPECT_EQ(r.exit_code, 2);

@@ -19,6 +19,7 @@ packages=(
   clang libclang-rt-dev libomp-dev   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, OpenMP for clang
   openmpi-bin libopenmpi-dev
   pybind11-dev python3-dev           # the Python module (python/, import moesim)
+  python3-venv                       # scripts/pip-check.sh: `pip install .` into a fresh virtual environment
   python3-torch                      # its recorder's test (moesim.torch.record on a torch MoE)
   chromium                           # the HTML report rendered headless in its test (tests/report/report_html_test.cpp)
 )

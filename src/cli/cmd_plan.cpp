@@ -73,7 +73,8 @@ int cmd_plan(int argc, char** argv) {
                                    "placement.replicas=" + std::to_string(replicas), "router.groups=1",
                                    "router.topk_groups=1", "workload.source=load_profile", "workload.format=" + load_format,
                                    "workload.path=" + path};
-  if (!policy.empty()) sets.push_back("placement.policy=" + policy);
+  // An EPLB plan is what this command makes: global unless --policy says hierarchical.
+  sets.push_back("placement.policy=" + (policy.empty() ? std::string("global") : policy));
   if (nodes > 0) sets.push_back("placement.nodes=" + std::to_string(nodes));
   if (groups > 0) sets.push_back("placement.groups=" + std::to_string(groups));
   if (spread) sets.push_back("placement.spread_replicas=true");

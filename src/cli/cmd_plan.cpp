@@ -75,7 +75,9 @@ int cmd_plan(int argc, char** argv) {
       {"placement.replicas=" + std::to_string(replicas), "--replicas " + std::to_string(replicas)},
       {"workload.format=" + load_format, "--load-format " + load_format},
       {"workload.path=" + path, path}};
-  if (!policy.empty()) flags.push_back({"placement.policy=" + policy, "--policy " + policy});
+  // An EPLB plan is what this command makes: global unless --policy says hierarchical.
+  flags.push_back({"placement.policy=" + (policy.empty() ? std::string("global") : policy),
+                   policy.empty() ? std::string("moesim plan's EPLB policy") : "--policy " + policy});
   if (nodes > 0) flags.push_back({"placement.nodes=" + std::to_string(nodes), "--nodes " + std::to_string(nodes)});
   if (groups > 0) flags.push_back({"placement.groups=" + std::to_string(groups), "--groups " + std::to_string(groups)});
   if (spread) flags.push_back({"placement.spread_replicas=true", "--spread"});

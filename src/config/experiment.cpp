@@ -186,12 +186,41 @@ const char* to_string(PlacementKind v) {
 
 const char* to_string(PlacementPolicy v) {
   switch (v) {
+    case PlacementPolicy::automatic: return "auto";
+    case PlacementPolicy::contiguous: return "contiguous";
     case PlacementPolicy::global: return "global";
     case PlacementPolicy::hierarchical: return "hierarchical";
     case PlacementPolicy::round_robin: return "round_robin";
     case PlacementPolicy::map: return "map";
   }
   return "?";
+}
+
+const char* to_string(Popularity v) {
+  switch (v) {
+    case Popularity::zipf: return "zipf";
+    case Popularity::lognormal: return "lognormal";
+  }
+  return "?";
+}
+
+const char* to_string(PlanFrom v) {
+  switch (v) {
+    case PlanFrom::past: return "past";
+    case PlanFrom::profile: return "profile";
+    case PlanFrom::oracle: return "oracle";
+  }
+  return "?";
+}
+
+PlacementPolicy effective_policy(const PlacementConfig& p) {
+  if (p.policy != PlacementPolicy::automatic) return p.policy;
+  return p.replicas > 0 ? PlacementPolicy::global : PlacementPolicy::contiguous;
+}
+
+bool plans_from_loads(const PlacementConfig& p) {
+  const PlacementPolicy policy = effective_policy(p);
+  return policy == PlacementPolicy::global || policy == PlacementPolicy::hierarchical;
 }
 
 const char* to_string(LoadEstimator v) {

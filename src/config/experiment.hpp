@@ -52,12 +52,23 @@ enum class WorkloadSource { synthetic, decoder, trace, load_profile, logits, loa
 // load_distribution: per-expert loads drawn as aiconfigurator's MoE collector draws them
 // (src/workload/load_distribution.hpp): its power law, or its balanced round-robin.
 enum class LoadDistribution { power_law, balanced };
+// How the synthetic workload draws expert popularity (workload.popularity): `zipf`, bias -skew ln(rank + 1) over a
+// seeded permutation of the experts; `lognormal`, bias skew x N(0, 1) per expert (a log-normal spread of
+// popularity, its many warm experts as recorded loads show them).
+enum class Popularity { zipf, lognormal };
 // load_profile: how workload.path is read (src/workload/load_profile.hpp); `detect` is spelled "auto".
 enum class LoadFormat { detect, moesim_json, megatron_npz, megatron_router_trace };
 enum class PlacementKind { single, expert_parallel };
-// How an expert-parallel placement puts experts on devices (docs/cost-model.md "Expert placement"):
-// DeepSeek EPLB's global or hierarchical rebalance_experts, today's e % D, or an explicit map.
-enum class PlacementPolicy { global, hierarchical, round_robin, map };
+// How an expert-parallel placement puts experts on devices (docs/cost-model.md "Expert placement"): `auto`
+// (the default) is what an engine runs: contiguous without replicas, EPLB's global policy with them;
+// `contiguous` the static split engines use without EPLB (device d holds experts [d E / D, (d + 1) E / D));
+// DeepSeek EPLB's global or hierarchical rebalance_experts; e % D; or an explicit map.
+enum class PlacementPolicy { automatic, contiguous, global, hierarchical, round_robin, map };
+// Where an EPLB plan's loads come from (placement.plan_from): `past`, the loads of the batches routed before
+// the one it is charged for (warm-up batches of the workload first, where it can draw them); `profile`, a
+// recorded load profile (placement.plan_profile), as SGLang's --init-expert-location loads one; `oracle`, the
+// very batch it is charged for (an upper bound no engine reaches).
+enum class PlanFrom { past, profile, oracle };
 // The loads a re-plan starts from: the sum of the last rebalance_every steps, or an exponential moving
 // average over every step seen.
 enum class LoadEstimator { window, ema };
@@ -164,6 +175,17 @@ struct WorkloadConfig {
   int decode_steps = 16;
   uint64_t seed = 7;
   double skew = 1.0;                    // per-expert popularity bias strength (0 = none)
+  Popularity popularity = Popularity::zipf;  // synthetic, decoder: how the bias is drawn
+  // synthetic, decoder: a bias of group_skew x N(0, 1) shared by the experts of each of router.groups contiguous
+  // groups, beside each expert's own: group-limited routers (DeepSeek-V3) make whole groups hot or cold.
+  double group_skew = 0.0;
+  // synthetic: radians a step the popularity turns from its draw toward a second, independent one (0: fixed);
+  // bias(t) = cos(drift t) u + sin(drift t) v, so batches a step apart correlate as cos(drift).
+  double drift = 0.0;
+  // synthetic: the share of the popularity's variance drawn afresh for every batch (0: none; 1: every batch its
+  // own hot experts), as the content of a batch moves real routers' hot experts: bias(t) = sqrt(1 - s) x the
+  // persistent popularity + sqrt(s) x a draw of its own.
+  double batch_variation = 0.0;
   int topics = 8;                       // decoder: embedding clusters (temporal locality)
   std::string path;                     // trace / load_profile / logits file
   std::string profile_key;              // load_profile: key inside the file, e.g. "mistral/expert_counts/arxiv"
@@ -186,7 +208,7 @@ struct HardwareRef {
 
 struct PlacementConfig {
   PlacementKind kind = PlacementKind::single;
-  PlacementPolicy policy = PlacementPolicy::global;
+  PlacementPolicy policy = PlacementPolicy::automatic;
   int devices = 1;
   // GPUs each expert's ffn is sharded over (tensor parallelism): each computes ffn / T of every expert
   // it holds, and the layer adds the all-reduce of their partial outputs. Combines with expert_parallel
@@ -201,6 +223,11 @@ struct PlacementConfig {
   std::string map_file;
   std::vector<int32_t> slot_expert;
   bool spread_replicas = false;         // no two replicas of one expert on one device
+  PlanFrom plan_from = PlanFrom::past;  // the loads an EPLB plan is made from
+  std::string plan_profile;             // plan_from profile: a load-profile file (any format workload.path reads)
+  // plan_from past: batches of the workload routed before the first measured one, whose loads make the first
+  // plan (synthetic and load_distribution workloads; others start from equal loads: no statistics yet).
+  int warmup_batches = 8;
   int rebalance_every = 0;              // re-plan every N steps from past loads (0: plan once)
   LoadEstimator load_estimator = LoadEstimator::window;
   double ema_weight = 0.5;              // load_estimator ema: the newest step's weight, in (0, 1]
@@ -285,6 +312,12 @@ const char* to_string(LoadDistribution v);
 const char* to_string(WeightDtype v);
 const char* to_string(PlacementKind v);
 const char* to_string(PlacementPolicy v);
+const char* to_string(PlanFrom v);
+const char* to_string(Popularity v);
+// The policy `auto` stands for: contiguous without replicas, global (EPLB) with them; any other as it is.
+PlacementPolicy effective_policy(const PlacementConfig& p);
+// Whether the effective policy plans from loads (EPLB: global or hierarchical).
+bool plans_from_loads(const PlacementConfig& p);
 const char* to_string(LoadEstimator v);
 const char* to_string(A2aKernel v);
 const char* to_string(A2aDtype v);

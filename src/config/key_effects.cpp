@@ -262,6 +262,18 @@ R workload_skew(const Experiment& e, const EffectContext& c) {
              ? kActs
              : with_source(e) + " (it shapes synthetic and decoder logits only)";
 }
+R workload_group_skew(const Experiment& e, const EffectContext& c) {
+  const R r = workload_skew(e, c);
+  if (!r.empty()) return r;
+  return e.router.groups > 1 && e.model.experts % e.router.groups == 0
+             ? kActs
+             : "with router.groups=" + std::to_string(e.router.groups) + " (one group: a shared bias moves no expert)";
+}
+R workload_drift(const Experiment& e, const EffectContext& c) {
+  if (routing_only(c)) return "in moesim route (the logits file is routed as it is)";
+  return source_in(e, {WorkloadSource::synthetic}) ? kActs
+                                                    : with_source(e) + " (it turns synthetic batches' popularity only)";
+}
 R workload_path(const Experiment& e, const EffectContext& c) {
   if (routing_only(c)) return "in moesim route (--logits names the file)";
   return source_in(e, {WorkloadSource::trace, WorkloadSource::load_profile, WorkloadSource::logits})
@@ -298,8 +310,24 @@ R placement_spread(const Experiment& e, const EffectContext& c) {
   if (!r.empty()) return r;
   return e.placement.replicas > 0 ? kActs : "with placement.replicas=0 (one slot per expert)";
 }
-R placement_estimator(const Experiment& e, const EffectContext& c) {
+R placement_eplb(const Experiment& e, const EffectContext& c) {
   const R r = placement_ep(e, c);
+  if (!r.empty()) return r;
+  return plans_from_loads(e.placement) ? kActs
+                                       : std::string("with placement.policy=") + to_string(e.placement.policy) +
+                                             " and no replicas (a static plan: no loads are read)";
+}
+R placement_warmup(const Experiment& e, const EffectContext& c) {
+  const R r = placement_eplb(e, c);
+  if (!r.empty()) return r;
+  if (e.placement.plan_from != PlanFrom::past)
+    return std::string("with placement.plan_from=") + to_string(e.placement.plan_from);
+  return source_in(e, {WorkloadSource::synthetic, WorkloadSource::load_distribution})
+             ? kActs
+             : with_source(e) + " (only synthetic and load_distribution workloads draw warm-up batches)";
+}
+R placement_estimator(const Experiment& e, const EffectContext& c) {
+  const R r = placement_eplb(e, c);
   if (!r.empty()) return r;
   return e.placement.rebalance_every > 0 ? kActs : "with placement.rebalance_every=0 (planned once)";
 }
@@ -414,6 +442,10 @@ const std::vector<KeyEffect>& key_effects() {
       {"workload.decode_steps", "source decoder", decoder_only},
       {"workload.seed", "always, but with source load_profile or a balanced load_distribution", workload_seed},
       {"workload.skew", "sources synthetic and decoder", workload_skew},
+      {"workload.popularity", "sources synthetic and decoder", workload_skew},
+      {"workload.group_skew", "sources synthetic and decoder, router.groups > 1", workload_group_skew},
+      {"workload.drift", "source synthetic", workload_drift},
+      {"workload.batch_variation", "source synthetic", workload_drift},
       {"workload.topics", "source decoder", decoder_only},
       {"workload.path", "sources trace, load_profile and logits", workload_path},
       {"workload.profile_key", "source load_profile", workload_profile_key},
@@ -433,7 +465,12 @@ const std::vector<KeyEffect>& key_effects() {
       {"placement.groups", "kind expert_parallel, policy hierarchical", placement_hierarchical},
       {"placement.map", "kind expert_parallel, policy map", placement_ep},
       {"placement.spread_replicas", "kind expert_parallel with replicas > 0", placement_spread},
-      {"placement.rebalance_every", "kind expert_parallel", placement_ep},
+      {"placement.plan_from", "kind expert_parallel with an EPLB policy (global, hierarchical; auto with replicas)",
+       placement_eplb},
+      {"placement.plan_profile", "kind expert_parallel, an EPLB policy, plan_from profile", placement_eplb},
+      {"placement.warmup_batches", "an EPLB policy, plan_from past, sources synthetic and load_distribution",
+       placement_warmup},
+      {"placement.rebalance_every", "kind expert_parallel with an EPLB policy", placement_eplb},
       {"placement.load_estimator", "kind expert_parallel with rebalance_every > 0", placement_estimator},
       {"placement.ema_weight", "kind expert_parallel, rebalance_every > 0, load_estimator ema", placement_ema},
       {"placement.a2a_kernel", "kind expert_parallel (the all-to-all's copies and fitted figures)", placement_ep},

@@ -86,7 +86,11 @@ Experiment Loader::read(const YAML::Node& root) {
 // placement"); a single placement ignores them, but a map and ema_weight are checked always.
 void Loader::validate_placement(const Experiment& e) const {
   const PlacementConfig& p = e.placement;
-  const std::string pol = to_string(p.policy);
+  const PlacementPolicy policy = effective_policy(p);
+  const std::string pol = p.policy == PlacementPolicy::automatic
+                              ? std::string("auto (") + to_string(policy) + (p.replicas > 0 ? " with" : " without") +
+                                    " replicas)"
+                              : std::string(to_string(p.policy));
   if (p.ema_weight > 1) {
     std::ostringstream got;
     got << p.ema_weight;
@@ -139,24 +143,37 @@ void Loader::validate_placement(const Experiment& e) const {
                     std::to_string(R));
     }
   }
-  if ((p.policy == PlacementPolicy::map || p.policy == PlacementPolicy::round_robin) && R > 0 && file_slots == 0) {
+  const bool static_policy = !plans_from_loads(p);
+  if (static_policy && R > 0 && file_slots == 0) {
     fail_expected(origin({"placement.replicas", "placement.policy"}), "placement.replicas",
-                  "0 for placement.policy " + pol + " (replicas are placed by the global or hierarchical policy)",
+                  "0 for placement.policy " + pol + " (replicas are placed by EPLB: placement.policy auto, global or "
+                  "hierarchical)",
                   std::to_string(R));
   }
-  if ((p.policy == PlacementPolicy::map || p.policy == PlacementPolicy::round_robin) && p.rebalance_every > 0) {
+  if (static_policy && p.rebalance_every > 0) {
     fail_expected(origin({"placement.rebalance_every", "placement.policy"}), "placement.rebalance_every",
-                  "0 for placement.policy " + pol + " (it ignores loads; use global or hierarchical)",
+                  "0 for placement.policy " + pol + " (it ignores loads; use global or hierarchical, or set replicas)",
                   std::to_string(p.rebalance_every));
   }
-  if (p.rebalance_every > 0 && e.workload.source != WorkloadSource::synthetic &&
-      e.workload.source != WorkloadSource::logits) {
+  if (p.rebalance_every > 0 && (e.workload.source == WorkloadSource::load_profile ||
+                                e.workload.source == WorkloadSource::load_distribution)) {
     fail_expected(origin({"placement.rebalance_every", "workload.source"}), "placement.rebalance_every",
                   std::string("0 for workload.source ") + to_string(e.workload.source) +
-                      " (re-planning runs over the batches of a synthetic or logits workload)",
+                      " (its records are layers of one step; re-planning runs over the steps of a synthetic, logits, "
+                      "decoder or trace workload)",
                   std::to_string(p.rebalance_every));
   }
-  if (p.policy != PlacementPolicy::global && p.policy != PlacementPolicy::hierarchical) return;
+  if (p.plan_from == PlanFrom::profile && p.plan_profile.empty()) {
+    fail_expected(origin({"placement.plan_from", "placement.plan_profile"}), "placement.plan_profile",
+                  "a load-profile file for placement.plan_from profile", "none");
+  }
+  if (p.plan_from != PlanFrom::profile && !p.plan_profile.empty()) {
+    fail_expected(origin({"placement.plan_profile", "placement.plan_from"}), "placement.plan_profile",
+                  std::string("no file for placement.plan_from ") + to_string(p.plan_from) +
+                      " (set placement.plan_from: profile to plan from it)",
+                  "'" + p.plan_profile + "'");
+  }
+  if (static_policy) return;
   // devices 1 under mpirun means the job's size: checked there (src/distributed/ep_run.cpp).
   if (slots % D != 0) {
     fail_expected(origin({"placement.devices", "placement.replicas", "model.experts"}), "placement.devices",
@@ -171,7 +188,7 @@ void Loader::validate_placement(const Experiment& e) const {
                       std::to_string(int64_t{E} * (D - 1)),
                   "true with " + std::to_string(R) + " replicas");
   }
-  if (p.policy != PlacementPolicy::hierarchical) return;
+  if (policy != PlacementPolicy::hierarchical) return;
   const int G = p.groups > 0 ? p.groups : e.router.groups;
   const std::string gkey = p.groups > 0 ? "placement.groups" : "router.groups";
   if (E % G != 0) {
@@ -198,6 +215,11 @@ void Loader::validate(const Experiment& e) const {
   const WorkloadConfig& w = e.workload;
   const PlacementConfig& p = e.placement;
   const std::string E = std::to_string(m.experts);
+  if (w.batch_variation > 1) {
+    std::ostringstream got;
+    got << w.batch_variation;
+    fail_expected(origin({"workload.batch_variation"}), "workload.batch_variation", "a share in [0, 1]", got.str());
+  }
   if (m.top_k > m.experts) {
     fail_expected(origin({"model.top_k", "model.experts"}), "model.top_k",
                   "an integer in [1, " + E + "] (model.experts)", std::to_string(m.top_k));

@@ -70,7 +70,7 @@ void Loader::apply_hf_config(Experiment& e) {
   const PlacementConfig& p = e.placement;
   const int slots = e.model.experts + p.replicas;
   if (built_in && !given("placement.devices") && p.kind == PlacementKind::expert_parallel &&
-      (p.policy == PlacementPolicy::global || p.policy == PlacementPolicy::hierarchical) && p.devices > 1 &&
+      plans_from_loads(p) && p.devices > 1 &&
       slots % p.devices != 0) {
     int devices = p.devices;
     while (devices > 1 && slots % devices != 0) --devices;

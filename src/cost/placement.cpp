@@ -5,6 +5,7 @@
 #include "src/cost/placement.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -182,21 +183,35 @@ RunCost run_placed(const HardwareProfile& hw, const ExpertRoofline& rm, const Ex
   return r;
 }
 
-// The time of `assignments` balanced over the experts (the `balanced` gating's loads, uncapped), dropless
-// rows, experts only: on one device, or placed by the placement's rule.
-CostBreakdown balanced_experts(const ExpertRoofline& rm, const LayerCostInput& in, int64_t assignments) {
-  const BalancedLoads even(assignments, in.num_experts, 0);
+// `assignments` spread evenly over `experts` of the layer's experts (floor/ceil, the first ones one more), the
+// others idle: [num_experts]. experts == nullptr: over every expert (the `balanced` gating's loads, uncapped).
+std::vector<int64_t> even_loads(int num_experts, int64_t assignments, const std::vector<char>* experts) {
+  std::vector<int64_t> out(num_experts, 0);
+  int count = num_experts;
+  if (experts) count = static_cast<int>(std::count(experts->begin(), experts->end(), char{1}));
+  if (count == 0) return out;
+  const int64_t base = assignments / count, rem = assignments % count;
+  int i = 0;
+  for (int e = 0; e < num_experts; ++e) {
+    if (experts && !(*experts)[e]) continue;
+    out[e] = base + (i++ < rem ? 1 : 0);
+  }
+  return out;
+}
+
+// Dropless rows `loads` [num_experts], experts only (shared experts on their tokens): on one device, or on
+// `plan` (expert parallel) with the loads re-split over its replicas.
+CostBreakdown experts_only(const ExpertRoofline& rm, const LayerCostInput& in, const std::vector<int64_t>& loads,
+                           const ExpertPlacement* plan) {
   const LayoutRule dropless{Layout::dropless, 1, 0};
-  if (in.placement.kind == PlacementKind::single) {
+  if (plan == nullptr) {
     GroupedCost g(rm);
-    g.add(even(0), even.rem);
-    g.add(even(in.num_experts - 1), in.num_experts - even.rem);
+    for (int e = 0; e < in.num_experts; ++e) g.add(loads[e]);
     for (int s = 0; s < in.shared_experts; ++s) g.add(in.num_tokens);
     return g.time();
   }
-  std::vector<int64_t> loads(in.num_experts);
-  for (int e = 0; e < in.num_experts; ++e) loads[e] = even(e);
-  const ExpertPlacement p = place_experts(loads, in.placement);
+  ExpertPlacement p = *plan;
+  assign_load(p, loads);
   return cost_placed(rm, p, dropless, in).experts;
 }
 
@@ -204,26 +219,39 @@ CostBreakdown balanced_experts(const ExpertRoofline& rm, const LayerCostInput& i
 // loads as routed, dropless rows (T1 ideal, Q(loads) quantized), `layout` those at the layout's rows (T2
 // ideal, T3 quantized), `run_s` the experts as run (T3, or the two micro-batches), `communication_s` the
 // communication the layer waits for with the routing's loads and `balanced_communication_s` with the same
-// delivered assignments balanced; actual = run_s + communication_s.
+// delivered assignments balanced; actual = run_s + communication_s. `plan`: the plan balanced loads get
+// (expert parallel; nullptr on one device), on which the reference, A and the dropped work are costed.
 Erosion erosion_of(const ExpertRoofline& rm, const LayerCostInput& in, int64_t delivered,
                    const CostBreakdown& loads, const CostBreakdown& layout, double run_s, double communication_s,
-                   double balanced_communication_s) {
+                   double balanced_communication_s, const ExpertPlacement* plan) {
   Erosion x;
   x.delivered = static_cast<double>(delivered);
   x.undelivered = static_cast<double>(in.undelivered);
   x.served = static_cast<double>(std::max<int64_t>(0, in.num_tokens * in.top_k - in.undelivered));
-  const CostBreakdown balanced = balanced_experts(rm, in, delivered);
+  const CostBreakdown balanced = experts_only(rm, in, even_loads(in.num_experts, delivered, nullptr), plan);
+  std::vector<char> active(in.num_experts);
+  for (int e = 0; e < in.num_experts; ++e) active[e] = in.load[e] > 0 ? 1 : 0;
+  const CostBreakdown on_active = experts_only(rm, in, even_loads(in.num_experts, delivered, &active), plan);
   x.reference_s = balanced.ideal_s;
+  x.loads_s = loads.ideal_s;
   x.actual_s = run_s + communication_s;
-  x.imbalance_s = loads.ideal_s - x.reference_s;
-  x.imbalance_tiles_s = (loads.quantized_s - balanced.quantized_s) - x.imbalance_s;
+  // Q(A) - Q(balanced): the idle experts' weights and row tiles, both columns of the kernel model.
+  x.idle_saving_s = on_active.quantized_s - balanced.quantized_s;
+  x.imbalance_s = loads.ideal_s - on_active.ideal_s;
+  x.imbalance_tiles_s = (loads.quantized_s - loads.ideal_s) - (on_active.quantized_s - on_active.ideal_s);
   x.padding_s = layout.ideal_s - loads.ideal_s;
-  x.quantization_s = layout.quantized_s - layout.ideal_s - x.imbalance_tiles_s;
+  // The tiles, waves and floors balanced loads pay too: T3 - T2 less what the skew moves in them,
+  // (Q(loads) - Q(balanced)) - (T1 - reference).
+  x.quantization_s = (layout.quantized_s - layout.ideal_s) - ((loads.quantized_s - balanced.quantized_s) -
+                                                              (loads.ideal_s - x.reference_s));
   x.micro_batch_s = run_s - layout.quantized_s;
   x.communication_s = balanced_communication_s;
   x.communication_imbalance_s = communication_s - balanced_communication_s;
-  if (in.undelivered > 0)
-    x.dropped_work_s = balanced_experts(rm, in, delivered + in.undelivered).ideal_s - x.reference_s;
+  if (in.undelivered > 0) {
+    x.dropped_work_s =
+        experts_only(rm, in, even_loads(in.num_experts, delivered + in.undelivered, nullptr), plan).ideal_s -
+        x.reference_s;
+  }
   return x;
 }
 
@@ -252,6 +280,9 @@ double Erosion::time_per_served_s() const {
 void add_scaled(Erosion& acc, const Erosion& x, double f) {
   acc.reference_s += f * x.reference_s;
   acc.actual_s += f * x.actual_s;
+  acc.loads_s += f * x.loads_s;
+  acc.idle_saving_s += f * x.idle_saving_s;
+  acc.tile_phase_s += f * x.tile_phase_s;
   acc.imbalance_s += f * x.imbalance_s;
   acc.imbalance_tiles_s += f * x.imbalance_tiles_s;
   acc.padding_s += f * x.padding_s;
@@ -270,9 +301,12 @@ double efficiency_of(const Erosion& x) {
 }
 
 double roofline_efficiency_of(const Erosion& x) {
-  const double loads_s = x.reference_s + x.imbalance_s;
-  return loads_s > 0 ? x.reference_s / loads_s : 1.0;
+  return x.loads_s > 0 ? x.reference_s / x.loads_s : 1.0;
 }
+
+double imbalance_cost_fraction(const Erosion& x) { return x.actual_s > 0 ? imbalance_cost_s(x) / x.actual_s : 0.0; }
+
+double idle_saving_fraction(const Erosion& x) { return x.actual_s > 0 ? 0.0 - x.idle_saving_s / x.actual_s : 0.0; }
 
 namespace {
 
@@ -463,8 +497,9 @@ ExpertPlacement place_experts_real(const std::vector<double>& plan_load, const P
   MOESIM_REQUIRE(cfg.devices >= 1, "placement.devices must be >= 1, got " << cfg.devices);
   MOESIM_REQUIRE(cfg.replicas >= 0, "placement.replicas must be >= 0, got " << cfg.replicas);
   MOESIM_REQUIRE(cfg.nodes >= 1, "placement.nodes must be >= 1, got " << cfg.nodes);
-  const std::string policy = to_string(cfg.policy);
-  if (cfg.policy == PlacementPolicy::map && !cfg.slot_expert.empty()) {
+  const PlacementPolicy effective = effective_policy(cfg);
+  const std::string policy = to_string(effective);
+  if (effective == PlacementPolicy::map && !cfg.slot_expert.empty()) {
     // An engine's placement file: slot s holds expert slot_expert[s] on device s / (S / D), as vLLM, SGLang and
     // TensorRT-LLM lay slots over ranks; each replica is planned an equal share of its expert's load.
     const int slots = static_cast<int>(cfg.slot_expert.size());
@@ -497,13 +532,15 @@ ExpertPlacement place_experts_real(const std::vector<double>& plan_load, const P
     }
     return p;
   }
-  if (cfg.policy == PlacementPolicy::map || cfg.policy == PlacementPolicy::round_robin) {
+  if (effective == PlacementPolicy::map || effective == PlacementPolicy::round_robin ||
+      effective == PlacementPolicy::contiguous) {
     if (cfg.replicas > 0) {
       placement_error("placement.replicas", "0 for placement.policy " + policy +
-                                                " (replicas are placed by the global or hierarchical policy)",
+                                                " (replicas are placed by EPLB: the global or hierarchical policy)",
                       std::to_string(cfg.replicas));
     }
-    const bool map = cfg.policy == PlacementPolicy::map;
+    const bool map = effective == PlacementPolicy::map;
+    const bool contiguous = effective == PlacementPolicy::contiguous;
     if (map && static_cast<int>(cfg.map.size()) != num_experts) {
       placement_error("placement.map", std::to_string(num_experts) + " entries, one per expert",
                       std::to_string(cfg.map.size()) + " entries");
@@ -519,7 +556,10 @@ ExpertPlacement place_experts_real(const std::vector<double>& plan_load, const P
     p.plan_load = plan_load;
     for (int e = 0; e < num_experts; ++e) {
       p.expert[e] = e;
-      p.device[e] = map ? cfg.map[e] : e % cfg.devices;
+      // contiguous: device d holds experts [d E / D, (d + 1) E / D) (floor), as engines split them without EPLB.
+      p.device[e] = map ? cfg.map[e]
+                        : contiguous ? static_cast<int32_t>(int64_t{e} * cfg.devices / num_experts)
+                                     : e % cfg.devices;
       if (p.device[e] < 0 || p.device[e] >= cfg.devices) {
         placement_error("placement.map[" + std::to_string(e) + "]",
                         "a device in [0, " + std::to_string(cfg.devices - 1) + "]", std::to_string(p.device[e]));
@@ -532,7 +572,7 @@ ExpertPlacement place_experts_real(const std::vector<double>& plan_load, const P
     placement_error("placement.map", "no map for placement.policy " + policy,
                     std::to_string(cfg.map.size()) + " entries");
   }
-  const bool hierarchical = cfg.policy == PlacementPolicy::hierarchical;
+  const bool hierarchical = effective == PlacementPolicy::hierarchical;
   const int groups = hierarchical ? std::max(1, cfg.groups) : 1;
   const int nodes = hierarchical ? cfg.nodes : 1;
   ExpertPlacement p =
@@ -583,10 +623,37 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
   return in;
 }
 
-LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
-  validate(in);
+namespace {
+
+// The plans a layer's loads and its counterfactuals run on (expert parallel), made once per layer and kept
+// for every batch size of the tile phase: the routing's (from placement_load, else its own loads), the one
+// balanced loads of N k would get, and the one the delivered assignments balanced would get (the reference's,
+// A's and the communication counterfactual's).
+struct Plans {
+  ExpertPlacement routing, balanced, delivered;
+};
+
+Plans make_plans(const LayerCostInput& in) {
+  Plans plans;
+  plans.routing = place_experts_real(
+      in.placement_load.empty() ? std::vector<double>(in.load.begin(), in.load.end()) : in.placement_load,
+      in.placement);
+  const BalancedLoads balanced(in.num_tokens * in.top_k, in.num_experts, in.capacity);
+  std::vector<int64_t> even(in.num_experts);
+  for (int e = 0; e < in.num_experts; ++e) even[e] = balanced(e);
+  plans.balanced = place_experts(even, in.placement);
+  int64_t delivered = 0;
+  for (int64_t l : in.load) delivered += l;
+  plans.delivered = place_experts(even_loads(in.num_experts, delivered, nullptr), in.placement);
+  return plans;
+}
+
+// The layer at the batch `in` describes, on `plans` (expert parallel) or one device (plans == nullptr): every
+// field of LayerCost but the tile phase (erosion holds this exact batch). With erosion_only, the balanced
+// counterfactual's columns (actual, balanced) and the per-device detail may be left out.
+LayerCost cost_at(const HardwareProfile& hw, const ExpertRoofline& rm, const LayerCostInput& in, const Plans* plans,
+                  bool erosion_only) {
   const int tp = std::max(1, in.placement.tensor_parallel);
-  const ExpertRoofline rm(hw, in.hidden, (in.ffn + tp - 1) / tp, in.format);
   const int num_experts = in.num_experts;
   const int64_t assignments = in.num_tokens * in.top_k;
   const BalancedLoads balanced(assignments, num_experts, in.capacity);
@@ -600,7 +667,7 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
   const LayoutRule rule_balanced{in.layout, in.block_size, in.capacity > 0 ? in.capacity : max_balanced};
 
   LayerCost out;
-  if (in.placement.kind == PlacementKind::single) {
+  if (plans == nullptr) {
     GroupedCost actual(rm), even(rm);
     int64_t tokens = 0, compute_bound = 0;  // locals: no loop-carried store through `out`
     const int64_t* load = in.load.data();
@@ -632,84 +699,177 @@ LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
     out.tensor_parallel_reduce_s = reduce.quantized_s;
     out.device_tokens.assign(1, tokens);
     // T1 and Q(loads): the loads as they are (the dropless layout's rows are the loads: no second pass).
-    CostBreakdown loads = experts;
-    if (in.layout != Layout::dropless) {
-      GroupedCost plain(rm);
-      for (int e = 0; e < num_experts; ++e) plain.add(load[e]);
-      for (int s = 0; s < in.shared_experts; ++s) plain.add(in.num_tokens);
-      loads = plain.time();
-    }
-    out.erosion = erosion_of(rm, in, tokens, loads, experts, experts.quantized_s, reduce.quantized_s,
-                             reduce.quantized_s);
-  } else {
-    ExpertPlacement p = place_experts_real(
-        in.placement_load.empty() ? std::vector<double>(in.load.begin(), in.load.end()) : in.placement_load,
-        in.placement);
-    out.device_plan_load = device_plan_load(p);
-    out.predicted_balancedness = balancedness_of(out.device_plan_load);
-    assign_load(p, in.load);
-    const RunCost a = run_placed(hw, rm, p, rule_actual, in);
-    std::vector<int64_t> even(num_experts);
-    for (int e = 0; e < num_experts; ++e) even[e] = balanced(e);
-    const ExpertPlacement pb = place_experts(even, in.placement);
-    const RunCost b = run_placed(hw, rm, pb, rule_balanced, in);
-    // Each expert-parallel device is a group of T GPUs reducing the rows it holds; the layer waits for the
-    // group with the most (shared experts' local tokens included).
-    const auto most_rows = [&](const PlacedCost& c) {
-      int64_t most = 0;
-      for (size_t d = 0; d < c.device_tokens.size(); ++d) {
-        const int64_t local = in.num_tokens / static_cast<int64_t>(c.device_tokens.size()) +
-                              (static_cast<int64_t>(d) < in.num_tokens % static_cast<int64_t>(c.device_tokens.size()) ? 1 : 0);
-        most = std::max(most, c.device_tokens[d] + (in.shared_experts > 0 ? local : 0));
-      }
-      return most;
-    };
-    const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, most_rows(a.full), in.hidden, in.format.dtype);
-    const CostBreakdown reduce_b = tensor_parallel_reduce(hw, tp, most_rows(b.full), in.hidden, in.format.dtype);
-    int64_t delivered = 0;
-    for (int64_t l : in.load) delivered += l;
-    // The erosion's communication counterfactual: the delivered assignments balanced over the experts (the
-    // reference's loads), placed by the same rule, at the layout's rows; with nothing dropped under balanced
-    // routing these are the routing's own loads, so communication_imbalance is exactly 0.
-    const BalancedLoads even_delivered(delivered, num_experts, 0);
-    std::vector<int64_t> delivered_loads(num_experts);
-    for (int e = 0; e < num_experts; ++e) delivered_loads[e] = even_delivered(e);
-    const LayoutRule rule_delivered{in.layout, in.block_size, in.capacity > 0 ? in.capacity : even_delivered(0)};
-    const RunCost d = run_placed(hw, rm, place_experts(delivered_loads, in.placement), rule_delivered, in);
-    const CostBreakdown reduce_d = tensor_parallel_reduce(hw, tp, most_rows(d.full), in.hidden, in.format.dtype);
-    out.actual = {a.experts.ideal_s + a.exposed_ideal_s + reduce.ideal_s,
-                  a.experts.quantized_s + a.exposed_s + reduce.quantized_s};
-    out.balanced = {b.experts.ideal_s + b.exposed_ideal_s + reduce_b.ideal_s,
-                    b.experts.quantized_s + b.exposed_s + reduce_b.quantized_s};
-    out.tensor_parallel_reduce_s = reduce.quantized_s;
-    out.compute_bound_experts = a.full.compute_bound;
-    out.device_time_s = a.full.device_time_s;
-    out.device_tokens = a.full.device_tokens;
-    out.a2a = a.a2a;
-    out.all_to_all_s = a.communication_s;
-    out.exposed_communication_s = a.exposed_s;
-    out.dispatch_s = a.dispatch_s;
-    out.combine_s = a.combine_s;
-    out.all_to_all_bytes = a.a2a.bytes;
-    const LayoutRule dropless{Layout::dropless, 1, 0};
     const CostBreakdown loads =
-        in.layout == Layout::dropless ? a.full.experts : cost_placed(rm, p, dropless, in).experts;
-    out.erosion = erosion_of(rm, in, delivered, loads, a.full.experts, a.experts.quantized_s,
-                             a.exposed_s + reduce.quantized_s, d.exposed_s + reduce_d.quantized_s);
-    out.placement = std::move(p);
-    int64_t mx = 0, sum = 0;
-    for (int64_t t : out.device_tokens) {
-      mx = std::max(mx, t);
-      sum += t;
+        in.layout == Layout::dropless ? experts : experts_only(rm, in, in.load, nullptr);
+    out.erosion = erosion_of(rm, in, tokens, loads, experts, experts.quantized_s, reduce.quantized_s,
+                             reduce.quantized_s, nullptr);
+    return out;
+  }
+  ExpertPlacement p = plans->routing;
+  assign_load(p, in.load);
+  const RunCost a = run_placed(hw, rm, p, rule_actual, in);
+  // Each expert-parallel device is a group of T GPUs reducing the rows it holds; the layer waits for the
+  // group with the most (shared experts' local tokens included).
+  const auto most_rows = [&](const PlacedCost& c) {
+    int64_t most = 0;
+    for (size_t d = 0; d < c.device_tokens.size(); ++d) {
+      const int64_t local = in.num_tokens / static_cast<int64_t>(c.device_tokens.size()) +
+                            (static_cast<int64_t>(d) < in.num_tokens % static_cast<int64_t>(c.device_tokens.size()) ? 1 : 0);
+      most = std::max(most, c.device_tokens[d] + (in.shared_experts > 0 ? local : 0));
     }
-    if (mx > 0) {
-      const double mean = static_cast<double>(sum) / static_cast<double>(out.device_tokens.size());
-      out.rank_imbalance = static_cast<double>(mx) / mean;
-      out.balancedness = mean / static_cast<double>(mx);
+    return most;
+  };
+  const CostBreakdown reduce = tensor_parallel_reduce(hw, tp, most_rows(a.full), in.hidden, in.format.dtype);
+  int64_t delivered = 0;
+  for (int64_t l : in.load) delivered += l;
+  // The erosion's communication counterfactual: the delivered assignments balanced over the experts (the
+  // reference's loads), on the plan they would get, at the layout's rows; with nothing dropped under balanced
+  // routing these are the routing's own loads, so communication_imbalance is exactly 0.
+  const BalancedLoads even_delivered(delivered, num_experts, 0);
+  ExpertPlacement pd = plans->delivered;
+  assign_load(pd, even_loads(num_experts, delivered, nullptr));
+  const LayoutRule rule_delivered{in.layout, in.block_size, in.capacity > 0 ? in.capacity : even_delivered(0)};
+  const RunCost d = run_placed(hw, rm, pd, rule_delivered, in);
+  const CostBreakdown reduce_d = tensor_parallel_reduce(hw, tp, most_rows(d.full), in.hidden, in.format.dtype);
+  out.actual = {a.experts.ideal_s + a.exposed_ideal_s + reduce.ideal_s,
+                a.experts.quantized_s + a.exposed_s + reduce.quantized_s};
+  const LayoutRule dropless{Layout::dropless, 1, 0};
+  const CostBreakdown loads =
+      in.layout == Layout::dropless ? a.full.experts : cost_placed(rm, p, dropless, in).experts;
+  out.erosion = erosion_of(rm, in, delivered, loads, a.full.experts, a.experts.quantized_s,
+                           a.exposed_s + reduce.quantized_s, d.exposed_s + reduce_d.quantized_s, &plans->delivered);
+  if (erosion_only) return out;
+  ExpertPlacement pb = plans->balanced;
+  std::vector<int64_t> even(num_experts);
+  for (int e = 0; e < num_experts; ++e) even[e] = balanced(e);
+  assign_load(pb, even);
+  const RunCost b = run_placed(hw, rm, pb, rule_balanced, in);
+  const CostBreakdown reduce_b = tensor_parallel_reduce(hw, tp, most_rows(b.full), in.hidden, in.format.dtype);
+  out.balanced = {b.experts.ideal_s + b.exposed_ideal_s + reduce_b.ideal_s,
+                  b.experts.quantized_s + b.exposed_s + reduce_b.quantized_s};
+  out.tensor_parallel_reduce_s = reduce.quantized_s;
+  out.compute_bound_experts = a.full.compute_bound;
+  out.device_time_s = a.full.device_time_s;
+  out.device_tokens = a.full.device_tokens;
+  out.a2a = a.a2a;
+  out.all_to_all_s = a.communication_s;
+  out.exposed_communication_s = a.exposed_s;
+  out.dispatch_s = a.dispatch_s;
+  out.combine_s = a.combine_s;
+  out.all_to_all_bytes = a.a2a.bytes;
+  out.placement = std::move(p);
+  int64_t mx = 0, sum = 0;
+  for (int64_t t : out.device_tokens) {
+    mx = std::max(mx, t);
+    sum += t;
+  }
+  if (mx > 0) {
+    const double mean = static_cast<double>(sum) / static_cast<double>(out.device_tokens.size());
+    out.rank_imbalance = static_cast<double>(mx) / mean;
+    out.balancedness = mean / static_cast<double>(mx);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> scale_loads_to(const std::vector<int64_t>& load, int64_t num_tokens, int64_t to_tokens) {
+  MOESIM_REQUIRE(num_tokens > 0 && to_tokens >= 0, "scale_loads_to needs num_tokens > 0 and to_tokens >= 0");
+  const double f = static_cast<double>(to_tokens) / static_cast<double>(num_tokens);
+  if (load.empty()) return {};
+  // Balanced loads (max - min <= 1) stay balanced: the `balanced` gating's split of the scaled total, so that
+  // balanced routing is balanced at every batch size of the tile phase.
+  const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  if (*hi - *lo <= 1) {
+    const int64_t total = std::llround(static_cast<double>(std::accumulate(load.begin(), load.end(), int64_t{0})) * f);
+    return even_loads(static_cast<int>(load.size()), total, nullptr);
+  }
+  std::vector<int64_t> out(load.size());
+  std::vector<double> frac(load.size());
+  double total = 0;
+  int64_t floor_sum = 0;
+  for (size_t e = 0; e < load.size(); ++e) {
+    const double x = static_cast<double>(load[e]) * f;
+    total += x;
+    out[e] = static_cast<int64_t>(std::floor(x));
+    frac[e] = x - static_cast<double>(out[e]);
+    floor_sum += out[e];
+  }
+  int64_t rem = std::llround(total) - floor_sum;
+  std::vector<size_t> order(load.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return frac[a] > frac[b]; });
+  for (size_t i = 0; rem > 0 && i < order.size(); ++i, --rem) ++out[order[i]];
+  return out;
+}
+
+std::vector<int64_t> tile_phase_batches(const ExpertRoofline& rm, const LayerCostInput& in) {
+  const int points = in.tile_phase_points;
+  if (points <= 1 || in.num_tokens <= 0 || !rm.k_step_floor) return {};
+  // Rows per expert over which a device's quantization repeats: one row tile, or one wave of its GEMM with the
+  // fewest column tiles when that is longer (ceil(SMs / columns) row tiles over the device's experts).
+  const bool ep = in.placement.kind == PlacementKind::expert_parallel;
+  const int64_t slots = in.num_experts + (ep ? in.placement.replicas : 0);
+  const double per_device = ep ? static_cast<double>(slots) / std::max(1, in.placement.devices) : static_cast<double>(slots);
+  const int64_t columns = std::max<int64_t>(1, std::min(rm.col_tiles_up, rm.col_tiles_down));
+  const double wave_rows = static_cast<double>((rm.sm_count + columns - 1) / columns) * rm.tile_m / std::max(1.0, per_device);
+  const double window_rows = std::max<double>(rm.tile_m, wave_rows);
+  const double half =
+      std::min(0.5 * window_rows * in.num_experts / in.top_k, 0.5 * static_cast<double>(in.num_tokens));
+  std::vector<int64_t> out(points);
+  for (int j = 0; j < points; ++j) {
+    const double offset = half * ((2.0 * j + 1.0) / points - 1.0);
+    out[j] = std::max<int64_t>(1, in.num_tokens + std::llround(offset));
+  }
+  return out;
+}
+
+LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in) {
+  validate(in);
+  const int tp = std::max(1, in.placement.tensor_parallel);
+  const ExpertRoofline rm(hw, in.hidden, (in.ffn + tp - 1) / tp, in.format);
+  const bool ep = in.placement.kind != PlacementKind::single;
+  Plans plans;
+  if (ep) plans = make_plans(in);
+  LayerCost out = cost_at(hw, rm, in, ep ? &plans : nullptr, false);
+  if (ep) {
+    out.device_plan_load = device_plan_load(plans.routing);
+    out.predicted_balancedness = balancedness_of(out.device_plan_load);
+  }
+  out.erosion_exact = out.erosion;
+  out.batching_efficiency_exact = efficiency_of(out.erosion_exact);
+  out.roofline_efficiency = roofline_efficiency_of(out.erosion_exact);
+  // The headline's imbalance parts: each one's share of the layer, averaged over the batch sizes of the tile
+  // phase (tile_phase_batches), times this batch's time; the loads scaled, the plans kept.
+  const std::vector<int64_t> batches = tile_phase_batches(rm, in);
+  if (!batches.empty()) {
+    double idle = 0, imbalance = 0, tiles = 0, communication = 0;
+    int counted = 0;
+    for (int64_t n : batches) {
+      LayerCostInput at = in;
+      at.num_tokens = n;
+      at.load = scale_loads_to(in.load, in.num_tokens, n);
+      at.capacity = in.capacity > 0 ? std::max<int64_t>(1, (in.capacity * n + in.num_tokens - 1) / in.num_tokens) : 0;
+      at.undelivered = std::llround(static_cast<double>(in.undelivered) * n / static_cast<double>(in.num_tokens));
+      const Erosion x = cost_at(hw, rm, at, ep ? &plans : nullptr, true).erosion;
+      if (x.actual_s <= 0) continue;
+      idle += x.idle_saving_s / x.actual_s;
+      imbalance += x.imbalance_s / x.actual_s;
+      tiles += x.imbalance_tiles_s / x.actual_s;
+      communication += x.communication_imbalance_s / x.actual_s;
+      ++counted;
+    }
+    if (counted > 0) {
+      Erosion& h = out.erosion;
+      const double actual = h.actual_s, exact = imbalance_total_s(out.erosion_exact);
+      h.idle_saving_s = idle / counted * actual;
+      h.imbalance_s = imbalance / counted * actual;
+      h.imbalance_tiles_s = tiles / counted * actual;
+      h.communication_imbalance_s = communication / counted * actual;
+      h.tile_phase_s = exact - imbalance_total_s(h);
     }
   }
   out.batching_efficiency = efficiency_of(out.erosion);
-  out.roofline_efficiency = roofline_efficiency_of(out.erosion);
   return out;
 }
 

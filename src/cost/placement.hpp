@@ -95,6 +95,10 @@ struct LayerCostInput {
   // Compute outside the MoE layer that two-batch overlap also hides the all-to-all under (the decoder's
   // attention of the layer, both micro-batches); 0: the experts alone.
   double overlap_compute_s = 0;
+  // Batch sizes the headline's imbalance parts are averaged over (the tile phase, Erosion::tile_phase_s):
+  // kTilePhasePoints by default, 1 for the exact batch alone.
+  int tile_phase_points = kTilePhasePoints;
+  static constexpr int kTilePhasePoints = 16;
 };
 
 // Assignments a routing owed and did not deliver: max(dropped, top_k x tokens_unrouted). Token-choice
@@ -107,33 +111,41 @@ inline int64_t undelivered_assignments(int64_t dropped, int64_t tokens_unrouted,
 // Where a modeled MoE layer's time goes (docs/design.md "erosion", docs/cost-model.md "Erosion"), in seconds
 // of the prediction's column (quantized). Staged on one placement:
 //   reference  = the delivered assignments balanced over the experts (the `balanced` gating's loads),
-//                placed by the placement's rule, ideal roofline, experts only (no all-to-all);
-//   T1         = the routing's loads, same placement, ideal, experts only;
+//                placed by the placement's rule as balanced loads would be planned, ideal roofline, experts
+//                only (no all-to-all);
+//   A          = the delivered assignments balanced over the experts the routing activated (load > 0), the
+//                others idle, on the reference's plan, ideal, experts only;
+//   T1         = the routing's loads on the plan they ran on, ideal, experts only;
 //   T2         = the layout's rows (capacity, block), ideal, experts only;
 //   T3         = the layout's rows, quantized (tiles, waves, launches), experts only, the whole batch at once;
 //   X          = the experts as run: T3, or under two-batch overlap the two micro-batches one after the other;
 //   actual     = X + the communication the layer waits for (the all-to-all, exposed past the other
 //                micro-batch's compute under two-batch overlap, and the tensor-parallel all-reduce)
 //              = LayerCost::actual.quantized_s.
-// parts: imbalance = T1 - reference, padding = T2 - T1, quantization = T3 - T2 - imbalance_tiles,
-// micro_batch = X - T3, communication = the waited-for communication of the same delivered assignments
-// balanced over the experts (placed by the same rule), communication_imbalance = the routing's waited-for
-// communication minus that; they sum to actual - reference up to rounding.
-//   imbalance_tiles = (Q(loads) - Q(balanced)) - imbalance: Q the quantized experts-only time of dropless
-//   rows (the kernel model), the loads as routed and the same delivered assignments balanced, placed by the
-//   placement's rule. What the skew adds in tiles, waves, the K-step floor and overlap beyond its roofline
-//   cost: the balanced counterfactual does not pay it, so it is imbalance, not quantization. 0 under
-//   balanced routing (the same loads), and a tile-boundary step that balanced loads pay too stays in
-//   quantization.
-//   communication_imbalance: what the skew of the received copies adds (the busiest receiver sets each
-//   phase); 0 under balanced routing.
-// What imbalance costs = imbalance + imbalance_tiles + communication_imbalance (imbalance_total_s).
+// parts, each defined by what would change if its cause went away (Q the kernel model's experts-only time of
+// dropless rows: Q(loads) the loads as routed, Q(A) and Q(balanced) the counterfactuals above):
+//   idle_saving = Q(A) - Q(balanced): what skew saves (or, rarely, costs) by leaving experts idle, whose weights
+//                 and row tiles a balanced routing pays: negative at small batches, 0 once every expert is active;
+//   imbalance = T1 - A: the straggler on the roofline, the device with the most rows;
+//   imbalance_tiles = (Q(loads) - T1) - (Q(A) - A): the tiles, waves, K-step floor and overlap the skew adds
+//                 beyond what the same assignments spread over the same active experts pay;
+//   communication_imbalance = the routing's waited-for communication minus that of the same delivered
+//                 assignments balanced: what the skew of the received copies adds (the busiest receiver);
+//   padding = T2 - T1, quantization = (T3 - T2) - (Q(loads) - T1) + (Q(balanced) - reference) (the tiles, waves,
+//   floors and launches balanced loads pay too), micro_batch = X - T3, communication = the balanced
+//   counterfactual's waited-for communication.
+// Those four imbalance parts are exactly 0 under balanced routing. In a LayerCost's headline erosion each of them
+// is its expectation over the tile phase (model_moe_layer), and tile_phase = the exact batch's four parts
+// minus those expectations: the row tiles this exact batch size happens to cost or save beyond the average over
+// nearby batches. The parts sum to actual - reference up to rounding.
 // dropped_work = the ideal balanced time of delivered + undelivered assignments minus the reference: work
 // not done, never speed.
 struct Erosion {
   double reference_s = 0, actual_s = 0;
-  double imbalance_s = 0, imbalance_tiles_s = 0, padding_s = 0, quantization_s = 0, micro_batch_s = 0;
-  double communication_s = 0, communication_imbalance_s = 0;
+  double loads_s = 0;      // T1: the routing's loads on the ideal roofline (roofline_efficiency)
+  double idle_saving_s = 0, imbalance_s = 0, imbalance_tiles_s = 0, communication_imbalance_s = 0;
+  double tile_phase_s = 0;
+  double padding_s = 0, quantization_s = 0, micro_batch_s = 0, communication_s = 0;
   double dropped_work_s = 0;
   double delivered = 0;    // assignments processed (sum of the loads)
   double undelivered = 0;  // assignments owed and not processed (undelivered_assignments)
@@ -143,10 +155,14 @@ struct Erosion {
   double time_per_served_s() const;
 };
 
-// What imbalance costs in an erosion: imbalance + imbalance_tiles + communication_imbalance.
-inline double imbalance_total_s(const Erosion& x) {
+// What imbalance costs in an erosion: the straggler on the roofline, its tiles and the communication it
+// lengthens (imbalance + imbalance_tiles + communication_imbalance), apart from what it saves.
+inline double imbalance_cost_s(const Erosion& x) {
   return x.imbalance_s + x.imbalance_tiles_s + x.communication_imbalance_s;
 }
+// What imbalance costs net of what it saves: imbalance_cost_s + idle_saving_s (the balanced counterfactual's
+// time is actual - imbalance_total_s).
+inline double imbalance_total_s(const Erosion& x) { return imbalance_cost_s(x) + x.idle_saving_s; }
 
 // The size a layer is costed at: the model's real dimensions and dtype, or the executed ones
 // (execute.hidden, execute.ffn, execute.dtype).
@@ -160,12 +176,16 @@ LayerCostInput layer_cost_input(const Experiment& e, const RouterConfig& router,
 
 struct LayerCost {
   CostBreakdown actual, balanced;   // the layer's time with the routing's loads / with balanced loads (N k)
-  Erosion erosion;                  // where actual.quantized_s goes, against the balanced ideal
-  // What imbalance costs, on the headline: the balanced counterfactual's time over the routing's own,
-  // (actual - imbalance_total_s) / actual (1 when actual is 0). Free of drops (the
+  // Where actual.quantized_s goes, against the balanced ideal: the headline, its imbalance parts the
+  // expectation over the tile phase (tile_phase_s holds this batch's difference from it).
+  Erosion erosion;
+  Erosion erosion_exact;            // the same for this exact batch size (tile_phase_s 0)
+  // The headline's net effect of imbalance: the balanced counterfactual's time over the routing's own,
+  // (actual - imbalance_total_s) / actual (1 when actual is 0), on the headline erosion. Free of drops (the
   // counterfactual has the delivered assignments); a tile step balanced loads pay too is not imbalance.
-  // Above 1 when skew leaves experts idle whose weights the balanced routing must read.
+  // Above 1 when what skew saves (idle experts' weights) outweighs what it costs.
   double batching_efficiency = 1.0;
+  double batching_efficiency_exact = 1.0;  // the same on erosion_exact
   // The same on the ideal roofline alone: reference / (reference + imbalance) (1 when both are 0).
   double roofline_efficiency = 1.0;
   double compute_bound_experts = 0; // physical experts whose ideal t(n) is compute-bound (actual loads)
@@ -192,8 +212,12 @@ void add_scaled(Erosion& acc, const Erosion& x, double f);
 
 // batching_efficiency from an erosion: (actual - imbalance_total_s) / actual, 1 when actual is 0.
 double efficiency_of(const Erosion& erosion);
-// roofline_efficiency from an erosion: reference / (reference + imbalance), 1 when both are 0.
+// roofline_efficiency from an erosion: reference / T1 (loads_s), 1 when both are 0.
 double roofline_efficiency_of(const Erosion& erosion);
+// What imbalance costs (imbalance_cost_s) and saves (-idle_saving_s, positive when it saves) as fractions of
+// the layer's time (0 when actual is 0).
+double imbalance_cost_fraction(const Erosion& erosion);
+double idle_saving_fraction(const Erosion& erosion);
 
 // The MoE layer's modeled time (docs/design.md "Cost model"):
 //  - rows per expert by layout: dropless n = load; block n = round_up(load, block_size); capacity
@@ -208,7 +232,10 @@ double roofline_efficiency_of(const Erosion& erosion);
 //    micro-batches, each with its own kernels and all-to-all, and waits only for the communication that both
 //    micro-batches' experts (and overlap_compute_s) do not hide. The ideal column omits floors and latency.
 //  - balanced: the same N, k, E with loads floor/ceil(N k / E) (the `balanced` gating: expert e gets
-//    one extra when e < N k mod E), capped at C when capacity > 0, placed by the same rule.
+//    one extra when e < N k mod E), capped at C when capacity > 0, on the plan the placement's policy makes
+//    from those balanced loads: never on the plan made for the routing's own (skewed) loads.
+//  - the headline erosion's imbalance parts are their expectation over the tile phase (tile_phase_batches:
+//    the loads scaled to nearby batch sizes, on the same plans); erosion_exact keeps this batch's.
 //  - tensor parallel (placement.tensor_parallel T > 1): every expert's ffn is split over T GPUs, so each
 //    GPU's grouped kernel runs the expert shape (hidden, ceil(ffn / T)) on all the rows, and the partial
 //    outputs are summed by a ring all-reduce over the link (Megatron-LM's row-parallel linear; vLLM's
@@ -218,5 +245,21 @@ double roofline_efficiency_of(const Erosion& erosion);
 //    erosion counts it as communication.
 // Throws ConfigError when the profile lacks what the placement needs (a peak for dtype, link bandwidth).
 LayerCost model_moe_layer(const HardwareProfile& hw, const LayerCostInput& in);
+
+// The tile phase (docs/cost-model.md "The tile phase"): a grouped GEMM pads each expert's rows to its row tile
+// and runs its tiles in whole waves, so the time of skewed loads against balanced ones jumps as the batch crosses
+// tile and wave boundaries (at 4096 tokens Mixtral's balanced share is exactly 8 tiles of 128 rows and any skew
+// pays a ninth; at 4160 it costs nothing more). A serving batch moves every step, so the headline averages each
+// imbalance part's share of the layer over tile_phase_points batch sizes spread evenly over the window in which a
+// device's quantization repeats, around N: w rows per expert = max(tile_m, ceil(SMs / c) tile_m / s), c the column
+// tiles of the device's narrower GEMM and s its expert slots; N + h ((2 j + 1) / P - 1), j < P,
+// h = min(w E / (2 k), N / 2) tokens, at least 1. Empty (the exact batch alone) for one point, no tokens, or a
+// kernel without row tiles (tile_m < 16: a CPU).
+std::vector<int64_t> tile_phase_batches(const ExpertRoofline& rm, const LayerCostInput& in);
+
+// `load` [E] of a batch of num_tokens scaled to one of to_tokens: every load times to_tokens / num_tokens, the
+// total rounded to nearest, floors first and the remainder to the largest fractions (ties: the lower expert);
+// balanced loads (max - min <= 1) become the `balanced` gating's split of the scaled total.
+std::vector<int64_t> scale_loads_to(const std::vector<int64_t>& load, int64_t num_tokens, int64_t to_tokens);
 
 }  // namespace moesim

@@ -31,22 +31,102 @@ std::vector<double> estimate_plan_load(const std::vector<std::vector<int64_t>>& 
   return est;
 }
 
-RebalanceRun model_rebalancing(const HardwareProfile& hw, const std::vector<LayerCostInput>& steps) {
+const char* to_string(PlanBasis b) {
+  switch (b) {
+    case PlanBasis::equal: return "equal";
+    case PlanBasis::warmup: return "warmup";
+    case PlanBasis::past: return "past";
+    case PlanBasis::profile: return "profile";
+    case PlanBasis::oracle: return "oracle";
+  }
+  return "?";
+}
+
+std::string describe(const PlanChoice& c) {
+  switch (c.basis) {
+    case PlanBasis::equal: return "planned from equal loads (no batch seen before this one)";
+    case PlanBasis::warmup: return "planned from the loads of " + std::to_string(c.batches) + " warm-up batches";
+    case PlanBasis::past: return "planned from the loads of the " + std::to_string(c.batches) + " batches before";
+    case PlanBasis::profile: return "planned from the recorded profile (placement.plan_profile)";
+    case PlanBasis::oracle: return "oracle: planned from the very batch it is charged for";
+  }
+  return "?";
+}
+
+PlanSource::PlanSource(const PlacementConfig& placement, int num_experts, std::vector<double> profile)
+    : placement_(placement), num_experts_(num_experts), active_(plans_from_loads(placement)) {
+  MOESIM_REQUIRE(num_experts >= 1, "PlanSource needs at least one expert");
+  if (placement.plan_from == PlanFrom::profile) {
+    MOESIM_REQUIRE(static_cast<int>(profile.size()) == num_experts,
+                   "the plan profile has " << profile.size() << " experts, expected " << num_experts);
+    plan_.load = std::move(profile);
+    plan_.basis = PlanBasis::profile;
+  }
+}
+
+void PlanSource::warm_up(const std::vector<int64_t>& load) {
+  MOESIM_REQUIRE(measured_ == 0, "warm-up batches come before the measured ones");
+  seen_.push_back(load);
+  ++warmup_;
+}
+
+const PlanChoice& PlanSource::next(const std::vector<int64_t>& own, bool* replanned) {
+  MOESIM_REQUIRE(static_cast<int>(own.size()) == num_experts_,
+                 "the batch has " << own.size() << " experts, expected " << num_experts_);
+  bool fresh = false;
+  if (placement_.plan_from == PlanFrom::oracle) {
+    plan_.load.assign(own.begin(), own.end());
+    plan_.basis = PlanBasis::oracle;
+    fresh = true;
+  } else {
+    const bool first = !planned_;
+    const bool past_now = plan_.basis == PlanBasis::equal && !seen_.empty();
+    const bool due = planned_ && placement_.rebalance_every > 0 && since_plan_ >= placement_.rebalance_every;
+    if (first && plan_.basis == PlanBasis::profile) {
+      fresh = true;
+    } else if ((first || past_now || due) && !seen_.empty()) {
+      // The window: the last rebalance_every batches seen (0: all of them), as estimate_plan_load sums them.
+      PlacementConfig window = placement_;
+      if (window.rebalance_every == 0) window.rebalance_every = static_cast<int>(seen_.size());
+      plan_.load = estimate_plan_load(seen_, window);
+      plan_.batches = std::min(static_cast<int>(seen_.size()), window.rebalance_every);
+      if (window.load_estimator == LoadEstimator::ema) plan_.batches = static_cast<int>(seen_.size());
+      plan_.basis = measured_ == 0 ? PlanBasis::warmup : PlanBasis::past;
+      fresh = true;
+    } else if (first) {
+      plan_.load.assign(num_experts_, 1.0);
+      plan_.basis = PlanBasis::equal;
+      plan_.batches = 0;
+      fresh = true;
+    }
+  }
+  if (fresh) since_plan_ = 0;
+  planned_ = true;
+  ++since_plan_;
+  ++measured_;
+  seen_.push_back(own);
+  if (replanned) *replanned = fresh;
+  return plan_;
+}
+
+RebalanceRun model_rebalancing(const HardwareProfile& hw, const std::vector<LayerCostInput>& steps, PlanSource source) {
   MOESIM_REQUIRE(!steps.empty(), "model_rebalancing needs at least one step");
   const PlacementConfig& pc = steps.front().placement;
   MOESIM_REQUIRE(pc.kind == PlacementKind::expert_parallel, "model_rebalancing needs an expert_parallel placement");
   RebalanceRun run;
-  std::vector<std::vector<int64_t>> observed;
   double sum_rank = 0, sum_static_rank = 0, sum_layer = 0, sum_static_layer = 0;
   for (size_t b = 0; b < steps.size(); ++b) {
     const int step = static_cast<int>(b);
     LayerCostInput in = steps[b];
     RebalanceStep rs;
     rs.step = step;
-    if (step == 0 || is_replan_step(pc, step)) {
+    bool replanned = false;
+    const PlanChoice& choice = source.next(in.load, &replanned);
+    if (replanned) {
       PlanEpoch ep;
       ep.first_step = step;
-      ep.plan_load = step == 0 ? std::vector<double>(in.load.begin(), in.load.end()) : estimate_plan_load(observed, pc);
+      ep.plan_load = choice.load;
+      ep.basis = choice.basis;
       ep.placement = place_experts_real(ep.plan_load, pc);
       run.epochs.push_back(std::move(ep));
       rs.rebalanced = step > 0;
@@ -74,7 +154,6 @@ RebalanceRun model_rebalancing(const HardwareProfile& hw, const std::vector<Laye
     if (b + 1 == steps.size()) run.last = c;
     run.step_costs.push_back(std::move(c));
     run.steps.push_back(rs);
-    observed.push_back(steps[b].load);
   }
   if (run.gain_steps > 0) {
     const double n = run.gain_steps;

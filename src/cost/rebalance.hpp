@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "src/config/experiment.hpp"
@@ -13,6 +14,16 @@
 #include "src/cost/placement.hpp"
 
 namespace moesim {
+
+// What an EPLB plan was made from (docs/cost-model.md "Where a plan comes from").
+enum class PlanBasis {
+  equal,    // equal loads: no batch seen yet (an engine's first plan before it has statistics)
+  warmup,   // the loads of warm-up batches routed before the measured ones
+  past,     // the loads of the measured batches before this one (a re-plan)
+  profile,  // a recorded load profile (placement.plan_profile)
+  oracle,   // the very batch it is charged for (placement.plan_from oracle)
+};
+const char* to_string(PlanBasis b);
 
 // Whether step `step` re-plans: rebalance_every > 0, step > 0 and step a multiple of rebalance_every.
 bool is_replan_step(const PlacementConfig& placement, int step);
@@ -40,6 +51,7 @@ struct RebalanceStep {
 struct PlanEpoch {
   int first_step = 0;
   std::vector<double> plan_load;       // [num_experts] the estimator's loads it was planned from
+  PlanBasis basis = PlanBasis::equal;  // where they came from
   ExpertPlacement placement;
 };
 
@@ -53,9 +65,51 @@ struct RebalanceRun {
   double rank_imbalance = 1, static_rank_imbalance = 1, layer_s = 0, static_layer_s = 0;
 };
 
+
+// A plan's loads [num_experts] and where they came from.
+struct PlanChoice {
+  std::vector<double> load;
+  PlanBasis basis = PlanBasis::equal;
+  int batches = 0;  // batches the loads summarise (warmup, past); 0 otherwise
+};
+// One line for the placement section: "planned from the loads of 8 warm-up batches", "oracle: planned from
+// the batch it is charged for", ...
+std::string describe(const PlanChoice& c);
+
+// The loads an expert-parallel plan is made from, batch after batch, as an engine sees them
+// (placement.plan_from):
+//  - oracle: each batch's own loads;
+//  - profile: the given loads (a recorded profile), until a re-plan from past loads;
+//  - past: estimate_plan_load over the batches seen before (warm-up batches first); before any, equal loads.
+// A plan is made at the first batch, again at the first batch that has a past when the plan was of equal loads,
+// and every rebalance_every batches after it (0: never again).
+class PlanSource {
+ public:
+  PlanSource(const PlacementConfig& placement, int num_experts, std::vector<double> profile = {});
+  // A batch routed before the measured ones (plan_from past): its loads join the past.
+  void warm_up(const std::vector<int64_t>& load);
+  // The plan for the next measured batch, whose own loads are `own` (read by the oracle only); records them as
+  // seen. *replanned: whether a new plan starts at this batch (always at the first).
+  const PlanChoice& next(const std::vector<int64_t>& own, bool* replanned = nullptr);
+  const PlanChoice& current() const { return plan_; }
+  // Whether the placement plans from loads at all (global or hierarchical EPLB).
+  bool active() const { return active_; }
+
+ private:
+  PlacementConfig placement_;
+  int num_experts_;
+  bool active_;
+  int measured_ = 0;        // measured batches handed out
+  int since_plan_ = 0;      // measured batches on the current plan
+  std::vector<std::vector<int64_t>> seen_;
+  int warmup_ = 0;          // warm-up batches among seen_
+  PlanChoice plan_;
+  bool planned_ = false;
+};
+
 // Models every step of `steps` (one LayerCostInput per step, placement expert_parallel, placement_load
-// ignored): step 0 plans from its own loads; each re-plan step from estimate_plan_load over the steps
-// before it. Requires at least one step.
-RebalanceRun model_rebalancing(const HardwareProfile& hw, const std::vector<LayerCostInput>& steps);
+// ignored), each on the plan `source` hands out for it (re-planning every rebalance_every steps), beside the
+// first plan (static). `source` may have seen warm-up batches. Requires at least one step.
+RebalanceRun model_rebalancing(const HardwareProfile& hw, const std::vector<LayerCostInput>& steps, PlanSource source);
 
 }  // namespace moesim

@@ -143,7 +143,7 @@ double estimate_decoder_bytes(const Experiment& e) {
   return 4 * (weights + cache + acts) + routing;
 }
 
-DecoderWeights make_decoder_weights(const DecoderShape& s, uint64_t seed, double skew) {
+DecoderWeights make_decoder_weights(const DecoderShape& s, uint64_t seed, const WorkloadConfig& workload, int groups) {
   MOESIM_REQUIRE(s.layers >= 1 && s.hidden >= 1 && s.ffn >= 1 && s.vocab >= 1 && s.experts >= 1 && s.topics >= 1,
                  "decoder shape needs layers, hidden, ffn, vocab, experts, topics >= 1");
   DecoderWeights w;
@@ -152,6 +152,10 @@ DecoderWeights make_decoder_weights(const DecoderShape& s, uint64_t seed, double
   w.token_embedding.resize(static_cast<size_t>(s.vocab) * s.hidden);
   fill_seeded_normal(w.topic_centre, seed, kStreamTopicCentre, 1.0);
   fill_seeded_normal(w.token_embedding, seed, kStreamTokenEmbedding, 1.0);
+  // Each layer's popularity is fixed over the steps: drift and batch_variation turn synthetic batches only.
+  WorkloadConfig fixed = workload;
+  fixed.drift = 0;
+  fixed.batch_variation = 0;
   for (int l = 0; l < s.layers; ++l) {
     const uint64_t layer_seed = counter_hash(seed, kStreamLayer, static_cast<uint64_t>(l));
     DecoderLayerWeights lw;
@@ -159,7 +163,7 @@ DecoderWeights make_decoder_weights(const DecoderShape& s, uint64_t seed, double
     lw.ffn_norm.assign(s.hidden, 1.0f);
     lw.router.resize(static_cast<size_t>(s.hidden) * s.experts);
     fill_seeded_normal(lw.router, layer_seed, kStreamRouter, 1.0 / std::sqrt(static_cast<double>(s.hidden)));
-    lw.popularity_bias = expert_popularity_bias(s.experts, skew, seed + static_cast<uint64_t>(l));
+    lw.popularity_bias = popularity_at(fixed, s.experts, groups, seed + static_cast<uint64_t>(l), 0);
     lw.experts = make_expert_weights(s.experts, s.hidden, s.ffn, layer_seed + 1);
     if (s.shared_experts > 0) lw.shared = make_expert_weights(s.shared_experts, s.hidden, s.ffn, layer_seed + 2);
     w.layers.push_back(std::move(lw));
@@ -175,7 +179,7 @@ uint64_t decoder_route_seed(uint64_t seed, int step, int layer) {
 }
 
 Decoder::Decoder(const Experiment& e) : e_(e) {
-  w_ = make_decoder_weights(executed_decoder_shape(e), e.workload.seed, e.workload.skew);
+  w_ = make_decoder_weights(executed_decoder_shape(e), e.workload.seed, e.workload, e.router.groups);
 }
 
 namespace {

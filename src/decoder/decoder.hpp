@@ -45,7 +45,7 @@ struct DecoderLayerWeights {
   AttentionWeights attention;
   std::vector<float> ffn_norm;         // [hidden]
   std::vector<float> router;           // [hidden, experts], N(0, 1/hidden)
-  std::vector<float> popularity_bias;  // [experts] expert_popularity_bias(E, skew, seed + layer)
+  std::vector<float> popularity_bias;  // [experts] popularity_at(workload, E, groups, seed + layer, 0)
   ExpertWeights experts;               // [experts] SwiGLU
   ExpertWeights shared;                // [shared_experts] SwiGLU (num_experts 0 when none)
 };
@@ -59,7 +59,9 @@ struct DecoderWeights {
   std::vector<float> lm_head;          // [hidden, vocab]
 };
 
-DecoderWeights make_decoder_weights(const DecoderShape& shape, uint64_t seed, double skew);
+// groups: router.groups (workload.group_skew's groups).
+DecoderWeights make_decoder_weights(const DecoderShape& shape, uint64_t seed, const WorkloadConfig& workload,
+                                    int groups);
 
 // One layer of one step. Steps: 0 is the prefill, 1..decode_steps the decode steps.
 struct DecoderRecord {

@@ -85,7 +85,9 @@ double max_over_mean(const std::vector<double>& v) {
 
 std::string placement_rule(const PlacementConfig& p) {
   std::string s;
-  switch (p.policy) {
+  switch (effective_policy(p)) {
+    case PlacementPolicy::automatic:
+    case PlacementPolicy::contiguous: return "contiguous (static, no EPLB)";
     case PlacementPolicy::round_robin: return "round-robin";
     case PlacementPolicy::map: return "placement.map";
     case PlacementPolicy::global: s = "EPLB global"; break;
@@ -100,9 +102,13 @@ std::string placement_rule(const PlacementConfig& p) {
     s += p.load_estimator == LoadEstimator::window
              ? "the last " + std::to_string(p.rebalance_every) + " steps' loads"
              : "an exponential moving average of the loads (weight " + std::to_string(p.ema_weight) + ")";
-  } else {
-    s += ", planned from step 0's loads";
+  } else if (p.plan_from == PlanFrom::oracle) {
+    s += ", oracle: each plan from the step it is charged for";
   }
+  s += p.plan_from == PlanFrom::oracle  ? ""
+       : p.plan_from == PlanFrom::profile ? ", first planned from placement.plan_profile"
+                                          : ", first planned from " + std::to_string(p.warmup_batches) +
+                                                " warm-up batches (equal loads for a logits file)";
   return s;
 }
 
@@ -195,7 +201,11 @@ void require_ep_runnable(const Experiment& e, int num_ranks) {
     throw ConfigError(e.source_file + ": execute.dtype: expected fp32 (the CPU experts), got " +
                       to_string(e.execute.dtype));
   }
-  const PlacementPolicy policy = e.placement.policy;
+  const PlacementPolicy policy = effective_policy(e.placement);
+  if (e.placement.plan_from == PlanFrom::profile) {
+    throw ConfigError(e.source_file + ": placement.plan_from: expected past or oracle for a run under mpirun, got "
+                      "profile; run without mpirun to plan from a recorded profile");
+  }
   const int slots = e.model.experts + e.placement.replicas;
   if ((policy == PlacementPolicy::global || policy == PlacementPolicy::hierarchical) && slots % num_ranks != 0) {
     throw ConfigError(e.source_file + ": placement.devices: expected the MPI ranks (" + std::to_string(num_ranks) +
@@ -271,9 +281,9 @@ EpRunInputs prepare_inputs(const Experiment& e, const EpRunOptions& opts, EpRunR
 struct EpRunState {
   RouterState router;
   std::unique_ptr<EpMoeLayer> layer, static_layer;
-  std::vector<std::vector<int64_t>> observed;  // global loads per step
+  std::unique_ptr<PlanSource> source;          // the plans' loads, step after step (warm-up batches seen)
   std::vector<double> plan_load;               // the loads the current placement was planned from
-  std::vector<double> static_plan_load;        // step 0's loads (the static placement's)
+  std::vector<double> static_plan_load;        // the first plan's loads (the static placement's)
   std::vector<float> y_local, y_static;        // the rank's outputs of the last forwards
 };
 
@@ -323,13 +333,11 @@ StepRouting route_step(const Experiment& e, const LogitsBatch& batch, size_t b, 
 void plan_epoch(const Experiment& e, const EpRunInputs& in, int step, const std::vector<int64_t>& load,
                 EpRunState& s, EpRunResult& res, EpStep& rec) {
   const PlacementConfig& pc = in.pc;
-  if (step == 0 || is_replan_step(pc, step)) {
-    if (step == 0) {
-      s.plan_load.assign(load.begin(), load.end());
-      s.static_plan_load = s.plan_load;
-    } else {
-      s.plan_load = estimate_plan_load(s.observed, pc);
-    }
+  bool replanned = false;
+  const PlanChoice& choice = s.source->next(load, &replanned);
+  if (replanned) {
+    s.plan_load = choice.load;
+    if (step == 0) s.static_plan_load = s.plan_load;
     ExpertPlacement p = place_experts_real(s.plan_load, pc);
     assign_load(p, load);
     res.placements.push_back(p);
@@ -488,7 +496,6 @@ EpStep run_step(const Experiment& e, const EpRunOptions& opts, const EpRunInputs
     res.modeled_model_size = model_step(e, res.hardware, in.pc, load, current_plan_load, global.capacity, N, true);
 
   if (opts.verify) verify_step(e, in, b, routing, load, rec, s, res);
-  s.observed.push_back(load);
   return rec;
 }
 
@@ -506,6 +513,24 @@ EpRunResult run_experiment_ep(const Experiment& e, const EpRunOptions& opts) {
 
   const EpRunInputs in = prepare_inputs(e, opts, res);
   EpRunState s;
+  // The first plan's past: the synthetic workload's warm-up batches, routed whole on every rank (the same loads).
+  s.source = std::make_unique<PlanSource>(in.pc, e.model.experts);
+  if (plans_from_loads(in.pc) && in.pc.plan_from == PlanFrom::past && e.workload.source == WorkloadSource::synthetic) {
+    RouterState warm;
+    const std::vector<LogitsBatch> warmup = make_warmup_batches(e, in.pc.warmup_batches);
+    for (size_t b = 0; b < warmup.size(); ++b) {
+      RouteRequest req = step_request(e, b);
+      req.logits = warmup[b].logits.data();
+      req.num_tokens = warmup[b].num_tokens;
+      req.token_ids = warmup[b].token_ids.data();
+      req.seed = e.workload.seed + static_cast<uint64_t>(-1 - static_cast<int64_t>(b));  // as the single process
+      const Routing r = route_omp(e.router, req, &warm);
+      std::vector<int64_t> load(e.model.experts, 0);
+      for (int64_t i = 0; i < r.num_assignments(); ++i)
+        if (r.kept[i]) ++load[r.expert[i]];
+      s.source->warm_up(load);
+    }
+  }
   s.y_local.resize(in.x_local.size());
   s.y_static.resize(in.x_local.size());
   for (size_t b = 0; b < in.batches.size(); ++b) res.steps.push_back(run_step(e, opts, in, b, s, res));

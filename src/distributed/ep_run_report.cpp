@@ -279,7 +279,7 @@ RunResult as_run_result(const EpRunResult& r) {
   // Without a peak for model.dtype the profile cannot cost the real size; the last step at the executed
   // size stands in (expert_parallel.modeled_model_size is then absent).
   const LayerCost cost = r.has_model_size || r.steps.empty() ? r.modeled_model_size : r.steps.back().modeled;
-  v.modeled.push_back({"expert_parallel", r.num_ranks, cost});
+  v.modeled.push_back({"expert_parallel", r.num_ranks, cost, r.placement_rule});
   v.verify_message = r.verify_message;
   run.variants.push_back(std::move(v));
   return run;

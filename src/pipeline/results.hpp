@@ -51,6 +51,9 @@ struct ModeledPlacement {
   std::string placement;  // "single" or "expert_parallel"
   int devices = 1;
   LayerCost cost;
+  // Expert parallel: where the plan came from, one line (describe_plan): "contiguous: static, no EPLB",
+  // "EPLB global, planned from the loads of 8 warm-up batches", "... oracle: ...".
+  std::string plan;
 };
 
 // One routed batch of a step-structured workload (decoder, trace, load profile): one layer of one step,

@@ -247,7 +247,9 @@ std::vector<ModeledPlacement> model_loads(const Experiment& e, const std::vector
     throw InputError("loads: the counts sum to " + std::to_string(delivered) + ", more than tokens x model.top_k = " +
                      std::to_string(owed));
   const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
-  return run_detail::model_placements(e, hw, e.router, load, 0, num_tokens, owed - delivered);
+  // No batch before these loads: a plan from past loads starts from equal ones (or the profile, the oracle).
+  PlanSource source = run_detail::plan_source(e, run_detail::read_plan_profile(e), 0);
+  return run_detail::model_placements(e, hw, e.router, load, 0, num_tokens, owed - delivered, source.next(load));
 }
 
 }  // namespace moesim

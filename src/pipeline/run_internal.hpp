@@ -9,6 +9,7 @@
 
 #include "kernels/moe_layer.hpp"
 #include "router/route.hpp"
+#include "src/cost/rebalance.hpp"
 #include "src/cost/roofline.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "src/workload/logits_batches.hpp"
@@ -21,22 +22,39 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index);
 
-// The modeled MoE layer on each placement. overlap_compute_s: the attention of the layer, which two-batch
-// overlap also hides the all-to-all under (the decoder's; 0 for runs that model no attention).
+// The modeled MoE layer on each placement; the expert-parallel one on the plan `plan` chose (read only when
+// the placement plans from loads). overlap_compute_s: the attention of the layer, which two-batch overlap also
+// hides the all-to-all under (the decoder's; 0 for runs that model no attention).
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
                                                int64_t capacity, int64_t num_tokens, int64_t undelivered,
-                                               double overlap_compute_s = 0.0);
+                                               const PlanChoice& plan, double overlap_compute_s = 0.0);
 // The same for a routed batch's metrics: its kept loads, capacity and undelivered assignments.
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens,
-                                               double overlap_compute_s = 0.0);
+                                               const PlanChoice& plan, double overlap_compute_s = 0.0);
+
+// The placement line's account of a plan: "contiguous: static, no EPLB" for a static policy, else the EPLB
+// policy and describe(plan).
+std::string describe_plan(const Experiment& e, const PlanChoice& plan);
+
+// The loads of placement.plan_profile (plan_from profile), read once per run: one row per recorded layer and
+// their sum; empty otherwise.
+struct PlanProfile {
+  std::vector<int> layers;
+  std::vector<std::vector<double>> counts;  // [layers][experts]
+  std::vector<double> total;                // [experts]
+};
+PlanProfile read_plan_profile(const Experiment& e);
+// A fresh plan source for one MoE layer of a run: the profile's row of that layer number (else the sum over
+// its layers) when it plans from a profile.
+PlanSource plan_source(const Experiment& e, const PlanProfile& profile, int layer);
 
 // A batch run's modeled cost: every routed batch of vr.per_batch modeled per placement (the expert-parallel
 // one on its epoch's plan when placement.rebalance_every re-plans: src/cost/rebalance.hpp, vr.rebalance), then
 // vr.modeled = their mean (PlacementMean; one batch: its own cost) and vr.last_modeled = the last batch's.
 void model_batches(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
-                   VariantResult& vr);
+                   const PlanSource& source, VariantResult& vr);
 
 // Runs the executed layer `repeats` times after a warm-up on `backend`; returns the median, fastest and
 // slowest time of each phase (CUDA: CUDA-event times, `dtype` the GEMM precision).

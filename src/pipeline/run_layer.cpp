@@ -48,10 +48,52 @@ RouteRequest request_for(const Experiment& e, const Batch& b, int batch_index) {
   return req;
 }
 
+std::string describe_plan(const Experiment& e, const PlanChoice& plan) {
+  const PlacementPolicy policy = effective_policy(e.placement);
+  if (!plans_from_loads(e.placement)) {
+    return policy == PlacementPolicy::contiguous ? "contiguous: static, no EPLB"
+                                                 : std::string(to_string(policy)) + ": static, no EPLB";
+  }
+  return std::string("EPLB ") + to_string(policy) + ", " + describe(plan);
+}
+
+PlanProfile read_plan_profile(const Experiment& e) {
+  PlanProfile out;
+  if (e.placement.kind != PlacementKind::expert_parallel || e.placement.plan_from != PlanFrom::profile) return out;
+  namespace fs = std::filesystem;
+  // FILE or FILE#KEY (a key inside a moesim load-profile JSON of several profiles).
+  std::string path = e.placement.plan_profile, key;
+  const size_t hash = path.rfind('#');
+  if (hash != std::string::npos) {
+    key = path.substr(hash + 1);
+    path.resize(hash);
+  }
+  std::error_code ec;
+  if (!fs::path(path).is_absolute() && !fs::exists(path, ec) && !e.source_file.empty() && e.source_file.front() != '<') {
+    const fs::path beside = fs::path(e.source_file).parent_path() / path;
+    if (fs::exists(beside, ec)) path = beside.lexically_normal().string();
+  }
+  const LoadProfile p = read_load_profile_file(path, LoadFormat::detect, key, e.model.experts, {}, 0);
+  out.layers = p.layers;
+  out.total.assign(e.model.experts, 0.0);
+  for (const std::vector<int64_t>& row : p.counts) {
+    out.counts.emplace_back(row.begin(), row.end());
+    for (int x = 0; x < e.model.experts; ++x) out.total[x] += static_cast<double>(row[x]);
+  }
+  return out;
+}
+
+PlanSource plan_source(const Experiment& e, const PlanProfile& profile, int layer) {
+  if (profile.total.empty()) return PlanSource(e.placement, e.model.experts);
+  for (size_t i = 0; i < profile.layers.size(); ++i)
+    if (profile.layers[i] == layer) return PlanSource(e.placement, e.model.experts, profile.counts[i]);
+  return PlanSource(e.placement, e.model.experts, profile.total);
+}
+
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const std::vector<int64_t>& load,
                                                int64_t capacity, int64_t num_tokens, int64_t undelivered,
-                                               double overlap_compute_s) {
+                                               const PlanChoice& plan, double overlap_compute_s) {
   LayerCostInput in = layer_cost_input(e, router, CostedSize::model, num_tokens, load, capacity);
   in.undelivered = undelivered;
   in.overlap_compute_s = overlap_compute_s;
@@ -61,24 +103,26 @@ std::vector<ModeledPlacement> model_placements(const Experiment& e, const Hardwa
   in.placement = PlacementConfig{};
   in.placement.tensor_parallel = e.placement.tensor_parallel;
   in.node_limit = 0;
-  out.push_back({"single", 1, model_moe_layer(hw, in)});
+  out.push_back({"single", 1, model_moe_layer(hw, in), ""});
   if (e.placement.kind == PlacementKind::expert_parallel) {
     in.placement = resolve_placement(e.placement, router);
     in.node_limit = node_limit;
-    out.push_back({"expert_parallel", e.placement.devices, model_moe_layer(hw, in)});
+    if (plans_from_loads(e.placement)) in.placement_load = plan.load;
+    out.push_back({"expert_parallel", e.placement.devices, model_moe_layer(hw, in), describe_plan(e, plan)});
   }
   return out;
 }
 
 std::vector<ModeledPlacement> model_placements(const Experiment& e, const HardwareProfile& hw,
                                                const RouterConfig& router, const BalanceMetrics& m, int64_t num_tokens,
-                                               double overlap_compute_s) {
+                                               const PlanChoice& plan, double overlap_compute_s) {
   return model_placements(e, hw, router, m.load, m.capacity, num_tokens,
-                          undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k), overlap_compute_s);
+                          undelivered_assignments(m.dropped, m.tokens_unrouted, e.model.top_k), plan,
+                          overlap_compute_s);
 }
 
 void model_batches(const Experiment& e, const HardwareProfile& hw, const RouterConfig& router, int64_t num_tokens,
-                   VariantResult& vr) {
+                   const PlanSource& source, VariantResult& vr) {
   const size_t n = vr.per_batch.size();
   if (n == 0) return;
   if (e.placement.kind == PlacementKind::expert_parallel && e.placement.rebalance_every > 0) {
@@ -89,13 +133,15 @@ void model_batches(const Experiment& e, const HardwareProfile& hw, const RouterC
       in.placement = resolve_placement(e.placement, router);
       steps.push_back(std::move(in));
     }
-    vr.rebalance = model_rebalancing(hw, steps);
+    vr.rebalance = model_rebalancing(hw, steps, source);
     vr.has_rebalance = true;
   }
+  PlanSource plans = source;
   PlacementMean mean(n);
   std::vector<ModeledPlacement> batch;
   for (size_t b = 0; b < n; ++b) {
-    batch = model_placements(e, hw, router, vr.per_batch[b], num_tokens);
+    const PlanChoice& plan = plans.next(vr.per_batch[b].load);
+    batch = model_placements(e, hw, router, vr.per_batch[b], num_tokens, plan);
     if (vr.has_rebalance)
       for (ModeledPlacement& p : batch)
         if (p.placement == "expert_parallel") p.cost = vr.rebalance.step_costs[b];
@@ -107,8 +153,9 @@ void model_batches(const Experiment& e, const HardwareProfile& hw, const RouterC
     return;
   }
   vr.modeled = mean.finish();
-  // The plan a mean ran on is no one batch's: the last batch's is shown (each batch plans from its own loads).
+  // The plan a mean ran on need not be one batch's (re-plans, the oracle): the last batch's is shown.
   for (size_t p = 0; p < vr.modeled.size() && p < batch.size(); ++p) {
+    vr.modeled[p].plan = batch[p].plan;
     LayerCost& c = vr.modeled[p].cost;
     c.placement = batch[p].cost.placement;
     c.device_plan_load = batch[p].cost.device_plan_load;
@@ -290,9 +337,28 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
 
   // The losses' pass over each batch's logits, taken once for every variant.
   std::vector<LogitStats> stats(batches.size());
+  // plan_from past: the synthetic workload's warm-up batches, routed by each variant before its measured ones
+  // (with a router state of their own); a logits file has none.
+  const bool plans = e.placement.kind == PlacementKind::expert_parallel && plans_from_loads(e.placement) &&
+                     e.placement.plan_from == PlanFrom::past;
+  const std::vector<Batch> warmup = plans && e.workload.source == WorkloadSource::synthetic
+                                        ? make_warmup_batches(e, e.placement.warmup_batches)
+                                        : std::vector<Batch>{};
+  const PlanProfile profile = read_plan_profile(e);
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
+    PlanSource source = plan_source(e, profile, 0);
+    {
+      RouterState warm;
+      for (size_t b = 0; b < warmup.size(); ++b) {
+        const Routing r = route_omp(v.router, request_for(e, warmup[b], -1 - static_cast<int>(b)), &warm);
+        std::vector<int64_t> load(e.model.experts, 0);
+        for (int64_t i = 0; i < r.num_assignments(); ++i)
+          if (r.kept[i]) ++load[r.expert[i]];
+        source.warm_up(load);
+      }
+    }
     RouterState state;
     for (size_t b = 0; b < batches.size(); ++b) {
       const RouteRequest req = request_for(e, batches[b], static_cast<int>(b));
@@ -309,7 +375,7 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
         vr.bias_updates.push_back({static_cast<int64_t>(b), static_cast<int>(b), 0, state.expert_bias});
     }
     vr.final_bias = state.expert_bias;
-    model_batches(e, result.hardware, v.router, result.num_tokens, vr);
+    model_batches(e, result.hardware, v.router, result.num_tokens, source, vr);
     // The headline's per-expert sums (load, demand, utilization), as a step run keeps them.
     if (vr.per_batch.size() > 1) {
       for (const BalanceMetrics& m : vr.per_batch) {

@@ -76,6 +76,7 @@ void PlacementMean::add(const std::vector<ModeledPlacement>& modeled) {
     a.balanced.quantized_s += x.balanced.quantized_s;
     c.compute_bound_experts += x.compute_bound_experts / n;
     add_scaled(c.erosion, x.erosion, 1.0 / n);
+    add_scaled(c.erosion_exact, x.erosion_exact, 1.0 / n);
     c.rank_imbalance += x.rank_imbalance / n;
     c.balancedness += x.balancedness / n;
     c.all_to_all_s += x.all_to_all_s / n;
@@ -107,7 +108,8 @@ std::vector<ModeledPlacement> PlacementMean::finish() const {
     c.actual = {a.actual.ideal_s / n, a.actual.quantized_s / n};
     c.balanced = {a.balanced.ideal_s / n, a.balanced.quantized_s / n};
     c.batching_efficiency = efficiency_of(c.erosion);
-    c.roofline_efficiency = roofline_efficiency_of(c.erosion);
+    c.batching_efficiency_exact = efficiency_of(c.erosion_exact);
+    c.roofline_efficiency = roofline_efficiency_of(c.erosion_exact);
     out.push_back(std::move(mp));
   }
   return out;
@@ -212,8 +214,11 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
   const int64_t D = primary_devices(e);
   const int dtype_bytes_model = dtype_bytes(e.model.dtype);
   const bool execute = opts.execute && e.execute.enabled;
+  const PlanProfile profile = read_plan_profile(e);
 
   for (const RouterVariant& v : variants) {
+    // Each MoE layer plans from its own past steps (its first step from equal loads, or the profile).
+    std::map<int, PlanSource> sources;
     Decoder::RoutingObserver observe;
     if (opts.routing_sink && &v == &variants.front()) {
       observe = [&](const DecoderRecord& d, const Routing& r, const float* logits, const int64_t* token_ids) {
@@ -254,7 +259,10 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
             attention_prefill_time(result.hardware, attn, ceil_div(d.num_tokens, D), ceil_div(d.attended_positions, D));
       }
       rec.attention_s = fig.modeled_attention.quantized_s;
-      set_record_cost(model_placements(e, result.hardware, v.router, d.metrics, rec.num_tokens, rec.attention_s), rec);
+      PlanSource& source = sources.try_emplace(d.layer, plan_source(e, profile, d.layer)).first->second;
+      set_record_cost(model_placements(e, result.hardware, v.router, d.metrics, rec.num_tokens,
+                                       source.next(d.metrics.load), rec.attention_s),
+                      rec);
       if (!d.expert_bias.empty())
         vr.bias_updates.push_back({static_cast<int64_t>(vr.per_batch.size()), d.step, d.layer, d.expert_bias});
       vr.decoder.push_back(fig);
@@ -293,7 +301,8 @@ namespace {
 // across steps), else replayed under the variant's capacity keys; then its record.
 void trace_batch(const Experiment& e, const RouterVariant& v, bool first_variant, const TraceBatch& b,
                  bool has_logits, const RunOptions& opts, RunResult& result, VariantResult& vr,
-                 std::map<int, RouterState>& states, StepCollector& collect) {
+                 std::map<int, RouterState>& states, std::map<int, PlanSource>& sources, const PlanProfile& profile,
+                 StepCollector& collect) {
   Routing r;
   const float* logits = has_logits ? b.logits.data() : nullptr;
   const uint64_t seed = decoder_route_seed(e.workload.seed, static_cast<int>(b.step), b.layer);
@@ -321,7 +330,8 @@ void trace_batch(const Experiment& e, const RouterVariant& v, bool first_variant
   rec.layer = b.layer;
   rec.num_tokens = b.num_tokens;
   BalanceMetrics m = compute_balance_metrics(r, logits, v.router.layout, v.router.block_size);
-  set_record_cost(model_placements(e, result.hardware, v.router, m, rec.num_tokens), rec);
+  PlanSource& source = sources.try_emplace(b.layer, plan_source(e, profile, b.layer)).first->second;
+  set_record_cost(model_placements(e, result.hardware, v.router, m, rec.num_tokens, source.next(m.load)), rec);
   collect.add(std::move(rec), std::move(m));
 }
 
@@ -354,11 +364,13 @@ void run_router_trace(const Experiment& e, const std::vector<RouterVariant>& var
   size_t num_batches = 0;
   for (int64_t n : checked.forward_counts) num_batches += static_cast<size_t>(n);
   result.trace_replayed = true;
+  const PlanProfile profile = read_plan_profile(e);
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
     StepCollector collect(vr, num_batches, 0, opts, result.variants.size());
     std::map<int, RouterState> states;
+    std::map<int, PlanSource> sources;  // per recorded layer: its plan from its own past steps
     std::ifstream in(path, std::ios::binary);
     if (!in) throw open_failure<InputError>(path, path + ": cannot open the router trace");
     RouterTraceReader reader(in, path, e.model.experts, e.model.top_k);
@@ -379,7 +391,7 @@ void run_router_trace(const Experiment& e, const std::vector<RouterVariant>& var
       b.expert = line.experts;
       b.weight.assign(b.expert.size(), 1.0f / static_cast<float>(k));
       b.kept.assign(b.expert.size(), 1);
-      trace_batch(e, v, &v == &variants.front(), b, false, opts, result, vr, states, collect);
+      trace_batch(e, v, &v == &variants.front(), b, false, opts, result, vr, states, sources, profile, collect);
     }
     result.num_tokens = b.num_tokens;
     collect.finish(e, {});
@@ -401,13 +413,17 @@ void run_trace(const Experiment& e, const std::vector<RouterVariant>& variants, 
   result.num_tokens = trace.batch_begin[num_batches] - trace.batch_begin[num_batches - 1];
   size_t decode_batches = 0;
   for (uint8_t phase : trace.batch_phase) decode_batches += phase == 2;
+  const PlanProfile profile = read_plan_profile(e);
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
     StepCollector collect(vr, num_batches, decode_batches, opts, result.variants.size());
     std::map<int, RouterState> states;  // per recorded layer, kept across steps
-    for (size_t bi = 0; bi < num_batches; ++bi)
-      trace_batch(e, v, &v == &variants.front(), trace.batch(bi), trace.has_logits, opts, result, vr, states, collect);
+    std::map<int, PlanSource> sources;  // per recorded layer: its plan from its own past steps
+    for (size_t bi = 0; bi < num_batches; ++bi) {
+      trace_batch(e, v, &v == &variants.front(), trace.batch(bi), trace.has_logits, opts, result, vr, states, sources,
+                  profile, collect);
+    }
     if (!states.empty()) vr.final_bias = states.rbegin()->second.expert_bias;
     collect.finish(e, {});
     result.variants.push_back(std::move(vr));
@@ -425,6 +441,11 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
   result.profile_format_forced = profile.format_forced;
   result.num_tokens = e.workload.batch;
   const int k = e.model.top_k;
+  const PlanProfile plan_profile = read_plan_profile(e);
+  // plan_from past: the profile is the engine's record of past loads, so each layer plans from its own row
+  // (the loads it charges are that row's expectation: no batch noise separates them).
+  PlacementConfig from_record = e.placement;
+  if (from_record.plan_from == PlanFrom::past) from_record.plan_from = PlanFrom::profile;
   for (const RouterVariant& v : variants) {
     VariantResult vr;
     vr.variant = v;
@@ -439,8 +460,11 @@ void run_load_profile(const Experiment& e, const std::vector<RouterVariant>& var
       rec.step = 0;
       rec.layer = profile.layers[i];
       rec.num_tokens = e.workload.batch;
-      set_record_cost(model_placements(e, result.hardware, v.router, scale_loads(counts, e.workload.batch * k), 0,
-                                       e.workload.batch, 0),
+      const std::vector<int64_t> loads = scale_loads(counts, e.workload.batch * k);
+      PlanSource source = e.placement.plan_from == PlanFrom::past
+                              ? PlanSource(from_record, e.model.experts, std::vector<double>(counts.begin(), counts.end()))
+                              : plan_source(e, plan_profile, rec.layer);
+      set_record_cost(model_placements(e, result.hardware, v.router, loads, 0, e.workload.batch, 0, source.next(loads)),
                       rec);
       collect.add(std::move(rec), metrics_from_loads(counts, total / k, k));
     }
@@ -458,11 +482,15 @@ void run_load_distribution(const Experiment& e, const std::vector<RouterVariant>
   // layer draws its loads apart, as the collector's layers do). The generator's EP step (the heaviest group swapped
   // onto rank 0, the rank aiconfigurator times) is left out: moesim costs the slowest device wherever it is.
   std::vector<std::vector<int64_t>> draws(static_cast<size_t>(w.batches));
-  for (size_t b = 0; b < draws.size(); ++b) {
-    draws[b] = w.distribution == LoadDistribution::balanced
-                   ? balanced_round_robin_loads(w.batch, e.model.experts, k)
-                   : power_law_loads(w.batch, e.model.experts, k, w.power_law_alpha, 1, w.seed, b);
-  }
+  const auto draw = [&](uint64_t seed, size_t b) {
+    return w.distribution == LoadDistribution::balanced
+               ? balanced_round_robin_loads(w.batch, e.model.experts, k)
+               : power_law_loads(w.batch, e.model.experts, k, w.power_law_alpha, 1, seed, b);
+  };
+  for (size_t b = 0; b < draws.size(); ++b) draws[b] = draw(w.seed, b);
+  const PlanProfile plan_profile = read_plan_profile(e);
+  const bool warm = e.placement.kind == PlacementKind::expert_parallel && plans_from_loads(e.placement) &&
+                    e.placement.plan_from == PlanFrom::past;
   result.num_tokens = w.batch;
   for (const RouterVariant& v : variants) {
     VariantResult vr;
@@ -474,7 +502,12 @@ void run_load_distribution(const Experiment& e, const std::vector<RouterVariant>
       rec.step = 0;
       rec.layer = static_cast<int>(b);
       rec.num_tokens = w.batch;
-      set_record_cost(model_placements(e, result.hardware, v.router, draws[b], 0, w.batch, 0), rec);
+      // Each draw is a layer: its plan comes from earlier draws of the same layer (other seeds).
+      PlanSource source = plan_source(e, plan_profile, rec.layer);
+      for (int j = 0; warm && j < e.placement.warmup_batches; ++j)
+        source.warm_up(draw(w.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(j + 1), b));
+      set_record_cost(model_placements(e, result.hardware, v.router, draws[b], 0, w.batch, 0, source.next(draws[b])),
+                      rec);
       collect.add(std::move(rec), metrics_from_loads(draws[b], w.batch, k));
     }
     collect.finish(e, {});

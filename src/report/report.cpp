@@ -153,14 +153,18 @@ nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::js
 nlohmann::json erosion_json(const Erosion& x) {
   return {{"reference_s", x.reference_s},
           {"actual_s", x.actual_s},
+          {"loads_s", x.loads_s},
           {"parts",
-           {{"imbalance_s", x.imbalance_s},
+           {{"idle_saving_s", x.idle_saving_s},
+            {"imbalance_s", x.imbalance_s},
             {"imbalance_tiles_s", x.imbalance_tiles_s},
+            {"tile_phase_s", x.tile_phase_s},
             {"quantization_s", x.quantization_s},
             {"padding_s", x.padding_s},
             {"micro_batch_s", x.micro_batch_s},
             {"communication_s", x.communication_s},
             {"communication_imbalance_s", x.communication_imbalance_s}}},
+          {"imbalance_cost_s", imbalance_cost_s(x)},
           {"imbalance_total_s", imbalance_total_s(x)},
           {"dropped_work_s", x.dropped_work_s},
           {"assignments_delivered", x.delivered},
@@ -246,13 +250,18 @@ nlohmann::json placement_json(const ModeledPlacement& p) {
                       {"time_s", p.cost.actual.quantized_s},
                       {"balanced_time_s", p.cost.balanced.quantized_s},
                       {"batching_efficiency", p.cost.batching_efficiency},
+                      {"batching_efficiency_exact", p.cost.batching_efficiency_exact},
+                      {"imbalance_cost", imbalance_cost_fraction(p.cost.erosion)},
+                      {"idle_saving", idle_saving_fraction(p.cost.erosion)},
                       {"roofline_efficiency", p.cost.roofline_efficiency},
                       {"actual", cost_json(p.cost.actual)},
                       {"balanced", cost_json(p.cost.balanced)},
                       {"erosion", erosion_json(p.cost.erosion)},
+                      {"erosion_exact", erosion_json(p.cost.erosion_exact)},
                       {"compute_bound_experts", p.cost.compute_bound_experts}};
   if (p.cost.tensor_parallel_reduce_s > 0) j["tensor_parallel_reduce_s"] = p.cost.tensor_parallel_reduce_s;
   if (p.placement == "expert_parallel") {
+    j["plan_source"] = p.plan;
     j["device_time_s"] = p.cost.device_time_s;
     j["device_tokens"] = p.cost.device_tokens;
     j["rank_imbalance"] = p.cost.rank_imbalance;

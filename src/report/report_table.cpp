@@ -69,10 +69,18 @@ std::vector<Column> columns(const RunResult& run) {
                   ep ? 0 : 10});
   cols.push_back({"rank_imb", [ep_cost](size_t i) { return ep_cost(i) ? fmt(ep_cost(i)->cost.rank_imbalance, 3) : ""; },
                   ep ? 5 : 10});
-  // The primary placement's time, split: ref + imb + imb_tile + tile + pad (+ mb + comm + comm_imb) = model_us (ep_us).
+  // The primary placement's time, split: ref + save + imb + imb_tile + phase + tile + pad (+ mb + comm + comm_imb) =
+  // model_us (ep_us).
   cols.push_back({"ref_us", [primary, us](size_t i) { return us(primary(i).reference_s); }, 0});
+  // What skew saves is a headline part where some strategy saves; phase_us, the exact batch's step beyond the
+  // tile phase's mean, the first to go.
+  const bool saves = std::any_of(vs.begin(), vs.end(), [](const VariantResult& v) {
+    return primary_placement(v).cost.erosion.idle_saving_s != 0.0;
+  });
+  cols.push_back({"save_us", [primary, us](size_t i) { return us(primary(i).idle_saving_s); }, saves ? 0 : 4});
   cols.push_back({"imb_us", [primary, us](size_t i) { return us(primary(i).imbalance_s); }, 0});
   cols.push_back({"imb_tile_us", [primary, us](size_t i) { return us(primary(i).imbalance_tiles_s); }, 0});
+  cols.push_back({"phase_us", [primary, us](size_t i) { return us(primary(i).tile_phase_s); }, 2});
   cols.push_back({"tile_us", [primary, us](size_t i) { return us(primary(i).quantization_s); }, 0});
   // Padding is 0 unless a capacity or block layout pays it: then it is a headline part, else the first to go.
   const bool padded = std::any_of(vs.begin(), vs.end(), [](const VariantResult& v) {
@@ -88,7 +96,11 @@ std::vector<Column> columns(const RunResult& run) {
                   [primary, us, comm](size_t i) { return comm ? us(primary(i).communication_imbalance_s) : ""; },
                   comm ? 0 : 10});
   cols.push_back({"drop_us", [primary, us](size_t i) { return us(primary(i).dropped_work_s); }, 2});
-  cols.push_back({"batch_eff", [&](size_t i) { return fmt(primary_placement(vs[i]).cost.batching_efficiency, 3); }, 0});
+  auto percent = [](double f) { return fmt(100.0 * f, 1) + "%"; };
+  cols.push_back({"imb_cost", [primary, percent](size_t i) { return percent(imbalance_cost_fraction(primary(i))); }, 0});
+  cols.push_back({"idle_save", [primary, percent](size_t i) { return percent(idle_saving_fraction(primary(i))); },
+                  saves ? 1 : 6});
+  cols.push_back({"batch_eff", [&](size_t i) { return fmt(primary_placement(vs[i]).cost.batching_efficiency, 3); }, 8});
   cols.push_back({"measured_ms", [&](size_t i) { return vs[i].executed ? fmt(vs[i].measured.layer_s * 1e3, 2) : ""; },
                   1});
   // Noisy measured times show no efficiency; noise_legend says why (the JSON keeps the number).
@@ -119,13 +131,15 @@ std::string erosion_legend(const RunResult& run) {
             : "")
      << (tp > 1 ? "; each expert's ffn split over " + std::to_string(tp) + " GPUs (placement.tensor_parallel)" : "")
      << "\n"
-     << total << " = ref_us + imb_us + imb_tile_us + tile_us + pad_us" << (split ? " + mb_us" : "")
+     << total << " = ref_us + save_us + imb_us + imb_tile_us + phase_us + tile_us + pad_us" << (split ? " + mb_us" : "")
      << (comm ? " + comm_us + comm_imb_us" : "")
      << ": ref_us = the assignments delivered, balanced over the experts" << (ep ? " and devices" : "")
-     << ", on the ideal roofline (the profile's achieved rates); imb_us = the uneven loads on the ideal roofline (below "
-        "0: skew left experts idle whose weights balanced routing reads); imb_tile_us = the tiles, waves and floors the uneven loads pay beyond "
-        "the same assignments balanced, less imb_us (imbalance too); tile_us = the tiles, waves, K-step floor and launches "
-        "balanced loads pay as well; pad_us = capacity or block rows"
+     << ", on the ideal roofline (the profile's achieved rates); save_us = what skew saves by leaving experts idle "
+        "(their weights and row tiles; below 0 is a saving); imb_us = the straggler on the ideal roofline (the device "
+        "with the most rows); imb_tile_us = the tiles, waves and floors the uneven loads pay beyond the same "
+        "assignments over the same active experts; the three are each their mean over the batch sizes of one tile "
+        "phase; phase_us = what this exact batch size pays beyond that mean; tile_us = the tiles, waves, K-step floor "
+        "and launches balanced loads pay as well; pad_us = capacity or block rows"
      << (split ? "; mb_us = what running the batch as two micro-batches costs the experts (each reads the weights)" : "")
      << (ep ? std::string("; comm_us = the all-to-all the layer waits for") + (split ? " past the other micro-batch's compute" : "") +
                   " with the same assignments balanced"
@@ -133,9 +147,10 @@ std::string erosion_legend(const RunResult& run) {
      << (tp > 1 ? std::string(ep ? " and" : "; comm_us =") + " the tensor-parallel all-reduce" : "")
      << (comm ? "; comm_imb_us = what the skew of the received tokens adds to it (imbalance too)" : "")
      << "; drop_us = the ideal time of the dropped and unrouted assignments: work not done, not in " << total << "\n"
-     << "batch_eff: (" << total << " - imb_us - imb_tile_us" << (comm ? " - comm_imb_us" : "") << ") / " << total
-     << ", the balanced counterfactual's time over this routing's: what imbalance costs (drops held out); "
-        "rank: by " << total << " per assignment served of the N k owed (dropped and unrouted work counts against it), "
+     << "imb_cost: (imb_us + imb_tile_us" << (comm ? " + comm_imb_us" : "") << ") / " << total
+     << ", what imbalance costs; idle_save: -save_us / " << total
+     << ", what it saves (both the tile-phase mean, drops held out; batch_eff in --wide: the balanced "
+        "counterfactual's time over this routing's, net of both); rank: by " << total << " per assignment served of the N k owed (dropped and unrouted work counts against it), "
         "then imbalance (equal in both: the same rank)\n";
   return os.str();
 }
@@ -149,7 +164,7 @@ std::string rebalance_line(const RunResult& run, const VariantResult& v) {
      << " estimator): " << r.epochs.size() << " plans";
   if (r.gain_steps > 0) {
     os << "; over the " << r.gain_steps << " steps from the first re-plan, rank_imbalance "
-       << fmt(r.static_rank_imbalance, 3) << " (static plan of step 0) -> " << fmt(r.rank_imbalance, 3)
+       << fmt(r.static_rank_imbalance, 3) << " (the first plan, kept) -> " << fmt(r.rank_imbalance, 3)
        << ", modeled layer " << fmt(r.static_layer_s * 1e6, 1) << " -> " << fmt(r.layer_s * 1e6, 1) << " us ("
        << fmt(r.layer_s > 0 ? r.static_layer_s / r.layer_s : 1.0, 3) << "x, at the model's size)";
   } else {
@@ -165,21 +180,25 @@ std::string placement_section(const RunResult& run) {
   const PlacementConfig& pc = run.experiment.placement;
   if (pc.kind != PlacementKind::expert_parallel) return "";
   std::ostringstream os;
-  os << "placement: " << to_string(pc.policy) << ", " << pc.devices << " devices, " << pc.replicas << " replica slots"
-     << (pc.policy == PlacementPolicy::hierarchical ? ", " + std::to_string(pc.nodes) + " nodes" : "")
+  // Where the plan came from, as the first strategy's was made (each strategy plans from its own loads).
+  const ModeledPlacement* first = run.variants.empty() ? nullptr : find_placement(run.variants.front(), "expert_parallel");
+  const bool eplb = plans_from_loads(pc);
+  os << "placement: " << (first && !first->plan.empty() ? first->plan : std::string(to_string(pc.policy))) << ", "
+     << pc.devices << " devices, " << pc.replicas << " replica slots"
+     << (effective_policy(pc) == PlacementPolicy::hierarchical ? ", " + std::to_string(pc.nodes) + " nodes" : "")
      << (pc.spread_replicas ? ", replicas spread" : "")
-     << " (balancedness = mean / max load per device: predicted from the plan's loads, realised by the batch)\n";
+     << (eplb ? " (balancedness = mean / max load per device: predicted from the plan's loads, realised by the batch)"
+              : " (balancedness = mean / max load per device)")
+     << "\n";
   for (const VariantResult& v : run.variants) {
     const ModeledPlacement* mp = find_placement(v, "expert_parallel");
     if (!mp || mp->cost.placement.expert.empty()) continue;
     const ExpertPlacement& p = mp->cost.placement;
-    os << "  " << v.variant.label << ": predicted " << fmt(mp->cost.predicted_balancedness, 3) << ", realised "
-       << fmt(mp->cost.balancedness, 3) << ", colocated replicas " << colocated_replicas(p);
-    bool identity = p.expert.size() == static_cast<size_t>(p.num_devices);
-    for (size_t i = 0; identity && i < p.expert.size(); ++i)
-      identity = p.expert[i] == static_cast<int>(i) && p.device[i] == static_cast<int>(i);
-    // An identity map (expert d on device d) says nothing the device count does not.
-    if (p.expert.size() <= 64 && !identity) {
+    os << "  " << v.variant.label << ": ";
+    if (eplb) os << "predicted " << fmt(mp->cost.predicted_balancedness, 3) << ", ";
+    os << "realised " << fmt(mp->cost.balancedness, 3);
+    if (eplb) os << ", colocated replicas " << colocated_replicas(p);
+    if (eplb && p.expert.size() <= 64) {
       os << "; experts per device:";
       for (int d = 0; d < p.num_devices; ++d) {
         os << (d ? " |" : "") << " " << d << ":";
@@ -528,23 +547,31 @@ std::string short_legend(const RunResult& run, const std::vector<std::string>& s
   const std::string total = ep ? "ep_us" : "model_us";
   std::ostringstream os;
   std::vector<std::string> parts, imbalance, balanced;
-  for (const char* h : {"ref_us", "imb_us", "imb_tile_us", "tile_us", "pad_us", "mb_us", "comm_us", "comm_imb_us"}) {
-    if (!has(h)) continue;
+  for (const char* h : {"ref_us", "save_us", "imb_us", "imb_tile_us", "phase_us", "tile_us", "pad_us", "mb_us", "comm_us",
+                        "comm_imb_us"}) {
+    // A part the terminal had no room for is named in the sum, so that the sum stays true.
+    if (!has(h)) {
+      if (std::find(hidden.begin(), hidden.end(), h) != hidden.end()) parts.push_back(std::string(h) + " (--wide)");
+      continue;
+    }
     parts.push_back(h);
     const std::string name = h;
     if (name == "imb_us" || name == "imb_tile_us" || name == "comm_imb_us") imbalance.push_back(name);
-    else if (name != "ref_us") balanced.push_back(name);
+    else if (name != "ref_us" && name != "save_us" && name != "phase_us") balanced.push_back(name);
   }
   if (has(total) && !parts.empty()) {
     os << total << " = ";
     for (size_t i = 0; i < parts.size(); ++i) os << (i ? " + " : "") << parts[i];
     os << ": ref_us the assignments balanced on the ideal roofline";
-    if (!imbalance.empty()) os << "; " << listed(imbalance) << " what imbalance adds";
+    if (has("save_us")) os << "; save_us what skew saves by leaving experts idle";
+    if (!imbalance.empty()) os << "; " << listed(imbalance) << " what imbalance costs";
+    if (has("phase_us")) os << " (each a mean over nearby batch sizes; phase_us this exact batch's tile steps beyond it)";
     if (!balanced.empty()) os << "; " << listed(balanced) << " what balanced loads pay too";
     os << ". ";
   }
   std::vector<std::string> terms;
-  if (has("batch_eff")) terms.push_back("batch_eff = 1 - imbalance / " + total);
+  if (has("imb_cost")) terms.push_back("imb_cost and idle_save are those two over " + total);
+  if (has("batch_eff")) terms.push_back("batch_eff = 1 - (imbalance - saving) / " + total);
   if (has("rank")) terms.push_back("rank by time per assignment served");
   if (any_drops) terms.push_back("* drops assignments (charged in the rank)");
   for (size_t i = 0; i < terms.size(); ++i) os << (i ? "; " : "") << terms[i] << (i + 1 == terms.size() ? ". " : "");

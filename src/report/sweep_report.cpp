@@ -82,7 +82,9 @@ std::vector<Column> table_columns(const SweepResult& s) {
   cols.push_back({"imb_tile_us", [](const SweepRow& r) { return fixed(r.erosion.imbalance_tiles_s * 1e6, 1); }, 0});
   cols.push_back({"comm_imb_us", [](const SweepRow& r) { return fixed(r.erosion.communication_imbalance_s * 1e6, 1); },
                   any_expert_parallel(s) ? 0 : 7});
-  cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }, 0});
+  cols.push_back({"imb_cost", [](const SweepRow& r) { return fixed(100.0 * imbalance_cost_fraction(r.erosion), 1) + "%"; }, 0});
+  cols.push_back({"idle_save", [](const SweepRow& r) { return fixed(100.0 * idle_saving_fraction(r.erosion), 1) + "%"; }, 0});
+  cols.push_back({"batch_eff", [](const SweepRow& r) { return fixed(r.batching_efficiency, 3); }, 8});
   cols.push_back({"us_per_token", [](const SweepRow& r) { return fixed(r.time_per_token_s * 1e6, 3); }, 0});
   cols.push_back({"imbalance", [](const SweepRow& r) { return fixed(r.imbalance, 3); }, 0});
   cols.push_back({"drop_rate", [](const SweepRow& r) { return fixed(r.drop_rate, 4); }, 1});
@@ -174,9 +176,11 @@ std::string format_table(const SweepResult& s, bool wide) {
   legend << "ideal: roofline at the profile's achieved rates; quant: the kernel model (row tiles in waves, the K-step "
         "floor, the profile's efficiencies and the layer's launches), the number run prints;\n"
         "bal_*: the same tokens under perfectly balanced routing; ref_us: the delivered assignments balanced, ideal; "
-        "imb_us: the uneven loads, ideal, minus ref_us; imb_tile_us: the tiles and floors the uneven loads pay beyond "
-        "the balanced, less imb_us; comm_imb_us: what the skew of the received tokens adds to the all-to-all; "
-        "batch_eff: the balanced counterfactual's time over the routing's (quant_us);\n"
+        "imb_us: the straggler on the ideal roofline; imb_tile_us: the tiles and floors the uneven loads pay beyond "
+        "the same assignments over the same active experts; comm_imb_us: what the skew of the received tokens adds "
+        "to the all-to-all (each the mean over one tile phase of batch sizes); imb_cost: their sum over quant_us, "
+        "what imbalance costs; idle_save: what skew saves by leaving experts idle, over quant_us; batch_eff (--wide): "
+        "the balanced counterfactual's time over the routing's, net of both;\n"
         "crit_batch = peak_flops x bytes_per_weight / (2 x bandwidth), weights only\n";
   os << (wide ? legend.str() : text::wrap(legend.str()));
   os << knee_lines(s);
@@ -228,7 +232,8 @@ std::string format_csv(const SweepResult& s) {
         "batching_efficiency,time_per_token_s,compute_bound_experts,imbalance,drop_rate,"
         "erosion_reference_s,erosion_imbalance_s,erosion_imbalance_tiles_s,erosion_quantization_s,erosion_padding_s,"
         "erosion_micro_batch_s,erosion_communication_s,erosion_communication_imbalance_s,"
-        "dropped_work_s,knee_tokens,balanced_knee_tokens";
+        "dropped_work_s,knee_tokens,balanced_knee_tokens,erosion_idle_saving_s,erosion_tile_phase_s,imbalance_cost,"
+        "idle_saving,batching_efficiency_exact";
   if (measured)
     os << ",measured_layer_s,measured_experts_s,measured_balanced_layer_s,measured_batching_efficiency,"
           "measured_layer_min_s,measured_layer_max_s,measured_balanced_layer_min_s,measured_balanced_layer_max_s,"
@@ -249,6 +254,9 @@ std::string format_csv(const SweepResult& s) {
     const SweepKnee* knee = knee_of(s, static_cast<size_t>(&r - s.rows.data()));
     auto opt = [](const std::optional<int64_t>& t) { return t ? std::to_string(*t) : std::string(); };
     os << "," << (knee ? opt(knee->tokens) : "") << "," << (knee ? opt(knee->balanced_tokens) : "");
+    os << "," << real(r.erosion.idle_saving_s) << "," << real(r.erosion.tile_phase_s) << ","
+       << real(imbalance_cost_fraction(r.erosion)) << "," << real(idle_saving_fraction(r.erosion)) << ","
+       << real(r.batching_efficiency_exact);
     if (measured) {
       if (r.measured)
         os << "," << real(r.measured_layer_s) << "," << real(r.measured_experts_s) << ","

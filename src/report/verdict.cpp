@@ -25,18 +25,18 @@ std::string micro(double s) {
 
 }  // namespace
 
-ImbalanceVerdict imbalance_verdict(const Erosion& x, bool one_device) {
+ImbalanceVerdict imbalance_verdict(const Erosion& x) {
   ImbalanceVerdict v;
   v.layer_s = x.actual_s;
-  v.saves_s = one_device ? std::max(0.0, -x.imbalance_s) : 0.0;
-  v.costs_s = imbalance_total_s(x) + v.saves_s;
+  v.saves_s = std::max(0.0, -x.idle_saving_s);
+  v.costs_s = imbalance_cost_s(x) + std::max(0.0, x.idle_saving_s);
   return v;
 }
 
 std::string verdict_line(const RunResult& run, const VariantResult& v) {
   const ModeledPlacement* p = primary_of(v.modeled);
   if (!p) return "";
-  const ImbalanceVerdict x = imbalance_verdict(p->cost.erosion, p->placement == "single");
+  const ImbalanceVerdict x = imbalance_verdict(p->cost.erosion);
   const double layer = x.layer_s > 0 ? x.layer_s : 1.0;
   std::ostringstream os;
   if (x.costs_s == 0 && x.saves_s == 0)
@@ -45,7 +45,7 @@ std::string verdict_line(const RunResult& run, const VariantResult& v) {
     os << v.variant.label << ": imbalance costs " << percent(x.costs_s / layer) << " of the layer (" << micro(x.costs_s)
        << " of " << micro(x.layer_s) << " us)";
   if (x.saves_s > 0)
-    os << ", saves " << percent(x.saves_s / layer) << " (" << micro(x.saves_s) << " us: idle experts' weights not read)";
+    os << ", saves " << percent(x.saves_s / layer) << " (" << micro(x.saves_s) << " us: idle experts' weights and tiles)";
   const std::optional<double> drop = metric_value(run, v, "drop_rate", "value");
   const std::optional<double> unrouted = metric_value(run, v, "tokens_unrouted", "value");
   if (drop && *drop > 0) {

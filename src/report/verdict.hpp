@@ -11,16 +11,18 @@
 
 namespace moesim {
 
-// What imbalance does to one modeled layer, in seconds: costs_s - saves_s = imbalance_total_s(erosion).
+// What imbalance does to one modeled layer, in seconds: costs_s - saves_s = imbalance_total_s(erosion), each the
+// headline's tile-phase mean (src/cost/placement.hpp Erosion).
 struct ImbalanceVerdict {
-  double costs_s = 0;  // what the uneven loads add: the erosion's imbalance parts with a saving taken out
-  double saves_s = 0;  // what skew saves, >= 0: on one device, the negative part of imbalance_s (experts left
-                       // idle whose weights balanced routing reads)
+  double costs_s = 0;  // what the uneven loads add: imbalance_cost_s (straggler, tiles, communication), and
+                       // idle_saving_s where leaving experts idle costs instead of saving
+  double saves_s = 0;  // what skew saves, >= 0: -idle_saving_s (experts left idle whose weights and row tiles
+                       // balanced routing pays)
   double layer_s = 0;  // the modeled layer it is a share of (the erosion's actual_s)
 };
 
-// The verdict of one placement's erosion; `one_device`: the placement is a single device.
-ImbalanceVerdict imbalance_verdict(const Erosion& erosion, bool one_device);
+// The verdict of one placement's headline erosion.
+ImbalanceVerdict imbalance_verdict(const Erosion& erosion);
 
 // "token_choice: imbalance costs 22 % of the layer (222 of 1025 us)" ("balanced: imbalance costs nothing (0 of
 // 803 us)" where it costs and saves nothing), with ", saves 5 % (51 us: idle experts'

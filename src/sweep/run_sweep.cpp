@@ -49,6 +49,7 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.balanced = scaled(p.cost.balanced, row.moe_layers);
   add_scaled(row.erosion, p.cost.erosion, row.moe_layers);
   row.batching_efficiency = p.cost.batching_efficiency;
+  row.batching_efficiency_exact = p.cost.batching_efficiency_exact;
   row.roofline_efficiency = p.cost.roofline_efficiency;
   row.time_per_token_s = run.num_tokens > 0 ? row.actual.quantized_s / static_cast<double>(run.num_tokens) : 0.0;
   row.compute_bound_experts = p.cost.compute_bound_experts;
@@ -169,10 +170,10 @@ std::vector<SweepKnee> sweep_knees(const SweepResult& sweep) {
     int n = 0;
     for (size_t r : k.rows) {
       const SweepRow& row = sweep.rows[r];
-      const double imbalance_s = imbalance_total_s(row.erosion);
-      const double balanced_s = row.erosion.actual_s - imbalance_s;
+      // What imbalance costs (its tile-phase mean, savings apart) over the balanced counterfactual's time.
+      const double balanced_s = row.erosion.actual_s - imbalance_total_s(row.erosion);
       if (row.num_tokens < *k.tokens || balanced_s <= 0) continue;
-      sum += imbalance_s / balanced_s;
+      sum += imbalance_cost_s(row.erosion) / balanced_s;
       ++n;
     }
     if (n > 0) k.imbalance_cost_past = sum / n;

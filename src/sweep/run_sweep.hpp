@@ -46,6 +46,7 @@ struct SweepRow {
   CostBreakdown actual, balanced;   // x moe_layers
   Erosion erosion;                  // x moe_layers: where actual.quantized_s goes (cost/placement.hpp)
   double batching_efficiency = 1;   // the balanced counterfactual's time over the routing's (1 or L layers alike)
+  double batching_efficiency_exact = 1;  // the same for this exact batch size (no tile-phase mean)
   double roofline_efficiency = 1;   // the same on the ideal roofline: reference / (reference + imbalance)
   double time_per_token_s = 0;      // actual.quantized_s / num_tokens (0 when no tokens)
   double compute_bound_experts = 0; // physical experts past their knee (per layer)
@@ -70,9 +71,9 @@ struct SweepKnee {
   std::vector<size_t> rows;            // the curve's rows, by growing tokens
   std::optional<int64_t> tokens;         // the routing's knee; nullopt: no bend within the swept batches
   std::optional<int64_t> balanced_tokens;  // the balanced counterpart's
-  // Mean (imbalance_s + imbalance_tiles_s) / (actual_s - both) over the curve's rows at or past the
-  // routing's knee: what imbalance costs over the balanced time once the batching benefit is spent
-  // (nullopt without a knee).
+  // Mean imbalance_cost_s / (actual_s - imbalance_total_s) over the curve's rows at or past the routing's knee:
+  // what imbalance costs (its tile-phase mean, savings apart) over the balanced time once the batching benefit is
+  // spent (nullopt without a knee).
   std::optional<double> imbalance_cost_past;
 };
 

@@ -23,4 +23,9 @@ struct LogitsBatch {
 // Throws InputError when the file's column count is not model.experts or the source is neither.
 std::vector<LogitsBatch> make_logits_batches(const Experiment& e, const std::string& logits_path);
 
+// A synthetic workload's warm-up batches (placement.plan_from past): `count` batches drawn as the measured
+// ones are, at the steps before the first (-count .. -1, which workload.drift turns the popularity through),
+// from seeds no measured batch uses. Throws InputError for any other source.
+std::vector<LogitsBatch> make_warmup_batches(const Experiment& e, int count);
+
 }  // namespace moesim

@@ -16,6 +16,26 @@ constexpr uint64_t kStreamRank = 101;
 constexpr uint64_t kStreamLogits = 102;
 constexpr uint64_t kStreamTokenIds = 103;
 constexpr uint64_t kStreamHidden = 104;
+constexpr uint64_t kStreamPopularity = 105;
+constexpr uint64_t kStreamDrift = 106;
+constexpr uint64_t kStreamBatchVariation = 107;
+constexpr uint64_t kStreamGroup = 108;
+
+std::vector<float> popularity_draw(const WorkloadConfig& w, int num_experts, int groups, uint64_t seed) {
+  std::vector<float> bias(num_experts);
+  if (w.popularity == Popularity::zipf) {
+    bias = expert_popularity_bias(num_experts, w.skew, seed);
+  } else {
+    for (int e = 0; e < num_experts; ++e)
+      bias[e] = static_cast<float>(w.skew * counter_normal(seed, kStreamPopularity, static_cast<uint64_t>(e)));
+  }
+  if (w.group_skew > 0 && groups > 1 && num_experts % groups == 0) {
+    const int per_group = num_experts / groups;
+    for (int e = 0; e < num_experts; ++e)
+      bias[e] += static_cast<float>(w.group_skew * counter_normal(seed, kStreamGroup, static_cast<uint64_t>(e / per_group)));
+  }
+  return bias;
+}
 }  // namespace
 
 std::vector<float> expert_popularity_bias(int num_experts, double skew, uint64_t seed) {
@@ -31,6 +51,25 @@ std::vector<float> expert_popularity_bias(int num_experts, double skew, uint64_t
   std::vector<float> bias(num_experts);
   for (int e = 0; e < num_experts; ++e) bias[e] = static_cast<float>(-skew * std::log(rank[e] + 1.0));
   return bias;
+}
+
+std::vector<float> popularity_at(const WorkloadConfig& w, int num_experts, int groups, uint64_t seed, int64_t step) {
+  MOESIM_REQUIRE(w.drift >= 0 && std::isfinite(w.drift), "drift must be finite and >= 0, got " << w.drift);
+  MOESIM_REQUIRE(w.batch_variation >= 0 && w.batch_variation <= 1,
+                 "batch_variation must be in [0, 1], got " << w.batch_variation);
+  std::vector<float> u = popularity_draw(w, num_experts, groups, seed);
+  if (w.drift > 0 && step != 0) {
+    const std::vector<float> v = popularity_draw(w, num_experts, groups, counter_hash(seed, kStreamDrift, 0));
+    const double a = w.drift * static_cast<double>(step);
+    for (int e = 0; e < num_experts; ++e) u[e] = static_cast<float>(std::cos(a) * u[e] + std::sin(a) * v[e]);
+  }
+  if (w.batch_variation > 0) {
+    const std::vector<float> b =
+        popularity_draw(w, num_experts, groups, counter_hash(seed, kStreamBatchVariation, static_cast<uint64_t>(step)));
+    const double keep = std::sqrt(1.0 - w.batch_variation), fresh = std::sqrt(w.batch_variation);
+    for (int e = 0; e < num_experts; ++e) u[e] = static_cast<float>(keep * u[e] + fresh * b[e]);
+  }
+  return u;
 }
 
 std::vector<float> synthetic_logits(int64_t num_tokens, int num_experts, double skew, uint64_t seed) {

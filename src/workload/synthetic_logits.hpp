@@ -8,10 +8,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "src/config/experiment.hpp"
+
 namespace moesim {
 
 // Per-expert popularity bias [num_experts] for the given skew and seed.
 std::vector<float> expert_popularity_bias(int num_experts, double skew, uint64_t seed);
+
+// The popularity bias [num_experts] at step `step` (negative: warm-up steps) for workload.popularity, skew,
+// drift and batch_variation: one draw u from `seed` (zipf: expert_popularity_bias; lognormal: skew x N(0, 1) per
+// expert); with drift > 0 a second, independent draw v, p = cos(drift step) u + sin(drift step) v; with
+// batch_variation s > 0 a draw b of the step's own, bias = sqrt(1 - s) p + sqrt(s) b.
+// groups: router.groups; with group_skew > 0 every draw adds group_skew x N(0, 1) per group of E / groups
+// contiguous experts.
+std::vector<float> popularity_at(const WorkloadConfig& w, int num_experts, int groups, uint64_t seed, int64_t step);
 
 // Router logits [num_tokens, num_experts], row-major.
 std::vector<float> synthetic_logits(int64_t num_tokens, int num_experts, double skew, uint64_t seed);

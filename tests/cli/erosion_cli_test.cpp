@@ -38,13 +38,23 @@ TEST(ErosionCli, EveryStrategysPartsAddUp) {
       const double ref = x["reference_s"].get<double>(), imb = x["parts"]["imbalance_s"].get<double>();
       const double tiles = x["parts"]["imbalance_tiles_s"].get<double>(), actual = x["actual_s"].get<double>();
       const double comm = x["parts"]["communication_imbalance_s"].get<double>();
-      EXPECT_NEAR(p["roofline_efficiency"].get<double>(), ref / (ref + imb), 1e-15);
-      EXPECT_NEAR(p["batching_efficiency"].get<double>(), (actual - imb - tiles - comm) / actual, 1e-15);
-      EXPECT_NEAR(x["imbalance_total_s"].get<double>(), imb + tiles + comm, 1e-18);
+      const double idle = x["parts"]["idle_saving_s"].get<double>();
+      EXPECT_NEAR(p["roofline_efficiency"].get<double>(), ref / p["erosion_exact"]["loads_s"].get<double>(), 1e-15);
+      EXPECT_NEAR(p["batching_efficiency"].get<double>(), (actual - idle - imb - tiles - comm) / actual, 1e-15);
+      EXPECT_NEAR(x["imbalance_cost_s"].get<double>(), imb + tiles + comm, 1e-18);
+      EXPECT_NEAR(x["imbalance_total_s"].get<double>(), idle + imb + tiles + comm, 1e-18);
+      EXPECT_NEAR(p["imbalance_cost"].get<double>(), (imb + tiles + comm) / actual, 1e-15);
+      EXPECT_NEAR(p["idle_saving"].get<double>(), -idle / actual, 1e-15);
+      // The exact batch's parts differ from the headline's by the tile phase alone.
+      const nlohmann::json& ex = p["erosion_exact"];
+      EXPECT_NEAR(ex["imbalance_total_s"].get<double>(),
+                  x["imbalance_total_s"].get<double>() + x["parts"]["tile_phase_s"].get<double>(), 1e-12 * actual);
       if (s["strategy"] == "balanced") {
-        EXPECT_EQ(imb, 0.0);
-        EXPECT_EQ(tiles, 0.0);
-        EXPECT_EQ(comm, 0.0);
+        for (const char* part : {"idle_saving_s", "imbalance_s", "imbalance_tiles_s", "communication_imbalance_s",
+                                 "tile_phase_s"}) {
+          EXPECT_EQ(x["parts"][part].get<double>(), 0.0) << part;
+          EXPECT_EQ(ex["parts"][part].get<double>(), 0.0) << part;
+        }
       }
     }
   }
@@ -74,10 +84,11 @@ TEST(ErosionCli, TableShowsTheSplit) {
   const auto r = run_cli("compare --gating token_choice,balanced --set execute.enabled=false "
                          "--set placement.kind=expert_parallel --set placement.devices=4 --wide");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* h : {"ep_us", "devices", "ref_us", "imb_us", "imb_tile_us", "tile_us", "pad_us", "comm_us", "drop_us",
-                        "batch_eff"})
+  for (const char* h : {"ep_us", "devices", "ref_us", "save_us", "imb_us", "imb_tile_us", "phase_us", "tile_us", "pad_us",
+                        "comm_us", "drop_us", "imb_cost", "idle_save", "batch_eff"})
     EXPECT_NE(r.out.find(h), std::string::npos) << h;
-  EXPECT_NE(r.out.find("ep_us = ref_us + imb_us + imb_tile_us + tile_us + pad_us + comm_us + comm_imb_us"),
+  EXPECT_NE(r.out.find("ep_us = ref_us + save_us + imb_us + imb_tile_us + phase_us + tile_us + pad_us + comm_us + "
+                       "comm_imb_us"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find(" on 4 x h100-sxm ("), std::string::npos) << r.out;

@@ -35,20 +35,26 @@ TEST(HfConfigCli, ConfigPrintsTheResolvedModelAndLoadsBackTheSame) {
 }
 
 TEST(HfConfigCli, TheBuiltInPlacementTakesTheModelsExpertCount) {
-  // Qwen1.5-MoE's 60 experts do not split over the built-in experiment's 8 devices: it takes 6 (the most up to 8
-  // that divide 60) and says so; a placement the user gives is checked as given, its error naming where.
+  // Qwen1.5-MoE's 60 experts split contiguously over the built-in experiment's 8 devices (7 or 8 each); under
+  // EPLB's packing, which needs the devices to divide the slots, they do not: it takes 6 (the most up to 8 that
+  // divide 60) and says so; a placement the user gives is checked as given, its error naming where.
+  const auto plain = run_cli("run --no-execute --format json --set workload.batch=256 --set workload.batches=1 "
+                             "--set model.hf_config=" + hf_path("qwen1.5-moe-a2.7b"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["experiment"]["config"]["placement"]["devices"], 8);
   const auto r = run_cli("run --no-execute --format json --set workload.batch=256 --set workload.batches=1 "
-                         "--set model.hf_config=" + hf_path("qwen1.5-moe-a2.7b"));
+                         "--set placement.policy=global --set model.hf_config=" + hf_path("qwen1.5-moe-a2.7b"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("its 60 experts do not split over the built-in experiment's 8 devices: placement.devices 6 "
                        "(set placement.devices)"), std::string::npos) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["experiment"]["config"]["placement"]["devices"], 6);
-  const auto given = run_cli("run --no-execute --set placement.devices=8 --set model.hf_config=" + hf_path("qwen1.5-moe-a2.7b"));
+  const auto given = run_cli("run --no-execute --set placement.policy=global --set placement.devices=8 "
+                             "--set model.hf_config=" + hf_path("qwen1.5-moe-a2.7b"));
   EXPECT_EQ(given.exit_code, 2);
   EXPECT_NE(given.err.find("--set placement.devices=8: placement.devices: expected a divisor of model.experts + "
                            "placement.replicas (60)"), std::string::npos) << given.err;
   // A built-in key's error says where the built-in experiment has it, not "<built-in>:LINE".
-  const auto built_in = run_cli("run --no-execute --set model.experts=60");
+  const auto built_in = run_cli("run --no-execute --set placement.policy=global --set model.experts=60");
   EXPECT_EQ(built_in.exit_code, 2);
   EXPECT_EQ(built_in.err.find("<built-in>:"), std::string::npos) << built_in.err;
   EXPECT_NE(built_in.err.find("configs/quickstart.yaml:"), std::string::npos) << built_in.err;

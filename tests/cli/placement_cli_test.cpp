@@ -41,13 +41,26 @@ TEST(PlacementCli, RunJsonCarriesThePlan) {
   const auto j = nlohmann::json::parse(r.out);
   const auto& ep = j["strategies"][0]["modeled"]["expert_parallel"];
   expect_plan(ep["plan"], 12, 4);
-  // Planned from the batch's own loads: the planner's device loads sum to the kept assignments (the plan shown
-  // is the last batch's).
-  const auto load = j["strategies"][0]["last_record_metrics"]["load"].get<std::vector<int64_t>>();
-  const auto dl = ep["plan"]["device_load"].get<std::vector<double>>();
+  // Replicas make the default policy EPLB's global one, planned from the loads of 8 warm-up batches routed
+  // before the measured one (none of them it).
+  EXPECT_EQ(ep["plan_source"], "EPLB global, planned from the loads of 8 warm-up batches");
+  EXPECT_FALSE(j["strategies"][0].contains("rebalance"));
+  // The oracle plans from the batch it is charged for: the planner's device loads sum to its kept assignments
+  // (the plan shown is the last batch's).
+  const auto o = run_cli("run --format json" + kEp + " --set placement.plan_from=oracle");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto jo = nlohmann::json::parse(o.out);
+  const auto& oep = jo["strategies"][0]["modeled"]["expert_parallel"];
+  EXPECT_EQ(oep["plan_source"], "EPLB global, oracle: planned from the very batch it is charged for");
+  const auto load = jo["strategies"][0]["last_record_metrics"]["load"].get<std::vector<int64_t>>();
+  const auto dl = oep["plan"]["device_load"].get<std::vector<double>>();
   EXPECT_DOUBLE_EQ(std::accumulate(dl.begin(), dl.end(), 0.0),
                    static_cast<double>(std::accumulate(load.begin(), load.end(), int64_t{0})));
-  EXPECT_FALSE(j["strategies"][0].contains("rebalance"));
+  // Without replicas the default is the static contiguous split, which reads no loads.
+  const auto s = run_cli("run --format json --no-execute --set placement.kind=expert_parallel --set placement.devices=4");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(nlohmann::json::parse(s.out)["strategies"][0]["modeled"]["expert_parallel"]["plan_source"],
+            "contiguous: static, no EPLB");
 }
 
 TEST(PlacementCli, CompareJsonCarriesThePlanPerStrategy) {
@@ -108,8 +121,8 @@ TEST(PlacementCli, RebalanceEveryActsWithoutMpirun) {
 TEST(PlacementCli, ConfigPrintsThePlacementKeys) {
   const auto r = run_cli("config");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* key : {"policy: global", "nodes: 1", "groups: 0", "spread_replicas: false",
-                          "load_estimator: window", "ema_weight: 0.5"})
+  for (const char* key : {"policy: auto", "plan_from: past", "warmup_batches: 8", "nodes: 1", "groups: 0",
+                          "spread_replicas: false", "load_estimator: window", "ema_weight: 0.5"})
     EXPECT_NE(r.out.find(key), std::string::npos) << key;
 }
 

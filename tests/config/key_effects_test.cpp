@@ -152,6 +152,7 @@ const std::vector<Row>& rows() {
   const std::string afb = run + " --set router.gating=aux_free_bias --set workload.batches=4";
   const std::string skewed = run + " --set workload.skew=1.5";  // many drops at capacity factor 1.25
   const std::string drawn = "run {ROOT}/configs/experiments/aiconfigurator-power-law.yaml --format json";
+  const std::string eplb = run + " --set placement.policy=global";  // plans from loads (auto without replicas does not)
   static const std::vector<Row> table = {
       {"name", "other", run, "", true},
       {"model.name", "other", run, "", true},
@@ -208,6 +209,10 @@ const std::vector<Row>& rows() {
       {"workload.decode_steps", "3", dec, run},
       {"workload.seed", "11", run, profile},
       {"workload.skew", "1.5", run, logits},
+      {"workload.popularity", "lognormal", run, logits},
+      {"workload.group_skew", "0.5", run + " --set router.groups=4", run},
+      {"workload.drift", "0.5", run, dec},
+      {"workload.batch_variation", "0.5", run, dec},
       {"workload.topics", "3", dec, run},
       {"workload.path", "{B}", logits, run},
       {"workload.profile_key", "olmoe/expert_counts/book", profile, run},
@@ -229,11 +234,18 @@ const std::vector<Row>& rows() {
        run + " --set placement.kind=single --set placement.policy=map"},
       {"placement.spread_replicas", "true",
        run + " --set placement.devices=4 --set placement.replicas=4 --set workload.skew=1.5", run},
-      {"placement.rebalance_every", "1", run, run + " --set placement.kind=single"},
-      {"placement.load_estimator", "ema", run + " --set placement.rebalance_every=1 --set workload.batches=4", run},
+      {"placement.plan_from", "oracle", eplb + " --set workload.skew=1.5", run},
+      {"placement.plan_profile", "{ROOT}/data/routing-traces/olmoe-mixtral-expert-counts/expert_counts.json#"
+                                 "mistral/expert_counts/github",
+       eplb + " --set placement.plan_from=profile --set placement.plan_profile={ROOT}/data/routing-traces/"
+              "olmoe-mixtral-expert-counts/expert_counts.json#mistral/expert_counts/arxiv",
+       run + " --set placement.kind=single --set placement.plan_from=profile"},
+      {"placement.warmup_batches", "1", eplb + " --set workload.skew=1.5", run},
+      {"placement.rebalance_every", "1", eplb, eplb + " --set placement.kind=single"},
+      {"placement.load_estimator", "ema", eplb + " --set placement.rebalance_every=1 --set workload.batches=4", eplb},
       {"placement.ema_weight", "0.9",
-       run + " --set placement.rebalance_every=1 --set placement.load_estimator=ema --set workload.batches=4",
-       run + " --set placement.rebalance_every=1"},
+       eplb + " --set placement.rebalance_every=1 --set placement.load_estimator=ema --set workload.batches=4",
+       eplb + " --set placement.rebalance_every=1"},
       {"placement.a2a_kernel", "low_latency", run, run + " --set placement.kind=single"},
       {"placement.dispatch_dtype", "fp8", run, run + " --set placement.kind=single"},
       {"placement.combine_dtype", "fp32", run, run + " --set placement.kind=single"},

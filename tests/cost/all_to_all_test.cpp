@@ -240,8 +240,9 @@ TEST(AllToAll, CommunicationImbalanceIsTheSkewOfTheReceives) {
       in.placement.overlap = o;
       const LayerCost skewed = model_moe_layer(hw, in);
       const Erosion& x = skewed.erosion;
-      const double parts = x.reference_s + x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s +
-                           x.micro_batch_s + x.communication_s + x.communication_imbalance_s;
+      const double parts = x.reference_s + x.idle_saving_s + x.imbalance_s + x.imbalance_tiles_s + x.tile_phase_s +
+                           x.padding_s + x.quantization_s + x.micro_batch_s + x.communication_s +
+                           x.communication_imbalance_s;
       EXPECT_NEAR(parts, skewed.actual.quantized_s, 1e-15) << to_string(k) << " " << to_string(o);
       EXPECT_NEAR(x.actual_s, skewed.actual.quantized_s, 1e-18);
       if (o == A2aOverlap::none) EXPECT_GT(x.communication_imbalance_s, 0.0) << to_string(k);

@@ -106,8 +106,8 @@ TEST(Placement, LayoutsSetTheRows) {
   EXPECT_NEAR(cap.roofline_efficiency, (4 * 49152.0 + 28 * 1920) / (3 * 49152.0 + 28 * 1920), 1e-12);
   // On the headline both are compute bound on 4 row tiles (1 + 2 + 1 against 1 + 1 + 1 + 1): the idle
   // expert saves nothing, so imbalance costs nothing (imbalance + imbalance_tiles = 0 exactly).
-  EXPECT_EQ(cap.erosion.imbalance_s + cap.erosion.imbalance_tiles_s, 0.0);
-  EXPECT_EQ(cap.batching_efficiency, 1.0);
+  EXPECT_EQ(cap.erosion_exact.imbalance_s + cap.erosion_exact.imbalance_tiles_s + cap.erosion_exact.idle_saving_s, 0.0);
+  EXPECT_EQ(cap.batching_efficiency_exact, 1.0);
   EXPECT_NEAR(cap.erosion.padding_s, cap.actual.ideal_s - (3 * 49152.0 + 28 * 1920) / 1e12, 1e-20);
   // capacity layout without a capacity: the buffer holds max(load) = 20 rows per expert too.
   in.capacity = 0;
@@ -303,8 +303,10 @@ TEST(Erosion, WorkedExampleByHand) {
   in.undelivered = undelivered_assignments(80, 80, 1);
   in.placement = expert_parallel(2);
   const LayerCost c = model_moe_layer(toy(), in);
-  const Erosion& x = c.erosion;
+  const Erosion& x = c.erosion_exact;  // this batch exactly (the headline averages the tile phase)
   const double ns = 1e-9;
+  // Every expert is active: nothing is idle, so nothing is saved.
+  EXPECT_EQ(x.idle_saving_s, 0.0);
   // reference: 320 delivered, 80 per expert, 160 rows per device: compute 160 x 4.9152 ns beats memory
   // (2 W + 160 x 1920 B) / BW = 405.504 ns.
   EXPECT_NEAR(x.reference_s, 786.432 * ns, 1e-18);
@@ -336,7 +338,13 @@ TEST(Erosion, WorkedExampleByHand) {
   EXPECT_NEAR(x.reference_s + x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.communication_s +
                   x.communication_imbalance_s,
               x.actual_s, 1e-21);
-  EXPECT_NEAR(c.batching_efficiency, (9488.6912 - 98.304 - 58.9824 - 25.6) / 9488.6912, 1e-12);
+  EXPECT_NEAR(c.batching_efficiency_exact, (9488.6912 - 98.304 - 58.9824 - 25.6) / 9488.6912, 1e-12);
+  // The headline's parts add up as well, the tile phase holding this batch's difference from their expectation.
+  const Erosion& h = c.erosion;
+  EXPECT_NEAR(h.reference_s + h.idle_saving_s + h.imbalance_s + h.imbalance_tiles_s + h.tile_phase_s + h.padding_s +
+                  h.quantization_s + h.communication_s + h.communication_imbalance_s,
+              h.actual_s, 1e-18);
+  EXPECT_NEAR(imbalance_total_s(h) + h.tile_phase_s, imbalance_total_s(x), 1e-18);
   // dropped work: 400 balanced (200 rows per device, 983.04 ns) minus the reference.
   EXPECT_NEAR(x.dropped_work_s, 196.608 * ns, 1e-18);
   EXPECT_EQ(x.served, 320);
@@ -435,15 +443,92 @@ TEST(Erosion, ImbalanceTilesByHand) {
   // Both ideal times are the memory's 159.744 ns, so the roofline imbalance is 0 and all 76.1856 ns the skew
   // adds are imbalance_tiles; quantization keeps what balanced loads pay too, the 6 us of launches.
   const LayerCost c = model_moe_layer(toy(), layer(2, 1, 32, {20, 12}));
-  const Erosion& x = c.erosion;
+  const Erosion& x = c.erosion_exact;
   const double ns = 1e-9;
   EXPECT_NEAR(x.reference_s, 159.744 * ns, 1e-20);
   EXPECT_NEAR(x.imbalance_s, 0.0, 1e-21);
   EXPECT_NEAR(x.imbalance_tiles_s, 76.1856 * ns, 1e-18);
   EXPECT_NEAR(x.quantization_s, 6000 * ns, 1e-17);
   EXPECT_NEAR(x.actual_s, 6235.9296 * ns, 1e-17);
-  EXPECT_NEAR(c.batching_efficiency, 6159.744 / 6235.9296, 1e-12);
+  EXPECT_NEAR(c.batching_efficiency_exact, 6159.744 / 6235.9296, 1e-12);
   EXPECT_EQ(c.roofline_efficiency, 1.0);
+}
+
+TEST(Erosion, TilePhaseExpectationByHand) {
+  // The same layer, loads {20, 12} at N = 32 on the toy device, averaged over 4 batch sizes. The window: one
+  // row tile of 16 rows an expert (a wave of the narrower GEMM, 4 column tiles on 4 SMs, is one row tile over
+  // 2 experts: 8 rows, shorter), h = min(16 x 2 / 2, 32 / 2) = 16 tokens, so N' = 32 + 16 ((2 j + 1) / 4 - 1) =
+  // 20, 28, 36, 44. Loads scale by N' / 32 with the remainder to the largest fraction (ties: expert 0):
+  //   N' 20: {13, 7} against {10, 10}: 2 row tiles each, both 157.2864 ns of compute: tiles part 0;
+  //   N' 28: {18, 10}: 3 row tiles (235.9296 ns) against {14, 14}: 2 (157.2864 ns): +78.6432 ns of 6235.9296;
+  //   N' 36: {23, 13}: 3 row tiles against {18, 18}: 4 (314.5728 ns): -78.6432 ns of 6235.9296;
+  //   N' 44: {28, 16}: 3 against {22, 22}: 4: -78.6432 ns of 6235.9296.
+  // Every point's roofline is the same for both (memory bound up to 28, compute bound past 32 rows), and no
+  // expert is idle, so the tiles part is all of it: mean share -78.6432 / (4 x 6235.9296), times this batch's
+  // 6235.9296 ns: -19.6608 ns. This exact batch pays +76.1856 ns (ImbalanceTilesByHand): tile_phase 95.8464 ns.
+  LayerCostInput in = layer(2, 1, 32, {20, 12});
+  in.tile_phase_points = 4;
+  EXPECT_EQ(tile_phase_batches(ExpertRoofline(toy(), 64, 128, Dtype::fp16), in),
+            (std::vector<int64_t>{20, 28, 36, 44}));
+  EXPECT_EQ(scale_loads_to({20, 12}, 32, 20), (std::vector<int64_t>{13, 7}));
+  EXPECT_EQ(scale_loads_to({20, 12}, 32, 44), (std::vector<int64_t>{28, 16}));
+  EXPECT_EQ(scale_loads_to({16, 16}, 32, 36), (std::vector<int64_t>{18, 18}));  // balanced stays balanced
+  EXPECT_EQ(scale_loads_to({5, 5, 4}, 14, 21), (std::vector<int64_t>{7, 7, 7}));
+  const LayerCost c = model_moe_layer(toy(), in);
+  const double ns = 1e-9;
+  EXPECT_NEAR(c.erosion.imbalance_tiles_s, -19.6608 * ns, 1e-18);
+  EXPECT_NEAR(c.erosion.imbalance_s, 0.0, 1e-21);
+  EXPECT_EQ(c.erosion.idle_saving_s, 0.0);
+  EXPECT_NEAR(c.erosion.tile_phase_s, 95.8464 * ns, 1e-18);
+  EXPECT_NEAR(c.erosion_exact.imbalance_tiles_s, 76.1856 * ns, 1e-18);
+  EXPECT_NEAR(c.batching_efficiency, (6235.9296 + 19.6608) / 6235.9296, 1e-12);
+  EXPECT_NEAR(c.batching_efficiency_exact, 6159.744 / 6235.9296, 1e-12);
+  // One point: the exact batch alone.
+  in.tile_phase_points = 1;
+  EXPECT_EQ(model_moe_layer(toy(), in).erosion.tile_phase_s, 0.0);
+}
+
+TEST(Erosion, SavingAndCostApartByHand) {
+  // 4 experts of the toy layer on one device, k = 1, this exact batch (no tile phase). W = 49.152 ns to read,
+  // A = 1.92 ns a row, 78.6432 ns of compute a 16-row tile (up: 16 column tiles = 4 waves of 13.1072 ns; down:
+  // 4 tiles, 1 wave of 26.2144 ns), 6 us of launches.
+  const double ns = 1e-9;
+  {
+    // N = 8, loads {5, 3, 0, 0}: two experts idle. Reference {2, 2, 2, 2}: 4 W + 8 A = 211.968 ns; A = {4, 4, 0, 0}:
+    // 2 W + 8 A = 113.664 ns, as are the loads. The kernel: balanced 4 row tiles, 314.5728 ns of compute; A and
+    // the loads 2, 157.2864 ns. Skew saves the 2 idle experts' weights and tiles, 157.2864 ns, and costs nothing.
+    LayerCostInput in = layer(4, 1, 8, {5, 3, 0, 0});
+    in.tile_phase_points = 1;
+    const LayerCost c = model_moe_layer(toy(), in);
+    const Erosion& x = c.erosion;
+    EXPECT_NEAR(x.reference_s, 211.968 * ns, 1e-20);
+    EXPECT_NEAR(x.idle_saving_s, -157.2864 * ns, 1e-18);
+    EXPECT_NEAR(x.imbalance_s, 0.0, 1e-21);
+    EXPECT_NEAR(x.imbalance_tiles_s, 0.0, 1e-21);
+    EXPECT_NEAR(x.actual_s, 6157.2864 * ns, 1e-17);
+    EXPECT_NEAR(idle_saving_fraction(x), 157.2864 / 6157.2864, 1e-12);
+    EXPECT_EQ(imbalance_cost_fraction(x), 0.0);
+  }
+  {
+    // N = 20, loads {17, 3, 0, 0}. Reference {5, 5, 5, 5}: 4 W + 20 A = 235.008 ns; A = {10, 10, 0, 0} and the loads:
+    // 2 W + 20 A = 136.704 ns (memory bound: 20 rows compute 98.304 ns). The kernel: balanced 4 row tiles
+    // (314.5728 ns), A 2 (157.2864 ns), the loads 2 + 1 = 3 (235.9296 ns). Saving Q(A) - Q(balanced) =
+    // -157.2864 ns; the straggler on the roofline 0; the skew's extra row tile (Q(loads) - T1) - (Q(A) - A) =
+    // 99.2256 - 20.5824 = 78.6432 ns. Net -78.6432 ns; the layer 6235.9296 ns.
+    LayerCostInput in = layer(4, 1, 20, {17, 3, 0, 0});
+    in.tile_phase_points = 1;
+    const LayerCost c = model_moe_layer(toy(), in);
+    const Erosion& x = c.erosion;
+    EXPECT_NEAR(x.reference_s, 235.008 * ns, 1e-20);
+    EXPECT_NEAR(x.idle_saving_s, -157.2864 * ns, 1e-18);
+    EXPECT_NEAR(x.imbalance_s, 0.0, 1e-21);
+    EXPECT_NEAR(x.imbalance_tiles_s, 78.6432 * ns, 1e-18);
+    EXPECT_NEAR(imbalance_total_s(x), -78.6432 * ns, 1e-18);
+    EXPECT_NEAR(x.actual_s, 6235.9296 * ns, 1e-17);
+    EXPECT_NEAR(imbalance_cost_fraction(x), 78.6432 / 6235.9296, 1e-12);
+    EXPECT_NEAR(idle_saving_fraction(x), 157.2864 / 6235.9296, 1e-12);
+    EXPECT_NEAR(c.batching_efficiency, (6235.9296 + 78.6432) / 6235.9296, 1e-12);
+  }
 }
 
 TEST(Placement, RandomLoadsKeepInvariants) {
@@ -470,12 +555,14 @@ TEST(Placement, RandomLoadsKeepInvariants) {
     EXPECT_LE(c.actual.ideal_s, c.actual.quantized_s);
     EXPECT_GE(c.rank_imbalance, 1.0);
     // The erosion parts add up to actual - reference, and the layout and tiles only add time.
+    for (const Erosion* e : {&c.erosion, &c.erosion_exact}) {
+      const Erosion& x = *e;
+      EXPECT_EQ(x.actual_s, c.actual.quantized_s);
+      EXPECT_NEAR(x.idle_saving_s + x.imbalance_s + x.imbalance_tiles_s + x.tile_phase_s + x.padding_s +
+                      x.quantization_s + x.micro_batch_s + x.communication_s + x.communication_imbalance_s,
+                  x.actual_s - x.reference_s, 1e-12 * x.actual_s);
+    }
     const Erosion& x = c.erosion;
-    EXPECT_EQ(x.actual_s, c.actual.quantized_s);
-    EXPECT_NEAR(x.imbalance_s + x.imbalance_tiles_s + x.padding_s + x.quantization_s + x.micro_batch_s +
-                    x.communication_s + x.communication_imbalance_s,
-                x.actual_s - x.reference_s,
-                1e-12 * x.actual_s);
     EXPECT_GE(x.padding_s, 0);
     EXPECT_GE(x.quantization_s, 0);
     EXPECT_GE(x.communication_s, 0);

@@ -23,7 +23,7 @@ TEST(Verdict, CostsAreTheImbalancePartsOfTheLayer) {
   x.imbalance_s = 165.3e-6;
   x.imbalance_tiles_s = 46.9e-6;
   x.communication_imbalance_s = 10.1e-6;
-  const ImbalanceVerdict v = imbalance_verdict(x, false);
+  const ImbalanceVerdict v = imbalance_verdict(x);
   EXPECT_NEAR(v.costs_s, 222.3e-6, 1e-12);
   EXPECT_EQ(v.saves_s, 0.0);
   EXPECT_EQ(v.layer_s, 1025.5e-6);
@@ -31,21 +31,22 @@ TEST(Verdict, CostsAreTheImbalancePartsOfTheLayer) {
   EXPECT_NEAR(v.costs_s / v.layer_s, 0.2168, 1e-4);
 }
 
-TEST(Verdict, OnOneDeviceANegativeImbalanceIsWhatSkewSaves) {
-  // Skew left experts idle: imbalance_s = -30 us (their weights not read), the tiles of the hot experts
+TEST(Verdict, IdleExpertsAreWhatSkewSaves) {
+  // Skew left experts idle: idle_saving_s = -30 us (their weights and tiles not paid), the hot experts' tiles
   // +80 us. Net imbalance_total_s = 50 us; the verdict splits it: costs 80, saves 30.
   Erosion x;
   x.actual_s = 1000e-6;
-  x.imbalance_s = -30e-6;
+  x.idle_saving_s = -30e-6;
   x.imbalance_tiles_s = 80e-6;
-  const ImbalanceVerdict one = imbalance_verdict(x, true);
-  EXPECT_NEAR(one.saves_s, 30e-6, 1e-15);
-  EXPECT_NEAR(one.costs_s, 80e-6, 1e-15);
-  EXPECT_NEAR(one.costs_s - one.saves_s, imbalance_total_s(x), 1e-15);
-  // Over several devices the saving is not split out (yet): the net is the cost.
-  const ImbalanceVerdict ep = imbalance_verdict(x, false);
-  EXPECT_EQ(ep.saves_s, 0.0);
-  EXPECT_NEAR(ep.costs_s, 50e-6, 1e-15);
+  const ImbalanceVerdict v = imbalance_verdict(x);
+  EXPECT_NEAR(v.saves_s, 30e-6, 1e-15);
+  EXPECT_NEAR(v.costs_s, 80e-6, 1e-15);
+  EXPECT_NEAR(v.costs_s - v.saves_s, imbalance_total_s(x), 1e-15);
+  // Where leaving experts idle costs instead (more experts active on the slowest device), it is a cost.
+  x.idle_saving_s = 5e-6;
+  const ImbalanceVerdict w = imbalance_verdict(x);
+  EXPECT_EQ(w.saves_s, 0.0);
+  EXPECT_NEAR(w.costs_s, 85e-6, 1e-15);
 }
 
 TEST(Verdict, TheRunOpensWithItsLineFromTheHeadlineErosion) {
@@ -53,7 +54,7 @@ TEST(Verdict, TheRunOpensWithItsLineFromTheHeadlineErosion) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   const nlohmann::json& x = j["strategies"][0]["modeled"]["expert_parallel"]["erosion"];
-  const double costs = x["imbalance_total_s"].get<double>(), layer = x["actual_s"].get<double>();
+  const double costs = x["imbalance_cost_s"].get<double>(), layer = x["actual_s"].get<double>();
   const auto t = testing::run_cli("run --no-execute --set workload.batches=2");
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const std::string first = t.out.substr(0, t.out.find('\n'));

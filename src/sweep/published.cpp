@@ -166,7 +166,7 @@ bool is_comm_table(const std::string& text) {
   return first.rfind("phase,", 0) == 0;
 }
 
-bool is_training_table(const std::string& text) { return text.rfind("model,gpu,gpus,", 0) == 0; }
+bool is_training_table(const std::string& text) { return text.rfind("model,", 0) == 0; }
 
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> fields(1);

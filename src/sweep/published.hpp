@@ -94,7 +94,7 @@ struct PublishedFile {
 std::vector<PublishedFile> published_files(const std::string& spec);
 // Whether a CSV is a communication table (its header starts with `phase,`: src/sweep/published_comm.hpp).
 bool is_comm_table(const std::string& text);
-// Whether a CSV is a training table (its header starts with `model,gpu,gpus,`: src/sweep/published_train.hpp).
+// Whether a CSV is a training table (its header starts with `model,`: src/sweep/published_train.hpp).
 bool is_training_table(const std::string& text);
 // The profile a table's gpu cell names: a built-in profile, or (for a table read from disk) a profile YAML
 // relative to the table's folder. Errors: InputError "ORIGIN:LINE: gpu: expected ..., got '...'".

@@ -280,8 +280,14 @@ std::unique_ptr<TrainingSample> make_sample(const TrainingTable& table, int t, c
     if (!router) router = std::make_unique<TrainRouter>(e);
     s->actual = router->loads(p.train.routing, s->layout);
     s->reference = router->reference(s->layout);
+    // What the profile cannot run (a precision without its peak, MXFP8 on Hopper, no inter-node link) is the
+    // row's error, found once here rather than inside a fit.
+    model_train_step(s->hw, s->shape, s->layout, s->rows, s->actual, s->reference, TrainFigures::fitted());
   } catch (const ConfigError& ex) {
-    throw InputError(table.origin + ":" + std::to_string(p.line) + ": " + ex.what());
+    // The layout's keys are the table's columns: train.ep is the ep column.
+    std::string what = ex.what();
+    if (what.rfind("train.", 0) == 0) what = what.substr(6);
+    throw InputError(table.origin + ":" + std::to_string(p.line) + ": " + what);
   }
   return s;
 }

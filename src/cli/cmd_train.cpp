@@ -64,9 +64,11 @@ int cmd_train(int argc, char** argv) {
   desc.add_options()("set", po::value(&opts.overrides)->composing(), "override a config key: KEY=VALUE (repeatable)")(
       "format", po::value(&opts.format)->default_value("table"), "table|json|csv|markdown|html")(
       "out", po::value(&opts.out), "write the report to this file (atomically) instead of stdout")(
-      "strict", po::bool_switch(&opts.strict), "a key you set that has no effect is an error (exit 2)");
+      "strict", po::bool_switch(&opts.strict), "a key you set that has no effect is an error (exit 2)")(
+      "wide", po::bool_switch(&opts.wide), "with --compare: every column of the table, past 120 characters");
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   if (!factors_text.empty() && !compare) throw InputError("--capacity-factors: expected with --compare only");
+  if (opts.wide && !compare) throw InputError("--wide: expected with --compare only (one step's table fits)");
   const bool html = opts.format == "html";
   const ReportFormat format = html ? ReportFormat::table : parse_report_format(opts.format);
   const std::vector<double> factors = parse_capacity_factors(factors_text.empty() ? "1,1.25,2" : factors_text);
@@ -124,6 +126,7 @@ int cmd_train(int argc, char** argv) {
   report.experiment = &e;
   report.hardware = &hw;
   report.compare = compare;
+  report.wide = opts.wide;
   if (e.workload.source == WorkloadSource::load_profile &&
       std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.routing.kind == TrainRoutingKind::model; }))
     report.file_read = e.workload.path;

@@ -50,14 +50,15 @@ std::vector<StepPart> step_parts(const TrainStep& st) {
 }
 
 json erosion_json(const TrainErosion& x) {
-  return {{"reference_s", x.reference_s},
-          {"actual_s", x.actual_s},
-          {"parts",
-           {{"expert_compute_s", x.expert_compute_s},
-            {"all_to_all_s", x.all_to_all_s},
-            {"waits_s", x.waits_s},
-            {"padding_s", x.padding_s},
-            {"drops_s", x.drops_s}}}};
+  json j = json::object();
+  j["reference_s"] = x.reference_s;
+  j["actual_s"] = x.actual_s;
+  j["parts"] = json::object({{"expert_compute_s", x.expert_compute_s},
+                             {"all_to_all_s", x.all_to_all_s},
+                             {"waits_s", x.waits_s},
+                             {"padding_s", x.padding_s},
+                             {"drops_s", x.drops_s}});
+  return j;
 }
 
 json variant_json(const TrainVariant& v) {
@@ -65,44 +66,49 @@ json variant_json(const TrainVariant& v) {
   json parts = json::object();
   double compute = 0, comm = 0, exposed_comm = 0;
   for (const StepPart& p : step_parts(st)) {
-    parts[p.name] = {{"stream", p.stream}, {"busy_s", p.busy_s}, {"exposed_s", p.exposed_s}};
+    parts[p.name] = json::object({{"stream", p.stream}, {"busy_s", p.busy_s}, {"exposed_s", p.exposed_s}});
     if (p.stream == "compute") compute += p.busy_s;
     if (p.stream == "communication") {
       comm += p.busy_s;
       exposed_comm += p.exposed_s;
     }
   }
-  return {{"label", v.label},
-          {"routing", to_string(v.routing)},
-          {"routing_source", st.routing},
-          {"capacity_factor", v.capacity_factor},
-          {"layout", to_string(v.layout)},
-          {"step_s", st.step_s},
-          {"tokens_per_s_per_gpu", st.tokens_per_s_per_gpu},
-          {"model_flops_per_token", st.model_flops_per_token},
-          {"tflops_per_gpu", st.tflops_per_gpu},
-          {"mfu", st.mfu},
-          {"pipeline",
-           {{"stage_s", st.stage_s},
-            {"slowest_stage", st.slowest_stage},
-            {"stages_s", st.stages_s},
-            {"pipeline_s", st.pipeline_s},
-            {"bubble_s", st.bubble_s},
-            {"waits_s", st.waits_s},
-            {"simulated_groups", st.simulated_groups},
-            {"simulated_micro_batches", st.simulated_micro_batches}}},
-          {"data_parallel", {{"busy_s", st.dp_busy_s}, {"exposed_s", st.dp_exposed_s}}},
-          {"optimizer_s", st.optimizer_s},
-          {"parts", parts},
-          {"streams", {{"compute_busy_s", compute}, {"communication_busy_s", comm}, {"communication_exposed_s", exposed_comm}}},
-          {"routing_stats",
-           {{"rank_overload", st.rank_overload},
-            {"drop_rate", st.drop_rate},
-            {"padding_share", st.padding_share},
-            {"a2a_forward_s", st.a2a_forward_s},
-            {"experts_forward_s", st.experts_forward_s}}},
-          {"reference", st.reference},
-          {"erosion", erosion_json(st.erosion)}};
+  // Assigned key by key: a braced list of pairs becomes an array, not an object, wherever one of its values is
+  // itself a two-element list.
+  json j = json::object();
+  j["label"] = v.label;
+  j["routing"] = to_string(v.routing);
+  j["routing_source"] = st.routing;
+  j["capacity_factor"] = v.capacity_factor;
+  j["layout"] = to_string(v.layout);
+  j["step_s"] = st.step_s;
+  j["tokens_per_s_per_gpu"] = st.tokens_per_s_per_gpu;
+  j["model_flops_per_token"] = st.model_flops_per_token;
+  j["tflops_per_gpu"] = st.tflops_per_gpu;
+  j["mfu"] = st.mfu;
+  json pipeline = json::object();
+  pipeline["stage_s"] = st.stage_s;
+  pipeline["slowest_stage"] = st.slowest_stage;
+  pipeline["stages_s"] = st.stages_s;
+  pipeline["pipeline_s"] = st.pipeline_s;
+  pipeline["bubble_s"] = st.bubble_s;
+  pipeline["waits_s"] = st.waits_s;
+  pipeline["simulated_groups"] = st.simulated_groups;
+  pipeline["simulated_micro_batches"] = st.simulated_micro_batches;
+  j["pipeline"] = pipeline;
+  j["data_parallel"] = json::object({{"busy_s", st.dp_busy_s}, {"exposed_s", st.dp_exposed_s}});
+  j["optimizer_s"] = st.optimizer_s;
+  j["parts"] = parts;
+  j["streams"] = json::object(
+      {{"compute_busy_s", compute}, {"communication_busy_s", comm}, {"communication_exposed_s", exposed_comm}});
+  j["routing_stats"] = json::object({{"rank_overload", st.rank_overload},
+                                     {"drop_rate", st.drop_rate},
+                                     {"padding_share", st.padding_share},
+                                     {"a2a_forward_s", st.a2a_forward_s},
+                                     {"experts_forward_s", st.experts_forward_s}});
+  j["reference"] = st.reference;
+  j["erosion"] = erosion_json(st.erosion);
+  return j;
 }
 
 // The one-variant table: the headline, the parts, the erosion.
@@ -112,16 +118,18 @@ std::string single_table(const TrainReport& r, bool markdown) {
   std::ostringstream os;
   const Experiment& e = *r.experiment;
   const TrainConfig& c = st.layout.cfg;
-  os << "moesim train: " << e.model.name << " on " << c.gpus << " x " << r.hardware->name << " (" << layout_text(st.layout)
-     << "), " << to_string(c.precision) << ", recompute " << to_string(c.recompute) << ", dispatcher "
-     << to_string(c.dispatcher) << (c.ep_overlap ? " (ep_overlap)" : "") << "\n";
-  os << text::wrap("routing: " + st.routing + "; " + std::to_string(c.routed_micro_batches) +
-                   " micro-batches routed per MoE layer kind")
+  os << text::wrap("moesim train: " + e.model.name + " on " + std::to_string(c.gpus) + " x " + r.hardware->name + " (" +
+                   layout_text(st.layout) + "), " + to_string(c.precision) + ", recompute " + to_string(c.recompute) +
+                   ", dispatcher " + to_string(c.dispatcher) + (c.ep_overlap ? " (ep_overlap)" : ""))
      << "\n";
-  os << "step " << text::fixed(st.step_s, 3) << " s | " << text::fixed(st.tokens_per_s_per_gpu, 0)
-     << " tokens/s/GPU | " << text::fixed(st.tflops_per_gpu, 1) << " model TFLOP/s/GPU | MFU "
-     << text::fixed(100 * st.mfu, 1) << "% (Megatron-LM's FLOP count, "
-     << text::real(st.model_flops_per_token / 1e9) << " GFLOP a token; the bf16 dense peak)\n\n";
+  os << text::wrap("routing: " + st.routing + "; " + std::to_string(c.routed_micro_batches) +
+                   " micro-batches routed, each MoE layer of each micro-batch draws one")
+     << "\n";
+  os << text::wrap("step " + text::fixed(st.step_s, 3) + " s | " + text::fixed(st.tokens_per_s_per_gpu, 0) +
+                   " tokens/s/GPU | " + text::fixed(st.tflops_per_gpu, 1) + " model TFLOP/s/GPU | MFU " +
+                   text::fixed(100 * st.mfu, 1) + "% (Megatron-LM's FLOP count, " +
+                   text::real(st.model_flops_per_token / 1e9) + " GFLOP a token; the bf16 dense peak)")
+     << "\n\n";
   const std::vector<StepPart> parts = step_parts(st);
   if (markdown) {
     os << "| part | stream | busy_s | exposed_s | share |\n| :--- | :--- | ---: | ---: | ---: |\n";
@@ -162,49 +170,51 @@ std::string single_table(const TrainReport& r, bool markdown) {
     std::snprintf(line, sizeof line, "  %-15s %+10.3f s\n", name, value);
     os << line;
   }
-  os << "rank overload " << text::fixed(st.rank_overload, 3) << " (max / mean assignments per EP rank), drop rate "
-     << text::fixed(st.drop_rate, 4) << ", padding " << text::fixed(st.padding_share, 4)
-     << " of the kept rows; one MoE layer forward: all-to-all " << text::fixed(st.a2a_forward_s * 1e3, 3)
-     << " ms, experts " << text::fixed(st.experts_forward_s * 1e3, 3) << " ms\n";
+  os << text::wrap("rank overload " + text::fixed(st.rank_overload, 3) + " (max / mean assignments per EP rank), drop "
+                   "rate " + text::fixed(st.drop_rate, 4) + ", padding " + text::fixed(st.padding_share, 4) +
+                   " of the kept rows; one MoE layer forward: all-to-all " + text::fixed(st.a2a_forward_s * 1e3, 3) +
+                   " ms, experts " + text::fixed(st.experts_forward_s * 1e3, 3) + " ms")
+     << "\n";
   return os.str();
 }
 
 struct Column {
   const char* name;
   std::string (*cell)(const TrainVariant&, const TrainVariant& base);
+  int priority = 0;  // the table within kTerminalWidth keeps priority 0, then the smaller numbers (--wide: all)
 };
 
 const std::vector<Column>& columns() {
+  using V = const TrainVariant&;
   static const std::vector<Column> cols = {
-      {"variant", [](const TrainVariant& v, const TrainVariant&) { return v.label; }},
-      {"routing", [](const TrainVariant& v, const TrainVariant&) { return to_string(v.routing); }},
-      {"capacity", [](const TrainVariant& v, const TrainVariant&) { return capacity_text(v); }},
-      {"step_s", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.step_s, 3); }},
-      {"vs_forced",
-       [](const TrainVariant& v, const TrainVariant& b) {
-         return text::fixed(b.step.step_s > 0 ? v.step.step_s / b.step.step_s : 0, 3);
-       }},
-      {"tokens_s_gpu", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.tokens_per_s_per_gpu, 0); }},
-      {"tflops_gpu", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.tflops_per_gpu, 1); }},
-      {"mfu", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.mfu, 3); }},
-      {"rank_overload", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.rank_overload, 3); }},
-      {"drop_rate", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.drop_rate, 4); }},
-      {"expert_s", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.erosion.expert_compute_s, 3); }},
-      {"a2a_s", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.erosion.all_to_all_s, 3); }},
-      {"waits_s", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.erosion.waits_s, 3); }},
-      {"padding_s", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.erosion.padding_s, 3); }},
-      {"drops_s", [](const TrainVariant& v, const TrainVariant&) { return text::fixed(v.step.erosion.drops_s, 3); }},
+      {"variant", [](V v, V) { return v.label; }, 0},
+      {"routing", [](V v, V) { return to_string(v.routing); }, 3},
+      {"capacity", [](V v, V) { return capacity_text(v); }, 0},
+      {"step_s", [](V v, V) { return text::fixed(v.step.step_s, 3); }, 0},
+      {"vs_forced", [](V v, V b) { return text::fixed(b.step.step_s > 0 ? v.step.step_s / b.step.step_s : 0, 3); }, 0},
+      {"tokens_s_gpu", [](V v, V) { return text::fixed(v.step.tokens_per_s_per_gpu, 0); }, 2},
+      {"tflops_gpu", [](V v, V) { return text::fixed(v.step.tflops_per_gpu, 1); }, 0},
+      {"mfu", [](V v, V) { return text::fixed(v.step.mfu, 3); }, 3},
+      {"rank_overload", [](V v, V) { return text::fixed(v.step.rank_overload, 3); }, 1},
+      {"drop_rate", [](V v, V) { return text::fixed(v.step.drop_rate, 4); }, 2},
+      {"expert_s", [](V v, V) { return text::fixed(v.step.erosion.expert_compute_s, 3); }, 1},
+      {"a2a_s", [](V v, V) { return text::fixed(v.step.erosion.all_to_all_s, 3); }, 2},
+      {"waits_s", [](V v, V) { return text::fixed(v.step.erosion.waits_s, 3); }, 3},
+      {"padding_s", [](V v, V) { return text::fixed(v.step.erosion.padding_s, 3); }, 1},
+      {"drops_s", [](V v, V) { return text::fixed(v.step.erosion.drops_s, 3); }, 1},
   };
   return cols;
 }
 
-std::string compare_table(const TrainReport& r, bool markdown) {
+std::string compare_table(const TrainReport& r, bool markdown, bool wide) {
   const TrainVariant& base = r.variants.front();
   const TrainStep& st = base.step;
   const TrainConfig& c = st.layout.cfg;
   std::ostringstream os;
-  os << "moesim train --compare: " << r.experiment->model.name << " on " << c.gpus << " x " << r.hardware->name << " ("
-     << layout_text(st.layout) << "), " << to_string(c.precision) << ", dispatcher " << to_string(c.dispatcher) << "\n";
+  os << text::wrap("moesim train --compare: " + r.experiment->model.name + " on " + std::to_string(c.gpus) + " x " +
+                   r.hardware->name + " (" + layout_text(st.layout) + "), " + to_string(c.precision) + ", dispatcher " +
+                   to_string(c.dispatcher))
+     << "\n";
   os << text::wrap("vs_forced: step time over the forced-balance row's; expert_s .. drops_s: the erosion's parts "
                    "against forced balance (dropless), seconds a step")
      << "\n\n";
@@ -229,16 +239,20 @@ std::string compare_table(const TrainReport& r, bool markdown) {
     return os.str();
   }
   std::vector<size_t> width(n);
+  std::vector<int> priority(n);
   for (size_t i = 0; i < n; ++i) {
     width[i] = std::string(columns()[i].name).size();
     for (const auto& row : cells) width[i] = std::max(width[i], row[i].size());
+    priority[i] = columns()[i].priority;
   }
+  const std::vector<size_t> shown = text::fit_columns(width, priority, wide ? 0 : text::kTerminalWidth);
   auto line = [&](const std::vector<std::string>& row) {
     std::string out;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t k = 0; k < shown.size(); ++k) {
+      const size_t i = shown[k];
       const std::string& cell = row[i];
       const std::string pad(width[i] - cell.size(), ' ');
-      out += (i ? "  " : "") + (i < 3 ? cell + pad : pad + cell);
+      out += (k ? "  " : "") + (i < 3 ? cell + pad : pad + cell);
     }
     while (!out.empty() && out.back() == ' ') out.pop_back();
     return out + "\n";
@@ -247,6 +261,10 @@ std::string compare_table(const TrainReport& r, bool markdown) {
   for (const Column& col : columns()) head.push_back(col.name);
   os << line(head);
   for (const auto& row : cells) os << line(row);
+  std::string left;
+  for (size_t i = 0; i < n; ++i)
+    if (std::find(shown.begin(), shown.end(), i) == shown.end()) left += (left.empty() ? "" : ", ") + head[i];
+  if (!left.empty()) os << "(--wide adds " << left << ")\n";
   return os.str();
 }
 
@@ -357,8 +375,8 @@ std::string format_train(const TrainReport& r, ReportFormat format) {
   switch (format) {
     case ReportFormat::json: return train_json(r).dump(2) + "\n";
     case ReportFormat::csv: return csv(r);
-    case ReportFormat::markdown: return r.compare ? compare_table(r, true) : single_table(r, true);
-    case ReportFormat::table: return r.compare ? compare_table(r, false) : single_table(r, false);
+    case ReportFormat::markdown: return r.compare ? compare_table(r, true, true) : single_table(r, true);
+    case ReportFormat::table: return r.compare ? compare_table(r, false, r.wide) : single_table(r, false);
   }
   return "";
 }

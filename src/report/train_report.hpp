@@ -31,6 +31,7 @@ struct TrainReport {
   const HardwareProfile* hardware = nullptr;
   std::string file_read;       // the workload file the run read ("" when none)
   bool compare = false;        // --compare: the variants side by side
+  bool wide = false;           // --wide: every column of the comparison's table, past 120 characters
   std::vector<TrainVariant> variants;
 };
 

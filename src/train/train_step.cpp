@@ -735,24 +735,32 @@ TrainStep model_train_step(const HardwareProfile& hw, const TrainShape& shape, c
   out.drop_rate = demanded > 0 ? dropped / demanded : 0;
   out.padding_share = kept > 0 ? padded / kept : 0;
 
-  // The erosion: the mean pipelines' difference split by cause on the actual's slowest stage, the rest waits.
+  // The erosion. The mean pipelines' difference, cause by cause in a fixed order: the reference's stage times,
+  // then each stage's MoE layers moved by the expert compute, the drops, the padding and the all-to-all in turn, the
+  // schedule (pipeline_time_s) taken after each; each part is what its cause adds to the schedule given those
+  // before it, so that a change of the slowest stage falls on the cause that makes it. The rest is waits.
   TrainErosion& x = out.erosion;
   x.actual_s = out.step_s;
   x.reference_s = pr.mean_s + pr.waits_s + dp_exposed_r + opt_r;
   const int vpp = layout.cfg.vpp;
-  const double on_slowest = static_cast<double>(m) - 1.0 / vpp;
-  int moe_all = 0;
-  for (const StageLayers& st : stages) moe_all += st.moe + st.mtp;
-  auto split = [&](double per_layer) { return (on_slowest * moe_slowest + static_cast<double>(moe_all) / vpp) * per_layer; };
-  x.expert_compute_s = split(act.mean_expert_demand - ref.mean_rows);
-  x.drops_s = split(act.mean_drops);
-  x.padding_s = split(act.mean_padding);
-  x.all_to_all_s = split(act.mean_exposed - ref.mean_exposed);
-  // Waits: the drawn micro-batches' (actual's against the reference's), the slowest stage's change (the reference's
-  // slowest stage is another), and the data-parallel communication exposed past the slowest stage's passes.
-  const double ref_max = *std::max_element(pr.stage_s.begin(), pr.stage_s.end());
-  const double slowest_changed = on_slowest * (pr.stage_s[out.slowest_stage] - ref_max);
-  x.waits_s = (pa.waits_s - pr.waits_s) + slowest_changed + (out.dp_exposed_s - dp_exposed_r) + (out.optimizer_s - opt_r);
+  std::vector<double> t = pr.stage_s;
+  double before = pipeline_time_s(t, m, vpp);
+  auto add_cause = [&](double per_layer) {
+    for (int s = 0; s < pp; ++s) t[s] += (stages[s].moe + stages[s].mtp) * per_layer;
+    const double after = pipeline_time_s(t, m, vpp);
+    const double part = after - before;
+    before = after;
+    return part;
+  };
+  x.expert_compute_s = add_cause(act.mean_expert_demand - ref.mean_rows);
+  x.drops_s = add_cause(act.mean_drops);
+  x.padding_s = add_cause(act.mean_padding);
+  x.all_to_all_s = add_cause(act.mean_exposed - ref.mean_exposed);
+  // Waits: the drawn micro-batches' (the actual's against the reference's), and the data-parallel communication
+  // exposed past the slowest stage's passes. The chain above ends on the actual's mean pipeline (up to rounding:
+  // the same stage times summed in another order), which the step counts from.
+  x.waits_s = (pa.waits_s - pr.waits_s) + (out.dp_exposed_s - dp_exposed_r) + (out.optimizer_s - opt_r) +
+              (pa.mean_s - before);
   return out;
 }
 

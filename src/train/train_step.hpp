@@ -109,11 +109,12 @@ struct PartTimes {
 //   all_to_all_s     - the all-to-all the step waits for, the kept loads' against the reference's (overlap
 //                      included: under ep_overlap a slower expert phase hides more of it);
 //   waits_s          - pipeline and data-parallel waits on the slowest rank: micro-batches whose draws make one
-//                      stage or one expert data-parallel group slower than its mean, a change of the slowest stage,
-//                      and the data-parallel communication exposed past the slowest stage's passes.
-// Per MoE layer and micro-batch the first four are exact differences of the layer's time; on the pipeline they
-// are weighted as the slowest stage and the bubble weigh them (m - 1 / vpp on the slowest stage, 1 / vpp on every
-// stage).
+//                      stage or one expert data-parallel group slower than its mean, and the data-parallel
+//                      communication exposed past the slowest stage's passes.
+// Per MoE layer and micro-batch the first four are exact differences of the layer's time. On the pipeline they are
+// taken in that order: from the reference's mean stage times, each cause's change of every stage is added in turn
+// and the part is what it adds to the schedule (pipeline_time_s), so that a change of the slowest stage falls on
+// the cause that makes it.
 struct TrainErosion {
   double reference_s = 0, actual_s = 0;
   double expert_compute_s = 0, drops_s = 0, padding_s = 0, all_to_all_s = 0, waits_s = 0;

@@ -107,6 +107,7 @@ int cmd_train(int argc, char** argv) {
   EffectContext ctx;
   ctx.command = "train";
   ctx.executes = false;
+  ctx.compares_capacity = compare;
   warn_inert_keys(row_experiments, ctx, opts.strict);
 
   const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);

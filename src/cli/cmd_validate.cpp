@@ -174,20 +174,24 @@ int cmd_validate(int argc, char** argv) {
     if (!kernel_tables.empty()) v = validate_published(kernel_tables);
     if (!comm_tables.empty()) cv = validate_comm(comm_tables);
     if (!training_tables.empty()) tv = validate_training(training_tables);
-    std::string text = v || cv ? format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format) : "";
-    if (tv) {
-      // The training tables follow the others: a section of their own (table, markdown), rows under their own
-      // header after a blank line (csv), the `training` key (json).
-      if (format == ReportFormat::json) {
-        nlohmann::json j = text.empty() ? nlohmann::json{{"schema_version", kReportSchemaVersion},
-                                                         {"moesim_version", MOESIM_VERSION},
-                                                         {"provenance", provenance_json()}}
-                                        : nlohmann::json::parse(text);
-        j["training"] = training_validation_json(*tv);
-        text = j.dump(2) + "\n";
-      } else {
-        text += (text.empty() ? "" : "\n") + format_training_validation(*tv, format);
-      }
+    std::string text;
+    if (!tv) {
+      text = format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format);
+    } else if (format == ReportFormat::json) {
+      // The training tables' report is the `training` key beside the others'.
+      nlohmann::json j = v || cv ? nlohmann::json::parse(format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format))
+                                 : nlohmann::json{{"schema_version", kReportSchemaVersion},
+                                                  {"moesim_version", MOESIM_VERSION},
+                                                  {"provenance", provenance_json()}};
+      j["training"] = training_validation_json(*tv);
+      text = j.dump(2) + "\n";
+    } else {
+      // Text: the kernel tables, the training tables, then the communication tables, each section (csv: each set of
+      // rows under its own header) after a blank line.
+      for (const std::string& part : {v ? format_published(&*v, nullptr, format) : std::string(),
+                                      format_training_validation(*tv, format),
+                                      cv ? format_published(nullptr, &*cv, format) : std::string()})
+        if (!part.empty()) text += (text.empty() ? "" : "\n") + part;
     }
     emit(opts, text);
     if (gate) {

@@ -21,6 +21,7 @@ struct EffectContext {
   bool dumps_routing = false;   // each assignment's weight is written out
   bool cuda = false;            // the executed layer runs on the CUDA backend
   bool replays_recorded = false;  // a trace without logits: its recorded routing replays, no router runs
+  bool compares_capacity = false; // moesim train --compare: its rows set the capacity factor
 };
 
 struct KeyEffect {

@@ -83,6 +83,8 @@ std::string train_key_inert(const KeyEffect& k, const Experiment& e, const Effec
            "train.routed_micro_batches the micro-batches routed)";
   // The capacity step: every routing of the step is capped by router.capacity_factor per source rank, and
   // laid out by router.layout; which assignments a full expert keeps never changes how many it keeps.
+  if (key == "router.capacity_factor" && ctx.compares_capacity)
+    return "in moesim train --compare (its rows set the capacity factor: --capacity-factors)";
   if (key_in(key, {"router.capacity_factor", "router.layout"})) return kActs;
   if (key_in(key, {"router.min_capacity", "router.capacity_rounding"}))
     return e.router.capacity_factor > 0 ? kActs : "with router.capacity_factor=0 (dropless)";

@@ -114,9 +114,23 @@ const TrainRouter::Segment& TrainRouter::segment(bool forced, bool capped, int64
   return pool.segments[static_cast<size_t>(index)];
 }
 
+// Routing is the cost of a training step's model: R micro-batches of an EP group's tokens. Bounded so that no layout
+// runs for minutes: at most kMaxRoutedLogits logits (synthetic routing) or kMaxRoutedAssignments assignments.
+constexpr double kMaxRoutedLogits = 1u << 30, kMaxRoutedAssignments = 1u << 31;
+
+static void check_routing_size(const TrainLayout& layout, int micro_batches, double per_token, double limit, const char* what) {
+  const double n = static_cast<double>(micro_batches) * static_cast<double>(layout.group_tokens) * per_token;
+  if (n > limit)
+    throw ConfigError("train.routed_micro_batches: expected at most " + fmt(limit) + " " + what + " routed (" +
+                      std::to_string(micro_batches) + " micro-batches of " + std::to_string(layout.group_tokens) +
+                      " tokens), got " + fmt(n) + "; route fewer micro-batches, or give the imbalance as "
+                      "train.routing rank_overload:X");
+}
+
 TrainLoads TrainRouter::reference(const TrainLayout& layout) { return forced(layout, false); }
 
 TrainLoads TrainRouter::forced(const TrainLayout& layout, bool capped) {
+  check_routing_size(layout, routed_micro_batches_, top_k_, kMaxRoutedAssignments, "assignments");
   TrainLoads out;
   out.tokens = layout.group_tokens;
   out.top_k = top_k_;
@@ -216,6 +230,7 @@ TrainLoads TrainRouter::loads(const TrainRouting& routing, const TrainLayout& la
   check_model_workload();
   switch (workload_.source) {
     case WorkloadSource::synthetic:
+      check_routing_size(layout, R, experts_, kMaxRoutedLogits, "logits");
       routed();
       out.description = std::string("router ") + to_string(router_.gating) + " on synthetic logits (workload.skew " +
                         fmt(workload_.skew) + ", seed " + std::to_string(workload_.seed) + ")" + cap;

@@ -125,6 +125,9 @@ TEST(TrainCli, KeysTrainDoesNotReadAreNamed) {
   EXPECT_NE(r.err.find("moesim: workload.batch has no effect in moesim train"), std::string::npos) << r.err;
   const auto strict = run_cli("train --strict" + kSmall + " --set placement.devices=4");
   EXPECT_EQ(strict.exit_code, 2) << strict.err;
+  // --compare sets the capacity factor of its rows: one given is named.
+  const auto cmp = run_cli("train --compare" + kSmall + " --set router.capacity_factor=1.5");
+  EXPECT_NE(cmp.err.find("router.capacity_factor has no effect in moesim train --compare"), std::string::npos) << cmp.err;
   // A training key in a serving run is named too.
   const auto run = run_cli("run --no-execute --set train.tp=2");
   EXPECT_NE(run.err.find("train.tp has no effect outside moesim train"), std::string::npos) << run.err;

@@ -126,6 +126,21 @@ TEST(TrainRouting, RefusesWorkloadsItCannotRoute) {
   EXPECT_EQ(r.loads(*parse_train_routing("forced_balance"), layout_of(e)).samples.size(), 3u);
 }
 
+TEST(TrainRouting, RefusesARoutingOfMinutes) {
+  // 64 micro-batches of 4 x 2^20 tokens x 8 logits: 2^31 logits, over the bound (2^30).
+  Experiment e = small();
+  e.train.seq_len = 1 << 20;
+  e.train.routed_micro_batches = 64;
+  TrainRouter r(e);
+  try {
+    r.loads(*parse_train_routing("model"), layout_of(e));
+    FAIL() << "a routing of 2^31 logits";
+  } catch (const ConfigError& x) {
+    EXPECT_NE(std::string(x.what()).find("train.routed_micro_batches: expected at most"), std::string::npos) << x.what();
+  }
+  EXPECT_EQ(r.routed_segments(), 0);
+}
+
 TEST(TrainRouting, RoutingSpecsParse) {
   EXPECT_EQ(to_string(*parse_train_routing("power_law:1.2")), "power_law:1.2");
   EXPECT_EQ(to_string(*parse_train_routing("rank_overload:1.25")), "rank_overload:1.25");

@@ -5,8 +5,9 @@
 // the built-in cpu-local; when that profile was measured on another machine (its `machine:` signature:
 // CPU model, cores, BLAS core, threads), this machine's own calibration from the per-user cache
 // ($XDG_CACHE_HOME/moesim or ~/.cache/moesim), measured afresh when there is none.
-// `moesim validate --published [all|FILE|DIR] [--column C] [--max-median-error X]`: the published GPU kernel
-// tables against the cost model (src/sweep/published.hpp); exit 1 when column C's median error exceeds X.
+// `moesim validate --published [all|FILE|DIR] [--column C] [--max-median-error X]`: the published GPU kernel,
+// communication and training-step tables against the cost model (src/sweep/published.hpp, published_comm.hpp,
+// published_train.hpp); exit 1 when column C's median error exceeds X.
 // Covered by tests/sweep/validate_test.cpp (through the binary).
 #include <algorithm>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "src/common/error.hpp"
 #include "src/common/digest.hpp"
 #include "src/common/host.hpp"
+#include "src/report/provenance.hpp"
 #include "src/cost/calibrate.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/report/atomic_write.hpp"
@@ -29,6 +31,8 @@
 #include "src/sweep/published_comm.hpp"
 #include "src/sweep/validate.hpp"
 #include "src/report/validate_report.hpp"
+#include "src/report/train_validation_report.hpp"
+#include "src/sweep/published_train.hpp"
 
 namespace moesim::cli {
 namespace {
@@ -128,8 +132,8 @@ int cmd_validate(int argc, char** argv) {
       "column", po::value(&column_text),
       "with --published: the column --max-median-error holds: ideal|model|held_out (default held_out)")(
       "max-median-error", po::value(&max_median_text),
-      "with --published: exit 1 when the column's overall median |error| exceeds this (0.25 or 25%), the kernel "
-      "and the communication tables each");
+      "with --published: exit 1 when the column's overall median |error| exceeds this (0.25 or 25%), the kernel, "
+      "the communication and the training tables each");
   add_common_options(desc, opts, false);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   apply_threads(opts.threads);
@@ -158,21 +162,46 @@ int cmd_validate(int argc, char** argv) {
     const double limit = gate ? parse_fraction_option("--max-median-error", max_median_text) : 0.0;
     const std::vector<PublishedTable> kernel_tables = load_published(published);
     const std::vector<CommTable> comm_tables = load_published_comm(published);
-    if (kernel_tables.empty() && comm_tables.empty())
+    const std::vector<TrainingTable> training_tables = load_training_tables(published);
+    if (kernel_tables.empty() && comm_tables.empty() && training_tables.empty())
       throw InputError("--published " + published + ": expected at least one table, got none");
     if (gate && *column == PublishedColumn::ideal && kernel_tables.empty())
-      throw InputError("--column ideal: the communication tables have no ideal column; expected model or held_out");
+      throw InputError("--column ideal: the communication and training tables have no ideal column; expected model or "
+                       "held_out");
     std::optional<PublishedValidation> v;
     std::optional<CommValidation> cv;
+    std::optional<TrainingValidation> tv;
     if (!kernel_tables.empty()) v = validate_published(kernel_tables);
     if (!comm_tables.empty()) cv = validate_comm(comm_tables);
-    emit(opts, format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format));
+    if (!training_tables.empty()) tv = validate_training(training_tables);
+    std::string text;
+    if (!tv) {
+      text = format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format);
+    } else if (format == ReportFormat::json) {
+      // The training tables' report is the `training` key beside the others'.
+      nlohmann::json j = v || cv ? nlohmann::json::parse(format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format))
+                                 : nlohmann::json{{"schema_version", kReportSchemaVersion},
+                                                  {"moesim_version", MOESIM_VERSION},
+                                                  {"provenance", provenance_json()}};
+      j["training"] = training_validation_json(*tv);
+      text = j.dump(2) + "\n";
+    } else {
+      // Text: the kernel tables, the training tables, then the communication tables, each section (csv: each set of
+      // rows under its own header) after a blank line.
+      for (const std::string& part : {v ? format_published(&*v, nullptr, format) : std::string(),
+                                      format_training_validation(*tv, format),
+                                      cv ? format_published(nullptr, &*cv, format) : std::string()})
+        if (!part.empty()) text += (text.empty() ? "" : "\n") + part;
+    }
+    emit(opts, text);
     if (gate) {
       // Each kind of table is held to the limit on its own: kernel times and all-to-all times.
       std::vector<std::pair<std::string, ErrorSummary>> held;
       if (v) held.push_back({"kernel tables'", v->overall[static_cast<int>(*column)]});
       if (cv && *column != PublishedColumn::ideal)
         held.push_back({"communication tables'", *column == PublishedColumn::model ? cv->model : cv->held_out});
+      if (tv && *column != PublishedColumn::ideal)
+        held.push_back({"training tables'", *column == PublishedColumn::model ? tv->model : tv->held_out});
       bool failed = false;
       for (const auto& [what, e] : held) {
         if (e.points == 0) throw InputError("--column " + column_text + ": no point has that column");

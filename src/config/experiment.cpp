@@ -4,6 +4,10 @@
 // Covered by tests/config/load_config_test.cpp.
 #include "src/config/experiment.hpp"
 
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
 namespace moesim {
 
 const char* to_string(Dtype v) {
@@ -257,6 +261,75 @@ const char* to_string(A2aOverlap v) {
     case A2aOverlap::two_batch: return "two_batch";
   }
   return "?";
+}
+
+const char* to_string(AttentionKind v) {
+  switch (v) {
+    case AttentionKind::gqa: return "gqa";
+    case AttentionKind::mla: return "mla";
+  }
+  return "?";
+}
+
+const char* to_string(TrainPrecision v) {
+  switch (v) {
+    case TrainPrecision::bf16: return "bf16";
+    case TrainPrecision::fp8: return "fp8";
+    case TrainPrecision::fp8_blockwise: return "fp8_blockwise";
+    case TrainPrecision::mxfp8: return "mxfp8";
+  }
+  return "?";
+}
+
+const char* to_string(Recompute v) {
+  switch (v) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::moe: return "moe";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+const char* to_string(Dispatcher v) {
+  switch (v) {
+    case Dispatcher::alltoall: return "alltoall";
+    case Dispatcher::deepep: return "deepep";
+    case Dispatcher::hybridep: return "hybridep";
+  }
+  return "?";
+}
+
+std::string to_string(const TrainRouting& r) {
+  switch (r.kind) {
+    case TrainRoutingKind::model: return "model";
+    case TrainRoutingKind::forced_balance: return "forced_balance";
+    case TrainRoutingKind::power_law:
+    case TrainRoutingKind::rank_overload: {
+      std::ostringstream os;
+      os.precision(17);
+      os << (r.kind == TrainRoutingKind::power_law ? "power_law:" : "rank_overload:") << r.value;
+      return os.str();
+    }
+  }
+  return "?";
+}
+
+std::optional<TrainRouting> parse_train_routing(const std::string& text) {
+  if (text == "model") return TrainRouting{TrainRoutingKind::model, 0};
+  if (text == "forced_balance") return TrainRouting{TrainRoutingKind::forced_balance, 0};
+  for (const auto& [prefix, kind] : {std::pair<std::string, TrainRoutingKind>{"power_law:", TrainRoutingKind::power_law},
+                                     {"rank_overload:", TrainRoutingKind::rank_overload}}) {
+    if (text.rfind(prefix, 0) != 0) continue;
+    const std::string num = text.substr(prefix.size());
+    char* end = nullptr;
+    const double v = num.empty() ? NAN : std::strtod(num.c_str(), &end);
+    if (num.empty() || *end != '\0' || !std::isfinite(v)) return std::nullopt;
+    if (kind == TrainRoutingKind::power_law && (!(v > 0 && v <= 10) || std::fabs(v - 1.0) < 1e-9)) return std::nullopt;
+    if (kind == TrainRoutingKind::rank_overload && !(v >= 1 && v <= 1e6)) return std::nullopt;
+    return TrainRouting{kind, v};
+  }
+  return std::nullopt;
 }
 
 double a2a_copy_bytes(A2aDtype dtype, Dtype model_dtype, int64_t hidden) {

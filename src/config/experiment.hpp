@@ -84,6 +84,39 @@ enum class A2aDtype { model, fp8, bf16, fp16, fp32 };
 // Two-batch overlap (DeepSeek's and SGLang's serving): two micro-batches, one's all-to-all under the other's
 // compute.
 enum class A2aOverlap { none, two_batch };
+// The attention of a layer as the training step costs it (src/train): grouped-query (or multi-head) attention
+// of heads x head_dim queries and kv_heads x head_dim keys and values, or DeepSeek's multi-head latent
+// attention (low-rank query and key-value projections, model.q_lora_rank and model.kv_lora_rank).
+enum class AttentionKind { gqa, mla };
+// The precision of a training step's GEMMs (`moesim train`, docs/training.md "Precision"): bf16; fp8 with
+// one scale per tensor (Transformer Engine's delayed or current scaling on Hopper); fp8 with one scale per
+// 128-wide block of activations and 128 x 128 block of weights (DeepSeek-V3's recipe); MXFP8, one E8M0 scale
+// per 32 values, which only GPUs with microscaling tensor cores run (hardware.mxfp8).
+enum class TrainPrecision { bf16, fp8, fp8_blockwise, mxfp8 };
+// Activation recomputation (Megatron-LM --recompute-granularity and --recompute-modules): none; selective, the
+// core attention recomputed in the backward pass (core_attn); moe, each MoE layer's forward recomputed: router,
+// all-to-all and experts (the `moe` module); full, the whole layer's forward recomputed.
+enum class Recompute { none, selective, moe, full };
+// Megatron-Core's MoE token dispatchers: alltoall (NCCL all-to-all, one copy per token and chosen expert),
+// deepep (the flex dispatcher on DeepEP's normal kernels), hybridep (the flex dispatcher on HybridEP).
+enum class Dispatcher { alltoall, deepep, hybridep };
+// Where a training step's routing comes from (train.routing):
+//  model          - the experiment's router on its workload (router.*, workload.*), each micro-batch routed;
+//  forced_balance - Megatron-LM's --moe-router-force-load-balancing: the logits replaced by N(0, 1) draws, so
+//                   every token takes k distinct experts uniformly at random (the `random` gating);
+//  power_law      - aiconfigurator's power-law loads with exponent `value` (src/workload/load_distribution.hpp);
+//  rank_overload  - a measured rank overload: the busiest expert-parallel rank takes `value` x the mean
+//                   tokens per rank (max / mean, as Megatron-LM and Marin log it), the others the rest evenly.
+enum class TrainRoutingKind { model, forced_balance, power_law, rank_overload };
+struct TrainRouting {
+  TrainRoutingKind kind = TrainRoutingKind::model;
+  double value = 0;  // power_law: ALPHA; rank_overload: X
+};
+// "model", "forced_balance", "power_law:1.2", "rank_overload:1.3".
+std::string to_string(const TrainRouting& r);
+// Parses a train.routing text; nullopt when it is none of the forms (power_law:ALPHA with ALPHA in (0, 10], not
+// 1; rank_overload:X with X >= 1, finite).
+std::optional<TrainRouting> parse_train_routing(const std::string& text);
 
 struct ModelConfig {
   std::string name = "quickstart";
@@ -106,6 +139,17 @@ struct ModelConfig {
   // SwiGLU experts (gate, up and down projections); false: two matrices (up, then relu^2 or GELU, then down),
   // as in Switch, GShard and Nemotron-H.
   bool gated_experts = true;
+  // What the training step (`moesim train`, src/train) reads beyond the MoE layer: the MLP width of the dense
+  // layers (0: ffn; DeepSeek-V3's first three layers are 18432 wide), the multi-token-prediction layers
+  // (DeepSeek-V3: 1), and the attention's form, with multi-head latent attention's ranks (head_dim is then
+  // the non-rotary query and key width, qk_nope_head_dim).
+  int64_t dense_ffn = 0;
+  int mtp_layers = 0;
+  AttentionKind attention = AttentionKind::gqa;
+  int q_lora_rank = 0;        // mla: the query's low rank (0: a full-rank query projection)
+  int kv_lora_rank = 0;       // mla: the compressed key-value width
+  int qk_rope_head_dim = 0;   // mla: the rotary part of each query and key head
+  int v_head_dim = 0;         // mla: each value head's width (0: head_dim)
   // A Hugging Face config.json that filled the keys the file and the --set did not give
   // (src/config/hf_config.hpp); stored resolved (absolute), empty when none.
   std::string hf_config;
@@ -237,6 +281,31 @@ struct PlacementConfig {
   A2aOverlap overlap = A2aOverlap::none;
 };
 
+// One optimizer step of Megatron-style training (`moesim train`; docs/training.md): the parallel layout, the
+// batch, the precision and the options that set what overlaps. The layout's checks (divisors, the GPUs) are
+// made where a step is modeled (src/train/train_input.hpp), naming these keys.
+struct TrainConfig {
+  int gpus = 8;               // GPUs of the run: tp x pp x cp x dp
+  int tp = 1;                 // tensor parallel (with sequence parallelism)
+  int pp = 1;                 // pipeline stages
+  int vpp = 1;                // virtual stages per pipeline stage (interleaved 1F1B when > 1)
+  int ep = 8;                 // expert parallel ranks
+  int etp = 1;                // expert tensor parallel
+  int cp = 1;                 // context parallel
+  int64_t seq_len = 4096;
+  int64_t global_batch = 64;  // sequences per optimizer step
+  int64_t micro_batch = 1;    // sequences per micro-batch
+  TrainPrecision precision = TrainPrecision::bf16;
+  Recompute recompute = Recompute::none;
+  Dispatcher dispatcher = Dispatcher::alltoall;
+  TrainRouting routing;
+  // Megatron-LM --overlap-moe-expert-parallel-comm: one micro-batch's all-to-all under another's compute.
+  bool ep_overlap = false;
+  bool tp_comm_overlap = true;  // Transformer Engine's tensor-parallel communication overlap
+  bool dp_overlap = true;       // --overlap-grad-reduce and --overlap-param-gather
+  int routed_micro_batches = 4; // micro-batches routed per layer kind; every MoE layer of every micro-batch draws one
+};
+
 struct ExecuteConfig {
   bool enabled = true;                  // run the real pipeline (false: model only)
   int64_t hidden = 256;
@@ -267,6 +336,7 @@ struct Experiment {
   HardwareRef hardware;
   PlacementConfig placement;
   ExecuteConfig execute;
+  TrainConfig train;
   std::vector<Expectation> expect;
   // The key paths ("router.noise_std", "hardware", "expect") the experiment file or a --set gave, in schema
   // order; the built-in default's own keys are not listed. src/config/key_effects.hpp reads it to name the
@@ -322,6 +392,10 @@ const char* to_string(LoadEstimator v);
 const char* to_string(A2aKernel v);
 const char* to_string(A2aDtype v);
 const char* to_string(A2aOverlap v);
+const char* to_string(AttentionKind v);
+const char* to_string(TrainPrecision v);
+const char* to_string(Recompute v);
+const char* to_string(Dispatcher v);
 // Bytes of one copy of a `hidden`-wide token in `dtype` (A2aDtype::model: `model_dtype`'s width): fp8 counts
 // its per-128 scales and a 16-byte header, hidden + ceil(hidden / 128) x 4 + 16 (DeepEP tests/test_low_latency.py).
 double a2a_copy_bytes(A2aDtype dtype, Dtype model_dtype, int64_t hidden);

@@ -373,6 +373,13 @@ R expect_rule(const Experiment&, const EffectContext& c) {
 
 std::string router_semantics(const Experiment& e, const EffectContext& ctx);
 std::string model_hf_config(const Experiment& e, const EffectContext& ctx);
+// The training step's keys (train_key_effects.cpp).
+std::string train_only(const Experiment& e, const EffectContext& ctx);
+std::string train_mla(const Experiment& e, const EffectContext& ctx);
+std::string train_dense_ffn(const Experiment& e, const EffectContext& ctx);
+std::string train_ep_keys(const Experiment& e, const EffectContext& ctx);
+std::string train_tp_overlap(const Experiment& e, const EffectContext& ctx);
+std::string train_dp_overlap(const Experiment& e, const EffectContext& ctx);
 
 const std::vector<KeyEffect>& key_effects() {
   static const std::vector<KeyEffect> table = {
@@ -396,6 +403,13 @@ const std::vector<KeyEffect>& key_effects() {
        model_size},
       {"model.gated_experts", "always, but in moesim route and validate (the experts' matrices in the cost model)",
        model_size},
+      {"model.dense_ffn", "moesim train, with dense layers (model.moe_layers < model.layers)", train_dense_ffn},
+      {"model.mtp_layers", "moesim train (multi-token-prediction layers on the last stage)", train_only},
+      {"model.attention", "moesim train (the attention's projections and FLOPs)", train_only},
+      {"model.q_lora_rank", "moesim train, attention mla", train_mla},
+      {"model.kv_lora_rank", "moesim train, attention mla", train_mla},
+      {"model.qk_rope_head_dim", "moesim train, attention mla", train_mla},
+      {"model.v_head_dim", "moesim train, attention mla", train_mla},
       {"model.hf_config", "when a key it changes (one not given in the file or by --set) acts", model_hf_config},
       {"router.gating", "whenever a router runs (not load_profile or load_distribution, not a trace without logits)",
        router_gating},
@@ -485,6 +499,25 @@ const std::vector<KeyEffect>& key_effects() {
       {"execute.layers", "the decoder runs (its executed layers), with or without --no-execute", execute_layers},
       {"execute.repeats", "the executed layer runs (sources synthetic, logits, decoder)", not_executed},
       {"execute.dtype", "the executed layer runs on CUDA (--backend cuda or auto with a device)", execute_dtype},
+      {"train.gpus", "moesim train", train_only},
+      {"train.tp", "moesim train", train_only},
+      {"train.pp", "moesim train", train_only},
+      {"train.vpp", "moesim train (interleaved 1F1B; more than 1 needs pp > 1)", train_only},
+      {"train.ep", "moesim train", train_only},
+      {"train.etp", "moesim train", train_only},
+      {"train.cp", "moesim train", train_only},
+      {"train.seq_len", "moesim train", train_only},
+      {"train.global_batch", "moesim train", train_only},
+      {"train.micro_batch", "moesim train", train_only},
+      {"train.precision", "moesim train", train_only},
+      {"train.recompute", "moesim train", train_only},
+      {"train.dispatcher", "moesim train, ep > 1", train_ep_keys},
+      {"train.routing", "moesim train", train_only},
+      {"train.ep_overlap", "moesim train, ep > 1", train_ep_keys},
+      {"train.tp_comm_overlap", "moesim train, tp > 1", train_tp_overlap},
+      {"train.dp_overlap", "moesim train, gpus > tp x pp x cp", train_dp_overlap},
+      {"train.routed_micro_batches", "moesim train (the routing's and the forced-balance reference's micro-batches)",
+       train_only},
       {"expect", "moesim check", expect_rule},
   };
   return table;
@@ -522,6 +555,11 @@ std::string emitted_value(const Experiment& e, const std::string& path) {
   return out.c_str();
 }
 
+// A key's rule under the command at hand: `moesim train` reads keys its own way (train_key_effects.cpp).
+std::string rule_of(const KeyEffect& k, const Experiment& e, const EffectContext& ctx) {
+  return ctx.command == "train" ? train_key_inert(k, e, ctx) : k.inert(e, ctx);
+}
+
 const KeyEffect* find_effect(const std::string& key) {
   for (const KeyEffect& k : key_effects())
     if (key == k.key) return &k;
@@ -550,7 +588,7 @@ R compound(const Experiment& e, const EffectContext& ctx, const std::string& key
   if (!changed) return kActs;
   for (const std::string& k : *changed) {
     const KeyEffect* ke = find_effect(k);
-    if (!ke || ke->inert(e, ctx).empty()) return kActs;
+    if (!ke || rule_of(*ke, e, ctx).empty()) return kActs;
   }
   if (changed->empty())
     return std::string("(every key it ") + verb + " has the value it has without it: given by the file or a --set, or the same)";
@@ -590,8 +628,11 @@ std::vector<std::string> user_set_keys(const Experiment& e) {
 }
 
 bool is_model_description_key(const std::string& key) {
-  static const char* const kDescription[] = {"model.layers", "model.moe_layers", "model.heads", "model.kv_heads",
-                                             "model.head_dim", "model.vocab"};
+  static const char* const kDescription[] = {"model.layers",      "model.moe_layers",   "model.heads",
+                                             "model.kv_heads",    "model.head_dim",     "model.vocab",
+                                             "model.dense_ffn",   "model.mtp_layers",   "model.attention",
+                                             "model.q_lora_rank", "model.kv_lora_rank", "model.qk_rope_head_dim",
+                                             "model.v_head_dim"};
   return std::any_of(std::begin(kDescription), std::end(kDescription), [&](const char* k) { return key == k; });
 }
 
@@ -603,7 +644,7 @@ std::string inert_in_rows(const std::string& key, const std::vector<Experiment>&
   if (!ke) return kActs;
   std::string first;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const std::string why = ke->inert(rows[i], ctx);
+    const std::string why = rule_of(*ke, rows[i], ctx);
     if (why.empty()) return kActs;
     if (i == 0) first = why;
   }
@@ -665,7 +706,8 @@ std::vector<InertKey> inert_user_keys(const std::vector<Experiment>& rows, const
       if (!why.empty()) out.push_back({key, why});
       continue;
     }
-    if (is_model_description_key(key) || key == "expect") continue;
+    // A file's train: section is its settings for `moesim train`, which any run of the file may be.
+    if (is_model_description_key(key) || key == "expect" || key.rfind("train.", 0) == 0) continue;
     std::string why = inert_in_rows(key, own_rows, file_ctx);
     if (!why.empty() && key.rfind("router.", 0) == 0 && key != "router.gating") {
       if (all_gatings_rows.empty()) all_gatings_rows = every_gating(own_rows);

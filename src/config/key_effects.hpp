@@ -16,11 +16,12 @@ namespace moesim {
 
 // What the command does with the experiment, beyond the experiment itself.
 struct EffectContext {
-  std::string command = "run";  // run | compare | sweep | check | route | validate | config
+  std::string command = "run";  // run | compare | sweep | check | route | validate | config | train
   bool executes = true;         // the executed CPU pipeline runs (no --no-execute; sweep --measure; ...)
   bool dumps_routing = false;   // each assignment's weight is written out
   bool cuda = false;            // the executed layer runs on the CUDA backend
   bool replays_recorded = false;  // a trace without logits: its recorded routing replays, no router runs
+  bool compares_capacity = false; // moesim train --compare: its rows set the capacity factor
 };
 
 struct KeyEffect {
@@ -60,6 +61,11 @@ bool is_model_description_key(const std::string& key);
 // run of the file could use it: judged as `moesim run` with the executed layer (on CUDA for execute.dtype),
 // a router key under every gating, and never a model description key or expect.
 std::vector<InertKey> inert_user_keys(const std::vector<Experiment>& rows, const EffectContext& ctx);
+
+// The rule of `key` (its row `k` of key_effects()) in `moesim train` (train_key_effects.cpp): the train: section's
+// and the training model keys' own rules; the router's rules where it routes the model's logits; "" (acts) or
+// why not for the rest.
+std::string train_key_inert(const KeyEffect& k, const Experiment& e, const EffectContext& ctx);
 
 // One line: "moesim: KEY has no effect REASON".
 std::string inert_key_message(const InertKey& k);

@@ -35,6 +35,9 @@ constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxTokensPerBatch = 1000000000;
 constexpr int64_t kMaxSequenceLen = int64_t{1} << 24;
 constexpr int64_t kMaxRepeats = 1000000;
+constexpr int64_t kMaxTrainGpus = 1 << 20;       // train.gpus and the parallel degrees
+constexpr int64_t kMaxTrainBatch = int64_t{1} << 30;  // train.global_batch, train.micro_batch (sequences)
+constexpr int64_t kMaxRoutedMicroBatches = 64;   // train.routed_micro_batches: each routes a whole EP group's tokens
 
 // expect: aggregates (src/report/report.hpp, metric_value): value is the headline value every report
 // shows (a step run's aggregate over its records), last the last batch or record.
@@ -67,6 +70,10 @@ template <> struct EnumCount<LoadEstimator> { static constexpr int value = 2; };
 template <> struct EnumCount<A2aKernel> { static constexpr int value = 3; };
 template <> struct EnumCount<A2aDtype> { static constexpr int value = 5; };
 template <> struct EnumCount<A2aOverlap> { static constexpr int value = 2; };
+template <> struct EnumCount<AttentionKind> { static constexpr int value = 2; };
+template <> struct EnumCount<TrainPrecision> { static constexpr int value = 4; };
+template <> struct EnumCount<Recompute> { static constexpr int value = 4; };
+template <> struct EnumCount<Dispatcher> { static constexpr int value = 3; };
 
 template <class E>
 std::string enum_choices() {

@@ -156,6 +156,18 @@ void read_hf_config_path(Loader& L, const YAML::Node& n, const std::string& path
   e.model.hf_config = (ec ? resolved : absolute).lexically_normal().string();
 }
 
+// train.routing: model, forced_balance, power_law:ALPHA or rank_overload:X (experiment.hpp TrainRouting).
+void read_train_routing(Loader&, const YAML::Node& n, const std::string& path, const std::string& where,
+                        Experiment& e) {
+  const std::string text = n.IsScalar() ? n.Scalar() : std::string();
+  const std::optional<TrainRouting> r = parse_train_routing(text);
+  if (!n.IsScalar() || !r)
+    fail_expected(where, path,
+                  "model, forced_balance, power_law:ALPHA (ALPHA in (0, 10], not 1) or rank_overload:X (X >= 1)",
+                  describe(n));
+  e.train.routing = *r;
+}
+
 void emit_int_list(YAML::Emitter& out, const std::vector<int>& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (int x : v) out << std::to_string(x);
@@ -183,6 +195,13 @@ const std::vector<Section>& sections() {
         enum_field("dtype", &E::model, &ModelConfig::dtype),
         enum_field("weight_dtype", &E::model, &ModelConfig::weight_dtype),
         bool_field("gated_experts", &E::model, &ModelConfig::gated_experts),
+        optional_int_field("dense_ffn", &E::model, &ModelConfig::dense_ffn, 1, kMaxWidth),
+        int_field("mtp_layers", &E::model, &ModelConfig::mtp_layers, 0, kMaxLayers),
+        enum_field("attention", &E::model, &ModelConfig::attention),
+        int_field("q_lora_rank", &E::model, &ModelConfig::q_lora_rank, 0, kMaxWidth),
+        int_field("kv_lora_rank", &E::model, &ModelConfig::kv_lora_rank, 0, kMaxWidth),
+        int_field("qk_rope_head_dim", &E::model, &ModelConfig::qk_rope_head_dim, 0, kMaxHeads),
+        int_field("v_head_dim", &E::model, &ModelConfig::v_head_dim, 0, kMaxHeads),
         {"hf_config", read_hf_config_path, [](YAML::Emitter& out, const Experiment& e) { out << e.model.hf_config; },
          [](const Experiment& e) { return !e.model.hf_config.empty(); }}}},
       {"router",
@@ -270,6 +289,26 @@ const std::vector<Section>& sections() {
         int_field("layers", &E::execute, &ExecuteConfig::layers, 1, kMaxLayers),
         int_field("repeats", &E::execute, &ExecuteConfig::repeats, 1, kMaxRepeats),
         enum_field("dtype", &E::execute, &ExecuteConfig::dtype)}},
+      {"train",
+       {int_field("gpus", &E::train, &TrainConfig::gpus, 1, kMaxTrainGpus),
+        int_field("tp", &E::train, &TrainConfig::tp, 1, kMaxTrainGpus),
+        int_field("pp", &E::train, &TrainConfig::pp, 1, kMaxLayers),
+        int_field("vpp", &E::train, &TrainConfig::vpp, 1, kMaxLayers),
+        int_field("ep", &E::train, &TrainConfig::ep, 1, kMaxExperts),
+        int_field("etp", &E::train, &TrainConfig::etp, 1, kMaxTrainGpus),
+        int_field("cp", &E::train, &TrainConfig::cp, 1, kMaxTrainGpus),
+        int_field("seq_len", &E::train, &TrainConfig::seq_len, 1, kMaxSequenceLen),
+        int_field("global_batch", &E::train, &TrainConfig::global_batch, 1, kMaxTrainBatch),
+        int_field("micro_batch", &E::train, &TrainConfig::micro_batch, 1, kMaxTrainBatch),
+        enum_field("precision", &E::train, &TrainConfig::precision),
+        enum_field("recompute", &E::train, &TrainConfig::recompute),
+        enum_field("dispatcher", &E::train, &TrainConfig::dispatcher),
+        {"routing", read_train_routing,
+         [](YAML::Emitter& out, const Experiment& e) { out << to_string(e.train.routing); }},
+        bool_field("ep_overlap", &E::train, &TrainConfig::ep_overlap),
+        bool_field("tp_comm_overlap", &E::train, &TrainConfig::tp_comm_overlap),
+        bool_field("dp_overlap", &E::train, &TrainConfig::dp_overlap),
+        int_field("routed_micro_batches", &E::train, &TrainConfig::routed_micro_batches, 1, kMaxRoutedMicroBatches)}},
   };
   return table;
 }
@@ -282,8 +321,8 @@ const Section* find_section(const std::string& key) {
 }
 
 const std::vector<std::string>& top_keys() {
-  static const std::vector<std::string> keys = {"name",      "model",     "router",  "workload",
-                                                "hardware",  "placement", "execute", "expect"};
+  static const std::vector<std::string> keys = {"name",      "model",     "router",  "workload", "hardware",
+                                                "placement", "execute",   "train",   "expect"};
   return keys;
 }
 

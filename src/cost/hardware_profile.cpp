@@ -102,12 +102,13 @@ std::vector<std::string> known_keys() {
   std::vector<std::string> k = {"name", "description", "source", "sources", "base", "peak_tflops", "machine"};
   for (const NumericKey& n : numeric_keys()) k.push_back(n.key);
   k.push_back("calibrated");
+  k.push_back("mxfp8");
   return k;
 }
 
 // Keys a `sources:` entry may name: every figure, and each peak_tflops.DTYPE.
 bool is_figure_key(const std::string& k) {
-  if (k == "peak_tflops" || k == "calibrated") return true;
+  if (k == "peak_tflops" || k == "calibrated" || k == "mxfp8") return true;
   for (Dtype d : kDtypes)
     if (k == std::string("peak_tflops.") + to_string(d)) return true;
   for (const NumericKey& n : numeric_keys())
@@ -196,6 +197,10 @@ class Parser {
         bool b = false;
         if (!v.IsScalar() || !YAML::convert<bool>::decode(v, b)) fail(v, key, "true or false", describe(v));
         hw.calibrated = b;
+      } else if (key == "mxfp8") {
+        bool b = false;
+        if (!v.IsScalar() || !YAML::convert<bool>::decode(v, b)) fail(v, key, "true or false", describe(v));
+        hw.mxfp8 = b;
       } else {
         const NumericKey* nk = nullptr;
         for (const NumericKey& n : numeric_keys())
@@ -438,6 +443,7 @@ std::string hardware_digest(const HardwareProfile& hw) {
   add("efficiency_bw", hw.efficiency_bw);
   add("memory_compute_overlap", hw.memory_compute_overlap);
   add("calibrated", hw.calibrated ? 1 : 0);
+  if (hw.mxfp8) add("mxfp8", 1);  // only where set, so that the profiles without it keep their digests
   return bytes_digest(text);
 }
 

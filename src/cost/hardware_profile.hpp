@@ -108,6 +108,9 @@ struct HardwareProfile {
   // CPU BLAS that packs a weight panel and then computes on it does. Measured by moesim calibrate.
   double memory_compute_overlap = 1.0;
   bool calibrated = false;                  // the efficiencies were measured (moesim calibrate)
+  // Tensor cores that scale MXFP8 blocks of 32 in hardware (Blackwell); `moesim train` refuses
+  // train.precision mxfp8 on a profile without them (Hopper quantizes fp8 per tensor or per block in software).
+  bool mxfp8 = false;
   std::optional<MachineSignature> machine;  // where a CPU profile was measured (not in the digest)
 };
 
@@ -126,7 +129,7 @@ double require_peak_flops_per_s(const HardwareProfile& hw, Dtype dtype);
 //   0), a2a_{normal,low_latency}_{dispatch,combine}_us (>= 0) and
 //   a2a_{normal,low_latency}_scale_{up,out}_efficiency (in (0, 1]; default A2aPooledFit), tile_m, tile_n (default
 //   128), efficiency_flops, efficiency_bw (in (0, 1]), memory_compute_overlap (default 1, in [0, 1]),
-//   calibrated (default false); launch_overhead_us, k_step_us and the efficiencies default to the
+//   calibrated (default false), mxfp8 (default false: MXFP8 tensor cores); launch_overhead_us, k_step_us and the efficiencies default to the
 //   pooled fit (PooledFit), and a profile that takes one gets kPooledFitNote as its source note;
 //   base: NAME of a built-in profile whose values the other keys override (inline tables mostly);
 //   machine: {cpu_model: STRING, cores: N, blas_core: STRING, threads: N} (all four; a measured CPU).

@@ -166,6 +166,8 @@ bool is_comm_table(const std::string& text) {
   return first.rfind("phase,", 0) == 0;
 }
 
+bool is_training_table(const std::string& text) { return text.rfind("model,", 0) == 0; }
+
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> fields(1);
   bool quoted = false;
@@ -295,7 +297,7 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
 std::vector<PublishedTable> load_published(const std::string& spec) {
   std::vector<PublishedTable> tables;
   for (const PublishedFile& f : published_files(spec))
-    if (!is_comm_table(f.text)) tables.push_back(parse_published_csv(f.text, f.origin));
+    if (!is_comm_table(f.text) && !is_training_table(f.text)) tables.push_back(parse_published_csv(f.text, f.origin));
   if (tables.empty()) return tables;  // a communication table alone (load_published_comm) is not an error here
   std::size_t points = 0;
   for (const PublishedTable& t : tables) points += t.points.size();

@@ -94,11 +94,13 @@ struct PublishedFile {
 std::vector<PublishedFile> published_files(const std::string& spec);
 // Whether a CSV is a communication table (its header starts with `phase,`: src/sweep/published_comm.hpp).
 bool is_comm_table(const std::string& text);
+// Whether a CSV is a training table (its header starts with `model,`: src/sweep/published_train.hpp).
+bool is_training_table(const std::string& text);
 // The profile a table's gpu cell names: a built-in profile, or (for a table read from disk) a profile YAML
 // relative to the table's folder. Errors: InputError "ORIGIN:LINE: gpu: expected ..., got '...'".
 HardwareProfile published_table_profile(const std::string& origin, int line, const std::string& cell,
                                         std::string& profile_ref);
-// The kernel tables of a spec (communication tables are left to load_published_comm), sorted by name;
+// The kernel tables of a spec (communication and training tables are left to their readers), sorted by name;
 // empty when it holds none. Errors: InputError naming the path.
 std::vector<PublishedTable> load_published(const std::string& spec);
 

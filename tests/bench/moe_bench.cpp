@@ -352,6 +352,11 @@ void register_benchmarks() {
     configure(RegisterBenchmark((p + "expert_parallel_8").c_str(), bench_cost_model, experts, 8), false)
         ->Unit(benchmark::kMicrosecond);
   }
+  // Route once, cost many: the whole search with one router, and the baseline (a router per layout) on a few.
+  RegisterBenchmark("train/deepseek_v3_layout_search/shared_router", bench_train_search, true)
+      ->Iterations(1)->Repetitions(1)->Unit(benchmark::kSecond);
+  RegisterBenchmark("train/deepseek_v3_layout_search/router_per_layout", bench_train_search, false)
+      ->Iterations(1)->Repetitions(1)->Unit(benchmark::kSecond);
 }
 
 // --export-check DIR: a small layer with its inputs, weights (moesim layout [E, d, f]) and output, for

@@ -70,5 +70,7 @@ void bench_small(State& state, int which, int threads);
 // One cost-model evaluation of a layer at a model's real size: Mixtral 8x7B (hidden 4096, ffn 14336,
 // E 8, top-2) or DeepSeek-V3 (7168, 2048, E 256, top-8), 16384 tokens, uneven loads.
 void bench_cost_model(State& state, int num_experts, int devices);
+// A search of DeepSeek-V3's training layouts: one router for all (shared), or a fresh one per layout.
+void bench_train_search(State& state, bool shared);
 
 }  // namespace moesim::bench::detail

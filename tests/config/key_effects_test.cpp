@@ -107,7 +107,8 @@ void strip(json& j) {
       st.erase("strategy");
     }
   }
-  for (const char* k : {"provenance", "experiment", "model", "moesim_version"}) j.erase(k);
+  // `layout`: moesim train's echo of its train: section (the layout it computed is in its variants).
+  for (const char* k : {"provenance", "experiment", "model", "moesim_version", "layout"}) j.erase(k);
   if (j.contains("workload")) j["workload"] = {{"num_tokens", j["workload"].value("num_tokens", json())}};
   if (j.contains("execute")) j["execute"] = {{"output_digest", j["execute"].value("output_digest", json())}};
   if (j.contains("hardware") && j["hardware"].is_object()) {
@@ -146,6 +147,9 @@ const std::string& swap_first_two_experts() {
 const std::vector<Row>& rows() {
   const std::string run = "run" + kBase;
   const std::string dec = run + kDecoder;
+  // moesim train on the built-in experiment: 8 GPUs, EP 8, 2 micro-batches of 4096 tokens, 2 routed.
+  const std::string train = "train --format json --set train.global_batch=16 --set train.routed_micro_batches=2";
+  const std::string mla = train + " --set model.attention=mla --set model.kv_lora_rank=512 --set model.qk_rope_head_dim=64";
   const std::string route = "route --format json --logits {A}";
   const std::string profile = "run {ROOT}/configs/olmoe-profile.yaml --format json";
   const std::string logits = run + " --set workload.source=logits --set workload.path={A}";
@@ -170,6 +174,13 @@ const std::vector<Row>& rows() {
       {"model.dtype", "fp8", run, route},
       {"model.weight_dtype", "int4", run, route},
       {"model.gated_experts", "false", run, route},
+      {"model.dense_ffn", "20000", train + " --set model.moe_layers=16", train},
+      {"model.mtp_layers", "1", train, run},
+      {"model.attention", "mla", train + " --set model.kv_lora_rank=512 --set model.qk_rope_head_dim=64", run},
+      {"model.q_lora_rank", "1536", mla, train},
+      {"model.kv_lora_rank", "256", mla, train},
+      {"model.qk_rope_head_dim", "32", mla, train},
+      {"model.v_head_dim", "64", mla, train},
       {"model.hf_config", "{ROOT}/tests/data/hf/qwen3-30b-a3b/config.json", run, route},
       {"router.gating", "sinkhorn", run, profile},
       {"router.semantics", "megatron", run + " --set workload.batch=400 --set router.capacity_factor=1.1",
@@ -257,6 +268,24 @@ const std::vector<Row>& rows() {
       {"execute.layers", "2", dec + " --no-execute", run},
       {"execute.repeats", "2", run, run + " --no-execute"},
       {"execute.dtype", "bf16", run + " --backend cuda", run, false, true},
+      {"train.gpus", "16", train, run},
+      {"train.tp", "2", train, run},
+      {"train.pp", "2", train + " --set train.gpus=16", run},
+      {"train.vpp", "2", train + " --set train.gpus=16 --set train.pp=2", run},
+      {"train.ep", "4", train, run},
+      {"train.etp", "2", train + " --set train.ep=4", run},
+      {"train.cp", "2", train, run},
+      {"train.seq_len", "2048", train, run},
+      {"train.global_batch", "32", train, run},
+      {"train.micro_batch", "2", train, run},
+      {"train.precision", "fp8", train, run},
+      {"train.recompute", "full", train, run},
+      {"train.dispatcher", "deepep", train, train + " --set train.ep=1"},
+      {"train.routing", "forced_balance", train, run},
+      {"train.ep_overlap", "true", train, train + " --set train.ep=1"},
+      {"train.tp_comm_overlap", "false", train + " --set train.tp=2", train},
+      {"train.dp_overlap", "false", train, train + " --set train.gpus=1 --set train.ep=1"},
+      {"train.routed_micro_batches", "3", train + " --set train.routing=rank_overload:1.2", run},
       {"expect", "{imbalance: {max: 1.0}}", "check {FILE}", run},
   };
   return table;

@@ -28,6 +28,7 @@
 #include "src/report/check.hpp"
 #include "src/report/report.hpp"
 #include "src/sweep/published.hpp"
+#include "src/sweep/published_train.hpp"
 #include "src/sweep/published_comm.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
@@ -42,7 +43,8 @@ namespace moesim::fuzz {
 inline const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
                                                  "trace",  "load_profile", "published", "hf_config",
-                                                 "megatron_npz", "megatron_router_trace", "published_comm"};
+                                                 "megatron_npz", "megatron_router_trace", "published_comm",
+                                                 "training"};
   return names;
 }
 
@@ -219,6 +221,32 @@ inline void fuzz_published_comm(const uint8_t* data, size_t size) {
     for (const CommRow& r : v.rows) {
       for (double t : {r.model_s, r.held_out_s})
         if (!(t > 0) || !std::isfinite(t)) finding("a modeled all-to-all time that is not positive and finite");
+    }
+  });
+}
+
+// ---- published training tables: moesim validate --published (data/training-step/*.csv) ------------------
+// A table parses or names its line; up to 4 of its rows small enough to route quickly (at most 64 GPUs, 8192 tokens
+// a sequence, 1024 sequences a step) are modeled and fitted, and every prediction and error must be finite, every
+// step time positive, and every erosion's parts must add up to its step's difference.
+inline void fuzz_training(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] {
+    TrainingTable table = parse_training_csv(text, name);
+    std::vector<TrainingPoint> small;
+    for (const TrainingPoint& p : table.points)
+      if (p.train.gpus <= 64 && p.train.seq_len <= 8192 && p.train.global_batch <= 1024 && small.size() < 4)
+        small.push_back(p);
+    if (small.empty()) return;
+    table.points = small;
+    const TrainingValidation v = validate_training({table});
+    for (const TrainingRow& r : v.rows) {
+      if (!(r.step.step_s > 0) || !std::isfinite(r.step.step_s)) finding("a step time that is not positive and finite");
+      if (!std::isfinite(r.model) || !std::isfinite(r.held_out)) finding("a prediction that is not finite");
+      const TrainErosion& x = r.step.erosion;
+      if (std::fabs(x.sum_s() - (x.actual_s - x.reference_s)) > 1e-9 * std::max(1.0, x.actual_s))
+        finding("erosion parts that do not add up to the step's difference");
     }
   });
 }
@@ -443,6 +471,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "load_profile") return fuzz_load_profile(data, size);
   if (target == "published") return fuzz_published(data, size);
   if (target == "published_comm") return fuzz_published_comm(data, size);
+  if (target == "training") return fuzz_training(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
   if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
   if (target == "megatron_router_trace") return fuzz_megatron_router_trace(data, size);

@@ -165,6 +165,16 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
   expect_documented("sweep", json_of("sweep --measure --vary workload.batch=32,64" + kSmall), {kEvery, "sweep"},
                     {"--measure"});
   expect_documented("validate", json_of("validate --batches 16,32" + kSmall), {kEvery, "validate"}, {});
+  const std::string train = " --set train.global_batch=16 --set train.routed_micro_batches=2";
+  expect_documented("train", json_of("train" + train), {kEvery, "moesim train"}, {});
+  expect_documented("train --compare", json_of("train --compare --set train.pp=2 --set train.gpus=16" + train),
+                    {kEvery, "moesim train"}, {});
+  const auto v = run_cli("validate --published " MOESIM_SOURCE_DIR "/data/training-step/megatron-lm-moe-readme-mixtral.csv"
+                         " --format json");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  nlohmann::json training_only = nlohmann::json::parse(v.out);
+  // Only the listed-and-typed half: a training-only validation has none of the kernel tables' `always` keys.
+  expect_documented("validate --published, training tables", training_only, {}, {});
   testing::write_text(dir + "/loads.json", R"({"p": {"0": [10, 2, 3, 1], "3": [4, 4, 4, 4]}})");
   expect_documented("plan", json_of("plan " + dir + "/loads.json --devices 2 --replicas 2"), {"plan --format json"}, {});
   testing::write_text(dir + "/l.csv", "1,0,2,0\n0,3,0,1\n");

@@ -49,12 +49,23 @@ void Loader::apply_hf_config(Experiment& e) {
   // (docs/workloads.md, "Synthetic skew against recorded loads"): the model's own calibration replaces it
   // where the project has one, else the built-in's is kept and the user is told so.
   if (built_in && !given("workload.skew") && hf.model_type != "mixtral") {
-    static const std::pair<const char*, double> kCalibrated[] = {{"olmoe", 0.4}, {"deepseek_v3", 0.45}};
+    // OLMoE: a Zipf skew against its recorded loads; DeepSeek-V3: configs/deepseek-v3.yaml's popularity, against
+    // SGLang's GPU balancedness of its real routing.
+    struct Calibration {
+      const char* type;
+      Popularity popularity;
+      double skew, group_skew, batch_variation;
+    };
+    static const Calibration kCalibrated[] = {{"olmoe", Popularity::zipf, 0.4, 0, 0},
+                                              {"deepseek_v3", Popularity::lognormal, 0.24, 0.13, 0.2}};
     bool found = false;
-    for (const auto& [type, skew] : kCalibrated) {
-      if (hf.model_type != type) continue;
-      e.workload.skew = skew;
+    for (const Calibration& c : kCalibrated) {
+      if (hf.model_type != c.type) continue;
+      e.workload.skew = c.skew;
       origins_["workload.skew"] = hf.source + ": model_type";
+      if (!given("workload.popularity")) e.workload.popularity = c.popularity;
+      if (!given("workload.group_skew")) e.workload.group_skew = c.group_skew;
+      if (!given("workload.batch_variation")) e.workload.batch_variation = c.batch_variation;
       found = true;
     }
     if (!found) {

@@ -85,12 +85,17 @@ const PlanChoice& PlanSource::next(const std::vector<int64_t>& own, bool* replan
     if (first && plan_.basis == PlanBasis::profile) {
       fresh = true;
     } else if ((first || past_now || due) && !seen_.empty()) {
-      // The window: the last rebalance_every batches seen (0: all of them), as estimate_plan_load sums them.
+      // A re-plan takes load_estimator over the last rebalance_every batches seen; the first plan with a past
+      // sums all of it (the warm-up batches, or the batches before).
       PlacementConfig window = placement_;
-      if (window.rebalance_every == 0) window.rebalance_every = static_cast<int>(seen_.size());
+      if (!due) {
+        window.load_estimator = LoadEstimator::window;
+        window.rebalance_every = static_cast<int>(seen_.size());
+      }
       plan_.load = estimate_plan_load(seen_, window);
-      plan_.batches = std::min(static_cast<int>(seen_.size()), window.rebalance_every);
-      if (window.load_estimator == LoadEstimator::ema) plan_.batches = static_cast<int>(seen_.size());
+      plan_.batches = window.load_estimator == LoadEstimator::ema
+                          ? static_cast<int>(seen_.size())
+                          : std::min(static_cast<int>(seen_.size()), window.rebalance_every);
       plan_.basis = measured_ == 0 ? PlanBasis::warmup : PlanBasis::past;
       fresh = true;
     } else if (first) {

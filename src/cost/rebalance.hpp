@@ -80,7 +80,8 @@ std::string describe(const PlanChoice& c);
 // (placement.plan_from):
 //  - oracle: each batch's own loads;
 //  - profile: the given loads (a recorded profile), until a re-plan from past loads;
-//  - past: estimate_plan_load over the batches seen before (warm-up batches first); before any, equal loads.
+//  - past: the sum of the batches seen before (warm-up batches first), and at a re-plan estimate_plan_load over
+//    them; before any, equal loads.
 // A plan is made at the first batch, again at the first batch that has a past when the plan was of equal loads,
 // and every rebalance_every batches after it (0: never again).
 class PlanSource {

@@ -84,7 +84,12 @@ PlanProfile read_plan_profile(const Experiment& e) {
 }
 
 PlanSource plan_source(const Experiment& e, const PlanProfile& profile, int layer) {
-  if (profile.total.empty()) return PlanSource(e.placement, e.model.experts);
+  if (profile.total.empty()) {
+    // No profile was read (one device: no plan at all): a source that plans from past loads, never asked.
+    PlacementConfig past = e.placement;
+    if (past.plan_from == PlanFrom::profile) past.plan_from = PlanFrom::past;
+    return PlanSource(past, e.model.experts);
+  }
   for (size_t i = 0; i < profile.layers.size(); ++i)
     if (profile.layers[i] == layer) return PlanSource(e.placement, e.model.experts, profile.counts[i]);
   return PlanSource(e.placement, e.model.experts, profile.total);

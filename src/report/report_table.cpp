@@ -547,11 +547,21 @@ std::string short_legend(const RunResult& run, const std::vector<std::string>& s
   const std::string total = ep ? "ep_us" : "model_us";
   std::ostringstream os;
   std::vector<std::string> parts, imbalance, balanced;
+  // Whether an erosion part is non-zero in any row (the primary placement's headline).
+  const auto nonzero = [&](const std::string& h) {
+    return std::any_of(run.variants.begin(), run.variants.end(), [&](const VariantResult& v) {
+      const Erosion& x = primary_placement(v).cost.erosion;
+      const double value = h == "save_us" ? x.idle_saving_s : h == "phase_us" ? x.tile_phase_s
+                           : h == "pad_us" ? x.padding_s : h == "mb_us" ? x.micro_batch_s : 1.0;
+      return value != 0.0;
+    });
+  };
   for (const char* h : {"ref_us", "save_us", "imb_us", "imb_tile_us", "phase_us", "tile_us", "pad_us", "mb_us", "comm_us",
                         "comm_imb_us"}) {
-    // A part the terminal had no room for is named in the sum, so that the sum stays true.
+    // A part the terminal had no room for is named in the sum where it is not 0, so that the sum stays true.
     if (!has(h)) {
-      if (std::find(hidden.begin(), hidden.end(), h) != hidden.end()) parts.push_back(std::string(h) + " (--wide)");
+      if (std::find(hidden.begin(), hidden.end(), h) != hidden.end() && nonzero(h))
+        parts.push_back(std::string(h) + " (--wide)");
       continue;
     }
     parts.push_back(h);
@@ -570,7 +580,9 @@ std::string short_legend(const RunResult& run, const std::vector<std::string>& s
     os << ". ";
   }
   std::vector<std::string> terms;
-  if (has("imb_cost")) terms.push_back("imb_cost and idle_save are those two over " + total);
+  if (has("imb_cost"))
+    terms.push_back("imb_cost is what imbalance costs over " + total +
+                    (has("idle_save") ? ", idle_save what skew saves" : std::string()));
   if (has("batch_eff")) terms.push_back("batch_eff = 1 - (imbalance - saving) / " + total);
   if (has("rank")) terms.push_back("rank by time per assignment served");
   if (any_drops) terms.push_back("* drops assignments (charged in the rank)");

@@ -50,9 +50,17 @@ std::string verdict_line(const RunResult& run, const VariantResult& v) {
   const std::optional<double> unrouted = metric_value(run, v, "tokens_unrouted", "value");
   if (drop && *drop > 0) {
     const double pct = 100.0 * *drop;
-    os << "; drops " << text::fixed(pct, pct >= 9.95 ? 0 : pct >= 0.995 ? 1 : 2) << " % of its assignments";
+    os << "; drops " << text::fixed(pct, pct >= 9.95 ? 0 : pct >= 0.995 ? 1 : 2) << " %";
   }
   if (unrouted && *unrouted > 0) os << "; leaves " << text::fixed(*unrouted, 0) << " tokens unrouted";
+  // The routing's skew, the assumption every figure rests on: its busiest expert's share (max / mean over E).
+  const std::optional<double> imbalance = metric_value(run, v, "imbalance", "value");
+  const int experts = run.experiment.model.experts;
+  if (imbalance && experts > 1 && *imbalance > 1.0005) {
+    const double share = 100.0 * *imbalance / experts;
+    os << "; top expert " << text::fixed(share, share >= 9.95 ? 0 : 1) << " % (" << text::fixed(*imbalance, 2)
+       << "x mean)";
+  }
   return os.str();
 }
 

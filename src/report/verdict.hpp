@@ -26,8 +26,9 @@ ImbalanceVerdict imbalance_verdict(const Erosion& erosion);
 
 // "token_choice: imbalance costs 22 % of the layer (222 of 1025 us)" ("balanced: imbalance costs nothing (0 of
 // 803 us)" where it costs and saves nothing), with ", saves 5 % (51 us: idle experts'
-// weights not read)" where skew saves, and "; drops 0.12 % of its assignments" / "; leaves N tokens unrouted"
-// where the routing does. Of the variant's headline (the primary placement, a mean over a run's batches or
+// weights not read)" where skew saves, and "; drops 0.12 %" (of its assignments) / "; leaves N tokens unrouted"
+// where the routing does, and "; top expert 16 % (1.25x mean)" where its loads are uneven (the
+// skew the figures rest on). Of the variant's headline (the primary placement, a mean over a run's batches or
 // records); "" when nothing is modeled.
 std::string verdict_line(const RunResult& run, const VariantResult& v);
 

@@ -132,7 +132,10 @@ TEST(HfConfig, OnTheBuiltInExperimentTheModelRoutesAsItIsServed) {
   const Experiment d = default_experiment({"model.hf_config=" + hf_path("deepseek-v3")});
   EXPECT_EQ(d.router.capacity_factor, 0.0);
   EXPECT_EQ(d.router.bias_update_rate, 0.001);
-  EXPECT_EQ(d.workload.skew, 0.45);
+  EXPECT_EQ(d.workload.skew, 0.24);  // configs/deepseek-v3.yaml's popularity, against SGLang's balancedness
+  EXPECT_EQ(d.workload.popularity, Popularity::lognormal);
+  EXPECT_EQ(d.workload.group_skew, 0.13);
+  EXPECT_EQ(d.workload.batch_variation, 0.2);
   EXPECT_TRUE(d.load_notes.empty());
   const Experiment q = default_experiment({"model.hf_config=" + hf_path("qwen3-30b-a3b")});
   EXPECT_EQ(q.router.capacity_factor, 0.0);

@@ -221,7 +221,7 @@ const std::vector<Row>& rows() {
       {"workload.seed", "11", run, profile},
       {"workload.skew", "1.5", run, logits},
       {"workload.popularity", "lognormal", run, logits},
-      {"workload.group_skew", "0.5", run + " --set router.groups=4", run},
+      {"workload.group_skew", "0.5", run, logits},
       {"workload.drift", "0.5", run, dec},
       {"workload.batch_variation", "0.5", run, dec},
       {"workload.topics", "3", dec, run},

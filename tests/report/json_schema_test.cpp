@@ -134,7 +134,7 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
                     {kEvery, kRun}, {"expert_parallel"});
   expect_documented("run, expert-parallel, rebalanced",
                     json_of("run --no-execute --set placement.kind=expert_parallel --set placement.devices=2 "
-                            "--set placement.rebalance_every=1 --set workload.batches=3" + kSmall),
+                            "--set placement.policy=global --set placement.rebalance_every=1 --set workload.batches=3" + kSmall),
                     {kEvery, kRun}, {"expert_parallel", "several batches", "single-process rebalancing"});
   expect_documented("decoder",
                     json_of("run " MOESIM_SOURCE_DIR "/configs/mixtral-8x7b-decode.yaml --set workload.decode_steps=2 "

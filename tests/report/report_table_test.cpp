@@ -131,9 +131,9 @@ TEST(ReportTable, TheTableFitsTheTerminalAndWideShowsEveryColumn) {
   EXPECT_EQ(brief.rfind("- token_choice: imbalance costs ", 0), 0u) << brief;
   EXPECT_EQ(brief.find("- strategies:"), std::string::npos) << brief;
   const std::string md = format_run(run, ReportFormat::markdown, false, true);
-  EXPECT_NE(md.find("\n- ep_us = ref_us + imb_us"), std::string::npos) << md;
+  EXPECT_NE(md.find("\n- ep_us = ref_us + save_us + imb_us"), std::string::npos) << md;
   EXPECT_NE(md.find("\n- strategies:\n  - token_choice: top-2"), std::string::npos) << md;
-  EXPECT_NE(md.find("- placement: global, 8 devices"), std::string::npos) << md;
+  EXPECT_NE(md.find("- placement: contiguous: static, no EPLB, 8 devices"), std::string::npos) << md;
   EXPECT_NE(md.find("- 2 batches: imbalance .. aux_loss are means over the batches"), std::string::npos) << md;
 }
 

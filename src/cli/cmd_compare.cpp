@@ -75,7 +75,7 @@ std::vector<RouterVariant> compare_variants(const Experiment& base, const std::s
       std::string label = to_string(g);
       for (const std::string& s : combo) {
         if (s.rfind("router.", 0) != 0)
-          throw InputError("--vary " + s + ": only router.* keys vary between rows; use sweep for other keys");
+          throw InputError("--vary " + s + ": only router.* keys vary between the rows of one experiment");
         apply_override(e, s);
         label += " " + s.substr(7);
       }
@@ -84,6 +84,70 @@ std::vector<RouterVariant> compare_variants(const Experiment& base, const std::s
   }
   return variants;
 }
+
+namespace {
+
+// The rows of a compare whose --vary names keys outside router.* (placement.replicas, placement.devices,
+// hardware, ...): one experiment per combination of those, each with the router rows of the rest. The values of
+// one combination are applied together, so a combination valid only whole is accepted in any order.
+struct CompareGroup {
+  Experiment experiment;
+  std::vector<std::string> settings;  // the non-router KEY=VALUE of this group
+  std::vector<RouterVariant> variants;
+};
+
+std::vector<CompareGroup> compare_groups(const Experiment& base, const std::string& gating,
+                                         const std::vector<std::string>& varies) {
+  std::vector<std::string> router_varies;
+  std::vector<std::vector<std::string>> axes;
+  for (const std::string& v : varies) {
+    const auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+      throw InputError("--vary: expected KEY=v1,v2,..., got '" + v + "'");
+    if (v.rfind("router.", 0) == 0) {
+      router_varies.push_back(v);
+      continue;
+    }
+    std::vector<std::string> settings;
+    for (const std::string& value : split(v.substr(eq + 1), ',')) settings.push_back(v.substr(0, eq) + "=" + value);
+    axes.push_back(settings);
+  }
+  std::vector<std::vector<std::string>> combos = {{}};
+  for (const auto& axis : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& c : combos)
+      for (const auto& s : axis) {
+        auto n = c;
+        n.push_back(s);
+        next.push_back(n);
+      }
+    combos = next;
+  }
+  std::vector<CompareGroup> groups;
+  for (const auto& combo : combos) {
+    CompareGroup g;
+    g.experiment = base;
+    g.settings = combo;
+    if (!combo.empty()) {
+      try {
+        apply_overrides(g.experiment, combo);
+      } catch (const ConfigError& ex) {
+        std::string message = ex.what();
+        for (const std::string& s : combo)
+          for (size_t at = message.find("--set " + s); at != std::string::npos; at = message.find("--set " + s, at))
+            message.replace(at, 5, "--vary");
+        throw ConfigError(message);
+      }
+    }
+    g.variants = compare_variants(g.experiment, gating, router_varies);
+    for (RouterVariant& v : g.variants)
+      for (const std::string& s : combo) v.label += " " + s;
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+}  // namespace
 
 int cmd_compare(int argc, char** argv) {
   CommonOptions opts;
@@ -95,7 +159,8 @@ int cmd_compare(int argc, char** argv) {
       "file", po::value(&opts.files), "experiment YAML (default: the built-in quickstart)")(
       "gating", po::value(&gating), "strategies: all, or a comma list (default: the experiment's; refused on a trace without logits, "
       "which is only replayed as recorded)")(
-      "vary", po::value(&varies)->composing(), "router variants as rows: --vary router.capacity_factor=1,1.25,2");
+      "vary", po::value(&varies)->composing(),
+      "variants as rows: --vary router.capacity_factor=1,1.25,2 or any other key, e.g. --vary placement.replicas=0,32");
   // Modeled by default, as sweep is: the executed layer fills measured columns the default table does not show.
   add_common_options(desc, opts, true, false);
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
@@ -114,8 +179,11 @@ int cmd_compare(int argc, char** argv) {
                        "--gating)");
     }
   }
-  const std::vector<RouterVariant> variants = compare_variants(e, gating, varies);
-  std::vector<Experiment> rows = variant_experiments(e, variants);
+  const std::vector<CompareGroup> groups = compare_groups(e, gating, varies);
+  std::vector<Experiment> rows;
+  for (const CompareGroup& g : groups) {
+    for (Experiment& row : variant_experiments(g.experiment, g.variants)) rows.push_back(std::move(row));
+  }
   for (Experiment& row : rows) {  // a --vary key is one the user set
     for (const std::string& v : varies) {
       row.given_keys.push_back(v.substr(0, v.find('=')));
@@ -124,8 +192,25 @@ int cmd_compare(int argc, char** argv) {
   }
   warn_inert_keys(rows, effect_context(opts, "compare", e), opts.strict);
   std::unique_ptr<RecordSpool> spool;
-  const RunResult run = run_experiment(e, variants, run_options(opts, "compare", &spool));
-  return emit_run(opts, run, format, "compare", spool.get());
+  if (groups.size() == 1) {
+    const RunResult run = run_experiment(groups.front().experiment, groups.front().variants,
+                                         run_options(opts, "compare", &spool));
+    return emit_run(opts, run, format, "compare", spool.get());
+  }
+  // One run a group, their rows side by side under the first group's header; each row's placement and plan are
+  // its own (the devices column, the placement lines).
+  if (opts.records) throw InputError("--records: expected only when --vary names router.* keys alone");
+  RunResult run;
+  for (const CompareGroup& g : groups) {
+    RunResult part = run_experiment(g.experiment, g.variants, run_options(opts, "compare", nullptr));
+    if (run.variants.empty()) {
+      run = std::move(part);
+      run.varied = true;
+    } else {
+      for (VariantResult& v : part.variants) run.variants.push_back(std::move(v));
+    }
+  }
+  return emit_run(opts, run, format, "compare", nullptr);
 }
 
 }  // namespace moesim::cli

@@ -464,13 +464,15 @@ nlohmann::json yaml_to_json(const YAML::Node& n) {
 
 nlohmann::json experiment_to_json(const Experiment& e) { return yaml_to_json(YAML::Load(experiment_to_yaml(e))); }
 
-void apply_override(Experiment& e, const std::string& key_eq_value) {
+void apply_override(Experiment& e, const std::string& key_eq_value) { apply_overrides(e, {key_eq_value}); }
+
+void apply_overrides(Experiment& e, const std::vector<std::string>& settings) {
   const std::string source = e.source_file.empty() ? "<effective>" : "<effective " + e.source_file + ">";
   // Convention keys the experiment left to its semantics preset stay out of the text, so that the preset
   // (perhaps a new one, or one that follows a new score or top_k) sets them again.
   YAML::Emitter text;
   emit_experiment(text, e, true);
-  Experiment updated = load_text(std::string(text.c_str()) + "\n", source, {key_eq_value}, false);
+  Experiment updated = load_text(std::string(text.c_str()) + "\n", source, settings, false);
   updated.source_file = e.source_file;
   // The re-emitted text gives every key: the user gave what e's user gave, and what this override changed
   // (not the convention keys a changed preset set again, nor what model.hf_config filled again).
@@ -495,19 +497,23 @@ void apply_override(Experiment& e, const std::string& key_eq_value) {
   updated.as_written = e.as_written;
   // What each compound key changed, row by row: the experiment without it takes the same override (an override
   // of the key itself leaves it as it was: the row without the key is the row before).
-  std::string set_key = key_eq_value.substr(0, key_eq_value.find('='));
-  while (!set_key.empty() && set_key.back() == ' ') set_key.pop_back();
-  while (!set_key.empty() && set_key.front() == ' ') set_key.erase(set_key.begin());
+  std::vector<std::string> set_keys;
+  for (const std::string& s : settings) {
+    std::string set_key = s.substr(0, s.find('='));
+    while (!set_key.empty() && set_key.back() == ' ') set_key.pop_back();
+    while (!set_key.empty() && set_key.front() == ' ') set_key.erase(set_key.begin());
+    set_keys.push_back(set_key);
+  }
   for (const std::string& key : compound_keys()) {
     const auto it = e.without_key.find(key);
-    if (set_key == key) {
+    if (std::find(set_keys.begin(), set_keys.end(), key) != set_keys.end()) {
       updated.without_key[key] = it != e.without_key.end() ? it->second : std::make_shared<const Experiment>(e);
       continue;
     }
     if (it == e.without_key.end()) continue;
     Experiment w = *it->second;
     try {
-      apply_override(w, key_eq_value);
+      apply_overrides(w, settings);
       updated.without_key[key] = std::make_shared<const Experiment>(std::move(w));
     } catch (const Error&) {
     }

@@ -33,6 +33,9 @@ nlohmann::json experiment_to_json(const Experiment& e);
 // Applies one "KEY.PATH=VALUE" override to an already validated experiment and re-validates it;
 // on error `e` is left unchanged and ConfigError is thrown.
 void apply_override(Experiment& e, const std::string& key_eq_value);
+// Several overrides at once, validated together (a combination that is valid only whole, such as
+// placement.devices=32 with placement.replicas=32, is accepted in any order); errors as apply_override.
+void apply_overrides(Experiment& e, const std::vector<std::string>& settings);
 
 // The metric names an expect: block may bound (JSON keys of the report).
 const std::vector<std::string>& known_expect_metrics();

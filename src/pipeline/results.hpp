@@ -263,6 +263,9 @@ struct RunResult {
   // Step runs: whether the reports list every record (RunOptions::records, `--records`); the records'
   // aggregates, phases and headline are reported either way.
   bool records_listed = true;
+  // compare --vary of keys outside router.*: the rows come from several experiments (each row's modeled
+  // placement carries its own devices and plan; `experiment` is the first's).
+  bool varied = false;
 };
 
 }  // namespace moesim

@@ -64,7 +64,11 @@ std::vector<Column> columns(const RunResult& run) {
   cols.push_back({"aux_loss", metric("aux_loss", 3), 8});
   cols.push_back({"model_us", [single, us](size_t i) { return us(single(i).actual.quantized_s); }, ep ? 3 : 0});
   const int devices = run.experiment.placement.devices;
-  cols.push_back({"devices", [ep, devices](size_t) { return ep ? std::to_string(devices) : std::string(); }, 9});
+  // Each row's own devices (compare --vary placement.devices runs a placement a group of rows).
+  cols.push_back({"devices", [ep, devices, ep_cost](size_t i) {
+                    if (!ep) return std::string();
+                    return std::to_string(ep_cost(i) ? ep_cost(i)->devices : devices);
+                  }, run.varied ? 0 : 9});
   cols.push_back({"ep_us", [ep_cost, us](size_t i) { return ep_cost(i) ? us(ep_cost(i)->cost.actual.quantized_s) : ""; },
                   ep ? 0 : 10});
   cols.push_back({"rank_imb", [ep_cost](size_t i) { return ep_cost(i) ? fmt(ep_cost(i)->cost.rank_imbalance, 3) : ""; },
@@ -194,11 +198,13 @@ std::string placement_section(const RunResult& run) {
     const ModeledPlacement* mp = find_placement(v, "expert_parallel");
     if (!mp || mp->cost.placement.expert.empty()) continue;
     const ExpertPlacement& p = mp->cost.placement;
-    os << "  " << v.variant.label << ": ";
-    if (eplb) os << "predicted " << fmt(mp->cost.predicted_balancedness, 3) << ", ";
+    // Rows of several experiments (compare --vary placement.*) each name their own plan.
+    const bool planned = run.varied ? mp->plan.rfind("EPLB", 0) == 0 : eplb;
+    os << "  " << v.variant.label << ": " << (run.varied ? mp->plan + "; " : std::string());
+    if (planned) os << "predicted " << fmt(mp->cost.predicted_balancedness, 3) << ", ";
     os << "realised " << fmt(mp->cost.balancedness, 3);
-    if (eplb) os << ", colocated replicas " << colocated_replicas(p);
-    if (eplb && p.expert.size() <= 64) {
+    if (planned) os << ", colocated replicas " << colocated_replicas(p);
+    if (planned && p.expert.size() <= 64) {
       os << "; experts per device:";
       for (int d = 0; d < p.num_devices; ++d) {
         os << (d ? " |" : "") << " " << d << ":";
@@ -649,6 +655,7 @@ std::string format_run(const RunResult& run, ReportFormat format, bool wide, boo
     // The answer first: what imbalance costs each strategy.
     for (const VariantResult& v : run.variants)
       if (const std::string line = verdict_line(run, v); !line.empty()) os << "- " << line << "\n";
+    for (const std::string& gain : replica_gain_lines(run)) os << "- " << gain << "\n";
     os << "\n**" << title.str() << "**\n\n|";
     std::vector<std::string> shown;
     for (size_t c : cells.shown) {
@@ -684,6 +691,7 @@ std::string format_run(const RunResult& run, ReportFormat format, bool wide, boo
   // The answer first: what imbalance costs each strategy, one line each.
   for (const VariantResult& v : run.variants)
     if (const std::string line = verdict_line(run, v); !line.empty()) os << text::wrap(line) << "\n";
+  for (const std::string& gain : replica_gain_lines(run)) os << text::wrap(gain) << "\n";
   os << text::wrap(title.str()) << "\n";
   auto line = [&](const std::vector<std::string>& row) {
     for (size_t j = 0; j < fit.size(); ++j) {

@@ -64,4 +64,46 @@ std::string verdict_line(const RunResult& run, const VariantResult& v) {
   return os.str();
 }
 
+std::vector<std::string> replica_gain_lines(const RunResult& run) {
+  struct Row {
+    std::string base;  // the label without its placement.replicas setting
+    int replicas = 0;
+    const ModeledPlacement* p = nullptr;
+    std::string label;
+  };
+  std::vector<Row> rows;
+  for (const VariantResult& v : run.variants) {
+    const ModeledPlacement* p = nullptr;
+    for (const ModeledPlacement& m : v.modeled)
+      if (m.placement == "expert_parallel") p = &m;
+    if (!p || p->cost.placement.expert.empty()) continue;
+    Row r;
+    r.p = p;
+    r.label = v.variant.label;
+    r.replicas = static_cast<int>(p->cost.placement.expert.size() - p->cost.placement.replicas.size());
+    r.base = v.variant.label;
+    const size_t at = r.base.find(" placement.replicas=");
+    if (at != std::string::npos) {
+      const size_t end = r.base.find(' ', at + 1);
+      r.base.erase(at, end == std::string::npos ? std::string::npos : end - at);
+    }
+    rows.push_back(r);
+  }
+  std::vector<std::string> out;
+  for (const Row& r : rows) {
+    if (r.replicas == 0) continue;
+    const Row* base = nullptr;
+    for (const Row& b : rows)
+      if (b.replicas == 0 && b.base == r.base) base = &b;
+    if (!base) continue;
+    const double before = base->p->cost.actual.quantized_s, after = r.p->cost.actual.quantized_s;
+    std::ostringstream os;
+    os << r.base << ": " << r.replicas << " redundant experts: MoE layer " << micro(before) << " -> " << micro(after)
+       << " us, " << text::fixed(after > 0 ? before / after : 1.0, 2) << "x; balancedness "
+       << text::fixed(base->p->cost.balancedness, 2) << " -> " << text::fixed(r.p->cost.balancedness, 2);
+    out.push_back(os.str());
+  }
+  return out;
+}
+
 }  // namespace moesim

@@ -51,6 +51,7 @@ SweepRow make_row(const RunResult& run, const std::vector<std::string>& values) 
   row.batching_efficiency = p.cost.batching_efficiency;
   row.batching_efficiency_exact = p.cost.batching_efficiency_exact;
   row.roofline_efficiency = p.cost.roofline_efficiency;
+  row.balancedness = p.cost.balancedness;
   row.time_per_token_s = run.num_tokens > 0 ? row.actual.quantized_s / static_cast<double>(run.num_tokens) : 0.0;
   row.compute_bound_experts = p.cost.compute_bound_experts;
   // The headline values, as the modeled cost above is (a mean over the point's batches or records).
@@ -89,12 +90,17 @@ SweepResult run_sweep(const Experiment& base, const std::vector<SweepAxis>& axes
   experiments.reserve(points.size());
   for (const SweepPoint& point : points) {
     Experiment e = base;
-    for (const std::string& s : point.settings) {
-      try {
-        apply_override(e, s);
-      } catch (const ConfigError& ex) {
-        throw ConfigError("--vary (sweep point " + s + "): " + ex.what());
+    // The point's settings together: a combination is checked whole, in any order of the axes.
+    try {
+      apply_overrides(e, point.settings);
+    } catch (const ConfigError& ex) {
+      // In the user's words: the point's values came from --vary, not from a --set.
+      std::string message = ex.what();
+      for (const std::string& s : point.settings) {
+        for (size_t at = message.find("--set " + s); at != std::string::npos; at = message.find("--set " + s, at))
+          message.replace(at, 5, "--vary");
       }
+      throw ConfigError(message);
     }
     if (opts.measure) e.execute.enabled = true;
     experiments.push_back(std::move(e));

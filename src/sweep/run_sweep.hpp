@@ -47,6 +47,7 @@ struct SweepRow {
   Erosion erosion;                  // x moe_layers: where actual.quantized_s goes (cost/placement.hpp)
   double batching_efficiency = 1;   // the balanced counterfactual's time over the routing's (1 or L layers alike)
   double batching_efficiency_exact = 1;  // the same for this exact batch size (no tile-phase mean)
+  double balancedness = 1;               // mean / max tokens per device (1 on one device)
   double roofline_efficiency = 1;   // the same on the ideal roofline: reference / (reference + imbalance)
   double time_per_token_s = 0;      // actual.quantized_s / num_tokens (0 when no tokens)
   double compute_bound_experts = 0; // physical experts past their knee (per layer)

@@ -142,8 +142,10 @@ const std::vector<BadCase>& bad_cases() {
       {"CompareVaryNegativeCapacity",
        [](const std::string&) { return "compare --vary router.capacity_factor=1,-1" + kSmall; }, 2,
        {"router.capacity_factor", ">= 0"}},
-      {"CompareVaryNonRouterKey", [](const std::string&) { return "compare --vary model.experts=4,8" + kSmall; }, 2,
-       {"--vary model.experts=4", "router"}},
+      // A placement row that EPLB cannot place names the user's --vary, once.
+      {"CompareVaryPlacementKey",
+       [](const std::string&) { return "compare --set placement.policy=global --vary placement.devices=8,3" + kSmall; },
+       2, {"--vary placement.devices=3: placement.devices: expected a divisor of model.experts"}},
       // ---- route: logits files ------------------------------------------------------------------
       {"RouteTruncatedNpy",
        [](const std::string& d) {

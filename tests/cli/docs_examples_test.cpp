@@ -220,6 +220,17 @@ TEST(DocsExamples, ReadmeErosionTableIsTheDefaultCompare) {
 // Runs of whitespace as one space: README's lines wrap where the binary's do not.
 std::string one_line(const std::string& text) { return std::regex_replace(text, std::regex("\\s+"), " "); }
 
+TEST(DocsExamples, ReadmeEplbAnswerIsTheCompares) {
+  // README's EPLB question: `moesim compare ARGS`) answers: "LINE", a line of the command's output.
+  const std::string readme = one_line(testing::read_text(kRoot + "/README.md"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(readme, m, std::regex("\\(`moesim compare ([^`]*)`\\) answers: \"([^\"]*)\"")))
+      << "README.md: the EPLB answer is not where this test reads it";
+  const auto r = run_cli("compare " + std::regex_replace(m[1].str(), std::regex("configs/"), kRoot + "/configs/"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(one_line(r.out).find(m[2].str()), std::string::npos) << m[2].str() << "\nthe binary:\n" << r.out;
+}
+
 TEST(DocsExamples, ReadmeKneeQuoteIsTheSweeps) {
   // README quotes the knee line of the command beside it: `moesim sweep ARGS` finds the knee: "QUOTE".
   const std::string readme = one_line(testing::read_text(kRoot + "/README.md"));

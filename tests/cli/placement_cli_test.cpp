@@ -155,3 +155,44 @@ TEST(PlacementCli, PastTheDomainWithoutANicExitsTwoNamingTheKey) {
 
 }  // namespace
 }  // namespace moesim
+
+namespace moesim {
+namespace {
+
+TEST(PlacementCli, EplbQuestionInOneCommand) {
+  // "What do 32 redundant experts buy at EP 32?": compare rows per placement.replicas, each costed on its own plan
+  // (contiguous without replicas, EPLB from warm-up batches with them), and the gain line that answers it.
+  const std::string ds = std::string(" ") + MOESIM_SOURCE_DIR + "/configs/deepseek-v3.yaml";
+  const std::string setup = " --set placement.devices=32 --set workload.batch=8192 --set workload.batches=2";
+  const auto c = run_cli("compare" + ds + " --vary placement.replicas=0,32" + setup);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("group_limited: 32 redundant experts: MoE layer "), std::string::npos) << c.out;
+  const auto j = nlohmann::json::parse(run_cli("compare" + ds + " --vary placement.replicas=0,32" + setup +
+                                               " --format json").out);
+  ASSERT_EQ(j["strategies"].size(), 2u);
+  const auto& without = j["strategies"][0]["modeled"]["expert_parallel"];
+  const auto& with = j["strategies"][1]["modeled"]["expert_parallel"];
+  EXPECT_EQ(without["plan_source"], "contiguous: static, no EPLB");
+  EXPECT_EQ(with["plan_source"], "EPLB global, planned from the loads of 8 warm-up batches");
+  EXPECT_GT(with["balancedness"].get<double>(), without["balancedness"].get<double>());
+  EXPECT_LT(with["time_s"].get<double>(), without["time_s"].get<double>());
+  // sweep validates each combined point whole, in either order of the axes, and says what replicas buy.
+  for (const std::string& axes : {std::string(" --vary placement.devices=8,32 --vary placement.replicas=0,32"),
+                                  std::string(" --vary placement.replicas=0,32 --vary placement.devices=8,32")}) {
+    const auto s = run_cli("sweep" + ds + axes + " --set workload.batch=4096");
+    ASSERT_EQ(s.exit_code, 0) << axes << "\n" << s.err;
+    EXPECT_NE(s.out.find("placement.devices=32: 32 redundant experts: MoE layers "), std::string::npos) << s.out;
+  }
+  // An invalid combination is named once, in the user's spelling (5 devices split 256 experts contiguously, but
+  // EPLB's packing of 288 slots needs a divisor).
+  const auto bad = run_cli("sweep" + ds + " --vary placement.replicas=0,32 --vary placement.devices=5");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--vary placement.devices=5: placement.devices: expected a divisor of model.experts + "
+                         "placement.replicas (288)"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
+
+}  // namespace
+}  // namespace moesim

@@ -39,9 +39,14 @@ std::string verdict_line(const RunResult& run, const VariantResult& v) {
   const ImbalanceVerdict x = imbalance_verdict(p->cost.erosion);
   const double layer = x.layer_s > 0 ? x.layer_s : 1.0;
   std::ostringstream os;
-  if (x.costs_s == 0 && x.saves_s == 0)
+  if (x.costs_s == 0 && x.saves_s == 0) {
     os << v.variant.label << ": imbalance costs nothing (0 of " << micro(x.layer_s) << " us)";
-  else
+  } else if (x.costs_s < 0) {
+    // Below 0 only where the straggler runs on a plan made for past skew (EPLB) that fits these loads better than
+    // the plan balanced loads get fits those: nothing is lost to imbalance, and the line says why.
+    os << v.variant.label << ": imbalance costs nothing (the plan, made for past skew, fits it " << micro(-x.costs_s)
+       << " us better than balanced loads fit theirs, of " << micro(x.layer_s) << " us)";
+  } else
     os << v.variant.label << ": imbalance costs " << percent(x.costs_s / layer) << " of the layer (" << micro(x.costs_s)
        << " of " << micro(x.layer_s) << " us)";
   if (x.saves_s > 0)

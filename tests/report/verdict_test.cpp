@@ -49,6 +49,32 @@ TEST(Verdict, IdleExpertsAreWhatSkewSaves) {
   EXPECT_NEAR(w.costs_s, 85e-6, 1e-15);
 }
 
+TEST(Verdict, APlanThatFitsTheSkewCostsNothing) {
+  // Under EPLB planned from past skew the straggler part can fall below 0 (the plan fits these loads better than
+  // balanced loads fit theirs): the line says nothing is lost, and why, never a negative cost.
+  Erosion x;
+  x.actual_s = 534e-6;
+  x.imbalance_s = -3.6e-6;
+  x.communication_imbalance_s = 0.2e-6;
+  RunResult run;
+  run.experiment.model.experts = 8;
+  VariantResult v;
+  v.variant.label = "group_limited";
+  BalanceMetrics m;
+  m.imbalance = 1.0;
+  v.per_batch.push_back(m);
+  ModeledPlacement p;
+  p.placement = "expert_parallel";
+  p.cost.erosion = x;
+  v.modeled.push_back(p);
+  const std::string line = verdict_line(run, v);
+  EXPECT_EQ(line.rfind("group_limited: imbalance costs nothing (the plan, made for past skew, fits it 3.4 us better "
+                       "than balanced loads fit theirs, of 534 us)",
+                       0),
+            0u)
+      << line;
+}
+
 TEST(Verdict, TheRunOpensWithItsLineFromTheHeadlineErosion) {
   const auto r = testing::run_cli("run --no-execute --format json --set workload.batches=2");
   ASSERT_EQ(r.exit_code, 0) << r.err;

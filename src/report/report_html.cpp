@@ -362,10 +362,11 @@ std::string time_chart(const nlohmann::json& run) {
     std::vector<double> parts;  // us
     double total = 0;
   };
-  static const char* const kParts[] = {"reference",  "imbalance",     "imbalance in tiles", "tiles, waves, launches",
-                                       "padding",    "micro-batches", "all-to-all",         "all-to-all imbalance"};
-  static const char* const kFill[] = {"#9ecae1", "#d62728", "#ff9896", "#7f7f7f",
-                                      "#bcbd22", "#17becf", "#9467bd", "#e377c2"};
+  static const char* const kParts[] = {"reference",     "skew saves (idle experts)", "imbalance", "imbalance in tiles",
+                                       "this batch's tile phase", "tiles, waves, launches", "padding", "micro-batches",
+                                       "all-to-all",    "all-to-all imbalance"};
+  static const char* const kFill[] = {"#9ecae1", "#2ca02c", "#d62728", "#ff9896", "#c5b0d5",
+                                      "#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#e377c2"};
   constexpr size_t kNumParts = sizeof kParts / sizeof kParts[0];
   std::vector<Row> rows;
   std::string placement;
@@ -379,7 +380,8 @@ std::string time_chart(const nlohmann::json& run) {
     const auto& parts = x["parts"];
     auto us = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() * 1e6 : 0.0; };
     Row r{s["strategy"].get<std::string>(),
-          {us(x["reference_s"]), us(parts["imbalance_s"]), us(parts.value("imbalance_tiles_s", nlohmann::json(0.0))),
+          {us(x["reference_s"]), us(parts.value("idle_saving_s", nlohmann::json(0.0))), us(parts["imbalance_s"]),
+           us(parts.value("imbalance_tiles_s", nlohmann::json(0.0))), us(parts.value("tile_phase_s", nlohmann::json(0.0))),
            us(parts["quantization_s"]), us(parts["padding_s"]), us(parts.value("micro_batch_s", nlohmann::json(0.0))),
            us(parts["communication_s"]), us(parts.value("communication_imbalance_s", nlohmann::json(0.0)))},
           us(x["actual_s"])};
@@ -458,8 +460,9 @@ std::string erosion_table(const nlohmann::json& run) {
     const auto& parts = x["parts"];
     auto us = [](const nlohmann::json& v) { return v.is_number() ? num(v.get<double>() * 1e6, 1) : std::string("-"); };
     rows << "<tr><td>" << esc(s["strategy"].get<std::string>()) << "</td><td>" << us(x["reference_s"]) << "</td><td>"
-         << us(parts["imbalance_s"]) << "</td><td>" << us(parts.value("imbalance_tiles_s", nlohmann::json(0.0)))
-         << "</td><td>" << us(parts["quantization_s"]) << "</td><td>" << us(parts["padding_s"])
+         << us(parts.value("idle_saving_s", nlohmann::json(0.0))) << "</td><td>" << us(parts["imbalance_s"])
+         << "</td><td>" << us(parts.value("imbalance_tiles_s", nlohmann::json(0.0))) << "</td><td>"
+         << us(parts.value("tile_phase_s", nlohmann::json(0.0))) << "</td><td>" << us(parts["quantization_s"]) << "</td><td>" << us(parts["padding_s"])
          << "</td><td>" << us(parts.value("micro_batch_s", nlohmann::json(0.0))) << "</td><td>"
          << us(parts["communication_s"]) << "</td><td>"
          << us(parts.value("communication_imbalance_s", nlohmann::json(0.0))) << "</td><td>" << us(x["actual_s"])
@@ -468,8 +471,8 @@ std::string erosion_table(const nlohmann::json& run) {
   }
   if (placement.empty()) return "";
   return "<h2>Where the modeled time goes (" + placement +
-         ", us)</h2>\n<table id=\"erosion\"><thead><tr><th>strategy</th><th>reference</th><th>+ imbalance</th>"
-         "<th>+ imbalance in tiles</th><th>+ tiles, waves, launches</th><th>+ padding</th><th>+ micro-batches</th><th>+ all-to-all</th>"
+         ", us)</h2>\n<table id=\"erosion\"><thead><tr><th>strategy</th><th>reference</th><th>+ skew saves (idle experts)</th><th>+ imbalance</th>"
+         "<th>+ imbalance in tiles</th><th>+ this batch's tile phase</th><th>+ tiles, waves, launches</th><th>+ padding</th><th>+ micro-batches</th><th>+ all-to-all</th>"
          "<th>+ all-to-all imbalance</th><th>= modeled</th>"
          "<th>dropped work (not done)</th></tr></thead><tbody>\n" +
          rows.str() + "</tbody></table>\n";

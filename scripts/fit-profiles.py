@@ -82,9 +82,14 @@ def main():
         text = open(header).read()
         for k in FIGURES:
             text = re.sub(r"(static constexpr double %s = )[^;]*;" % k, r"\g<1>%s;" % num(pooled[k]), text)
-        for k in ["bw_share", "flops_share", "reread_share"]:
+        for k in ["bw_share", "flops_share", "reread_share", "k_step_share"]:
             text = re.sub(r"(static constexpr double %s = )[^;]*;" % k, r"\g<1>%s;" % num(v["weight_only_fit"][k]),
                           text)
+        decode = [r for r in v["regimes"] if r["regime"].startswith("decode, ep >= 8")][0]["held_out"]
+        text = re.sub(r"(static constexpr double decode_median_abs = )[^;]*;",
+                      r"\g<1>%s;" % num(decode["median_abs_error"]), text)
+        text = re.sub(r"(static constexpr double decode_mean = )[^;]*;", r"\g<1>%s;" % num(decode["mean_error"]), text)
+        text = re.sub(r"(static constexpr int decode_points = )[^;]*;", r"\g<1>%d;" % decode["points"], text)
         open(header, "w").write(text)
     rows = ["| profile | efficiency_bw | efficiency_flops | launch_us | k_step_us | fitted on | points | model median / worst | held-out median / worst |",
             "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
@@ -101,8 +106,8 @@ def main():
         num(pooled["efficiency_bw"]), num(pooled["efficiency_flops"]), num(pooled["launch_overhead_us"]),
         num(pooled["k_step_us"]), v["pooled_fit"]["points"]))
     wo = v["weight_only_fit"]
-    rows.append("| weight-only 4-bit kernels (int4, mxfp4) | x %s | x %s | | | the int4 balanced rows (a row block's weight stream: x %s of a memory read) | %d | | |" % (
-        num(wo["bw_share"]), num(wo["flops_share"]), num(wo["reread_share"]), wo["points"]))
+    rows.append("| weight-only 4-bit kernels (int4, mxfp4) | x %s | x %s | | x %s | the int4 balanced rows (a row block's weight stream: x %s of a memory read) | %d | | |" % (
+        num(wo["bw_share"]), num(wo["flops_share"]), num(wo["k_step_share"]), num(wo["reread_share"]), wo["points"]))
     rows.append("| **overall** | | | | | | %d | %s | %s |" % (
         v["overall"]["model"]["points"], cell(v["overall"].get("model")), cell(v["overall"].get("held_out"))))
     rows.append("")

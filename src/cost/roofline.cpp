@@ -149,13 +149,14 @@ KernelFigures KernelFigures::of(const HardwareProfile& hw) {
   f.weight_only_bw_share = WeightOnlyFit::bw_share;
   f.weight_only_flops_share = WeightOnlyFit::flops_share;
   f.weight_only_reread_share = WeightOnlyFit::reread_share;
+  f.weight_only_k_step_share = WeightOnlyFit::k_step_share;
   return f;
 }
 
 double kernel_time_s(const KernelTerms& t, const KernelFigures& f) {
   if (t.kernels == 0) return 0.0;
   return t.kernels * f.launch_s +
-         std::max(t.k_steps * f.k_step_s,
+         std::max(t.k_steps * f.k_step_s * (t.weight_only ? f.weight_only_k_step_share : 1.0),
                   combine_terms((t.memory_s + f.weight_only_reread_share * t.reread_s) / f.achieved_bw(t.weight_only),
                                 t.compute_s / f.achieved_flops(t.weight_only), f.overlap));
 }

@@ -48,6 +48,10 @@ struct KernelFigures {
   // from memory (KernelTerms::reread_s): each block reads them again, mostly out of L2, besides the one read
   // of every active expert's weights from memory in memory_s. WeightOnlyFit, fitted on the same balanced rows.
   double weight_only_reread_share = 1;
+  // What a weight-only kernel's K step takes, as a multiple of k_step_s: each step dequantizes its weight
+  // tile before the MMAs, so the latency floor of a small batch (Little's law on the K loop) is longer.
+  // WeightOnlyFit, fitted on the same balanced rows.
+  double weight_only_k_step_share = 1;
   static KernelFigures of(const HardwareProfile& hw);
   // The efficiencies a kernel reaches: the fitted ones, times the weight-only shares for a weight-only kernel.
   double achieved_bw(bool weight_only) const { return efficiency_bw * (weight_only ? weight_only_bw_share : 1.0); }
@@ -74,6 +78,7 @@ struct KernelTerms {
 // The kernel model, the one formula behind every modeled MoE time (run, compare, sweep, check, the
 // erosion, the knees, validate --published and calibrate --from-published):
 //   kernels x launch + max(k_steps x k_step, max(mem, comp) + (1 - overlap) min(mem, comp)),
+//   k_step times weight_only_k_step_share for a weight-only 4-bit kernel,
 //   mem = (memory_s + reread_share reread_s) / efficiency_bw, comp = compute_s / efficiency_flops (each
 //   times its weight_only share for a weight-only 4-bit kernel; reread_s is 0 for every other kernel).
 // The K-step floor is Little's law on a tile's K loop: a step's loads must land before its MMAs, so a

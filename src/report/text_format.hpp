@@ -7,16 +7,19 @@
 #include <cstdio>
 #include <algorithm>
 #include <string>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
 namespace moesim::text {
 
-// v with `precision` digits after the point; "-" when not finite.
+// v with `precision` digits after the point; "-" when not finite. A value that rounds to zero prints
+// unsigned ("0.0", never "-0.0": a part of -1e-12 s is no saving).
 inline std::string fixed(double v, int precision) {
   if (!std::isfinite(v)) return "-";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  if (buf[0] == '-' && std::strspn(buf + 1, "0.") == std::strlen(buf + 1)) return buf + 1;
   return buf;
 }
 

@@ -163,6 +163,22 @@ std::string published_table(const PublishedValidation& v) {
   os << "\nerror per GPU\n";
   for (const PublishedGpuSummary& g : v.gpus) summary_line("gpu", g.gpu, g.errors[0].points, g.errors);
   summary_line("overall", "", v.overall[0].points, v.overall);
+  os << "\nerror by regime: median |error| / mean signed error, % (decode: at most " << kDecodeMaxTokens
+     << " tokens routed a batch, the table's batch column)\n";
+  char regime_line[256];
+  std::snprintf(regime_line, sizeof regime_line, "  %-44s %6s  %14s  %14s\n", "regime", "points", "model", "held_out");
+  os << regime_line;
+  const auto mean_cell = [](const ErrorSummary& e) {
+    if (e.points == 0) return std::string("-");
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f / %+.1f", e.median_abs * 100, e.mean * 100);
+    return std::string(buf);
+  };
+  for (const RegimeSummary& s : summarize_regimes(v)) {
+    std::snprintf(regime_line, sizeof regime_line, "  %-44s %6d  %14s  %14s\n", to_string(s.regime), s.model.points,
+                  mean_cell(s.model).c_str(), mean_cell(s.held_out).c_str());
+    os << regime_line;
+  }
   if (!v.skew_pairs.empty()) {
     os << "\nwhat skew costs: skewed (power-law or concentrated) / balanced time at the same batch, modeled (the "
           "model column) against measured\n     batch   ep  routing         predicted  measured  error%\n";
@@ -284,6 +300,7 @@ std::string published_json(const PublishedValidation& v) {
   j["weight_only_fit"] = {{"bw_share", v.weight_only.bw_share},
                           {"flops_share", v.weight_only.flops_share},
                           {"reread_share", v.weight_only.reread_share},
+                          {"k_step_share", v.weight_only.k_step_share},
                           {"points", v.weight_only.points}};
   nlohmann::json pairs = nlohmann::json::array();
   for (const SkewPair& p : v.skew_pairs)
@@ -303,6 +320,16 @@ std::string published_json(const PublishedValidation& v) {
   j["skew_summary_ep1_modeled"] = skew_json(true, SkewKernels::modeled);
   j["skew_summary_ep1_validation_only"] = skew_json(true, SkewKernels::validation_only);
   j["overall"] = summary_json(v.overall);
+  nlohmann::json regimes = nlohmann::json::array();
+  const auto regime_json = [](const ErrorSummary& e) {
+    return nlohmann::json{{"median_abs_error", e.median_abs}, {"mean_error", e.mean}, {"points", e.points}};
+  };
+  for (const RegimeSummary& s : summarize_regimes(v)) {
+    nlohmann::json r = {{"regime", to_string(s.regime)}, {"model", regime_json(s.model)}};
+    if (s.held_out.points > 0) r["held_out"] = regime_json(s.held_out);
+    regimes.push_back(r);
+  }
+  j["regimes"] = regimes;
   return j.dump(2) + "\n";
 }
 

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "src/cost/hardware_profile.hpp"
 #include "src/report/report.hpp"
+#include "src/sweep/published.hpp"
 #include "src/report/text_format.hpp"
 
 namespace moesim {
@@ -24,6 +26,12 @@ std::string micro(double s) {
 }
 
 }  // namespace
+
+bool in_decode_regime(const RunResult& run, const ModeledPlacement& p) {
+  // A GPU profile (row tiles of 16 and more; a CPU's BLAS panels are smaller), as the published tables are.
+  return p.placement == "expert_parallel" && p.devices >= kWideEp && run.num_tokens >= 1 &&
+         run.num_tokens <= kDecodeMaxTokens && run.hardware.tile_m >= 16;
+}
 
 ImbalanceVerdict imbalance_verdict(const Erosion& x) {
   ImbalanceVerdict v;
@@ -57,7 +65,8 @@ std::string verdict_line(const RunResult& run, const VariantResult& v) {
     const double pct = 100.0 * *drop;
     os << "; drops " << text::fixed(pct, pct >= 9.95 ? 0 : pct >= 0.995 ? 1 : 2) << " %";
   }
-  if (unrouted && *unrouted > 0) os << "; leaves " << text::fixed(*unrouted, 0) << " tokens unrouted";
+  if (unrouted && *unrouted > 0)
+    os << "; leaves " << text::fixed(*unrouted, 0) << (*unrouted == 1 ? " token" : " tokens") << " unrouted";
   // The routing's skew, the assumption every figure rests on: its busiest expert's share (max / mean over E).
   const std::optional<double> imbalance = metric_value(run, v, "imbalance", "value");
   const int experts = run.experiment.model.experts;
@@ -66,6 +75,10 @@ std::string verdict_line(const RunResult& run, const VariantResult& v) {
     os << "; top expert " << text::fixed(share, share >= 9.95 ? 0 : 1) << " % (" << text::fixed(*imbalance, 2)
        << "x mean)";
   }
+  if (in_decode_regime(run, *p))
+    os << "; decode regime: the kernel model's held-out error there is " << percent(DecodeRegimeError::decode_median_abs)
+       << " median (" << (DecodeRegimeError::decode_mean >= 0 ? "+" : "") << percent(DecodeRegimeError::decode_mean)
+       << " mean) on " << DecodeRegimeError::decode_points << " published points";
   return os.str();
 }
 

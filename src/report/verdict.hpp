@@ -29,9 +29,16 @@ ImbalanceVerdict imbalance_verdict(const Erosion& erosion);
 // 803 us)" where it costs and saves nothing), with ", saves 5 % (51 us: idle experts'
 // weights not read)" where skew saves, and "; drops 0.12 %" (of its assignments) / "; leaves N tokens unrouted"
 // where the routing does, and "; top expert 16 % (1.25x mean)" where its loads are uneven (the
-// skew the figures rest on). Of the variant's headline (the primary placement, a mean over a run's batches or
+// skew the figures rest on), and in the decode regime (in_decode_regime) "; decode regime: the kernel model's
+// held-out error there is 15 % median (+3.3 % mean) on 184 published points" (DecodeRegimeError). Of the
+// variant's headline (the primary placement, a mean over a run's batches or
 // records); "" when nothing is modeled.
 std::string verdict_line(const RunResult& run, const VariantResult& v);
+
+// Whether a modeled placement answers in validate --published's decode regime with wide expert parallelism
+// (src/sweep/published.hpp): expert parallel over at least kWideEp devices, at most kDecodeMaxTokens tokens
+// routed a batch, on a GPU profile.
+bool in_decode_regime(const RunResult& run, const ModeledPlacement& p);
 
 // What redundant experts buy, one line per row with replicas against the row of the same label without them
 // (compare --vary placement.replicas=0,32, or any EPLB plan against the static contiguous split):

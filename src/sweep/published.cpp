@@ -529,42 +529,53 @@ WeightOnlyShares fit_weight_only_of(const std::vector<PublishedTable>& tables,
   WeightOnlyShares out;
   out.points = static_cast<int>(points.size());
   if (points.empty()) return out;
-  const auto loss = [&](double log_bw, double log_flops, double log_reread) {
+  const auto loss = [&](double log_bw, double log_flops, double log_reread, double log_k) {
     double sum = 0;
     for (Point& p : points) {
       p.figures.weight_only_bw_share = std::exp(log_bw);
       p.figures.weight_only_flops_share = std::exp(log_flops);
       p.figures.weight_only_reread_share = std::exp(log_reread);
+      p.figures.weight_only_k_step_share = std::exp(log_k);
       const double d = std::log(published_time_s(*p.terms, p.figures)) - p.log_measured;
       sum += d * d;
     }
     return sum;
   };
-  // Log shares over [log 0.02, 0] in 12 steps (from the highest: a direction no point binds stays at 1),
-  // then 10 rounds of a 5 x 5 x 5 grid around the best, the step halved each round.
-  const double lo = std::log(0.02);
-  double step = -lo / 12.0, best = HUGE_VAL, best_bw = 0, best_flops = 0, best_reread = 0;
+  // Log shares over [log 0.02, 0] in 12 steps (from the highest: a direction no point binds stays at 1) at
+  // a K-step share of 1; then the K-step share over [0, log 8] in 12 steps from the lowest (dequantizing
+  // lengthens a step; unbound, it stays 1); then 10 rounds of a 5^4 grid around the best, the steps halved
+  // each round.
+  const double lo = std::log(0.02), k_hi = std::log(8.0);
+  double step = -lo / 12.0, k_step = k_hi / 12.0, best = HUGE_VAL, best_bw = 0, best_flops = 0, best_reread = 0,
+         best_k = 0;
   for (int i = 12; i >= 0; --i)
     for (int j = 12; j >= 0; --j)
       for (int r = 12; r >= 0; --r) {
-        const double v = loss(lo + i * step, lo + j * step, lo + r * step);
+        const double v = loss(lo + i * step, lo + j * step, lo + r * step, 0.0);
         if (v < best) best = v, best_bw = lo + i * step, best_flops = lo + j * step, best_reread = lo + r * step;
       }
+  for (int q = 1; q <= 12; ++q) {
+    const double v = loss(best_bw, best_flops, best_reread, q * k_step);
+    if (v < best) best = v, best_k = q * k_step;
+  }
   for (int round = 0; round < 10; ++round) {
     step /= 2.0;
-    const double c_bw = best_bw, c_flops = best_flops, c_reread = best_reread;
+    k_step /= 2.0;
+    const double c_bw = best_bw, c_flops = best_flops, c_reread = best_reread, c_k = best_k;
     for (int i = 2; i >= -2; --i)
       for (int j = 2; j >= -2; --j)
-        for (int r = 2; r >= -2; --r) {
-          const double a = std::clamp(c_bw + i * step, lo, 0.0), b = std::clamp(c_flops + j * step, lo, 0.0),
-                       c = std::clamp(c_reread + r * step, lo, 0.0);
-          const double v = loss(a, b, c);
-          if (v < best) best = v, best_bw = a, best_flops = b, best_reread = c;
-        }
+        for (int r = 2; r >= -2; --r)
+          for (int q = -2; q <= 2; ++q) {
+            const double a = std::clamp(c_bw + i * step, lo, 0.0), b = std::clamp(c_flops + j * step, lo, 0.0),
+                         c = std::clamp(c_reread + r * step, lo, 0.0), d = std::clamp(c_k + q * k_step, 0.0, k_hi);
+            const double v = loss(a, b, c, d);
+            if (v < best) best = v, best_bw = a, best_flops = b, best_reread = c, best_k = d;
+          }
   }
   out.bw_share = std::exp(best_bw);
   out.flops_share = std::exp(best_flops);
   out.reread_share = std::exp(best_reread);
+  out.k_step_share = std::exp(best_k);
   return out;
 }
 
@@ -605,7 +616,53 @@ ErrorSummary summarize_errors(const std::vector<double>& errors) {
     if (std::fabs(e) > std::fabs(s.worst)) s.worst = e;
   }
   s.median_abs = median(abs_errors);
+  double sum = 0;
+  for (double e : errors) sum += e;
+  s.mean = sum / static_cast<double>(errors.size());
   return s;
+}
+
+const char* to_string(PublishedRegime r) {
+  switch (r) {
+    case PublishedRegime::fitted_routing: return "balanced and uniform routing";
+    case PublishedRegime::decode_wide_ep: return "decode, ep >= 8 (<= 64 tokens)";
+    case PublishedRegime::decode_ep1: return "decode, ep 1 (<= 64 tokens)";
+    case PublishedRegime::large_batch: return "prefill and large batches (> 64 tokens)";
+    case PublishedRegime::ep1: return "ep 1, every batch";
+    case PublishedRegime::wide_ep: return "ep >= 8, every batch";
+    case PublishedRegime::every: return "every point";
+  }
+  return "?";
+}
+
+bool in_regime(const PublishedPoint& p, PublishedRegime r) {
+  const bool decode = p.batch <= kDecodeMaxTokens;
+  switch (r) {
+    case PublishedRegime::fitted_routing:
+      return p.routing == PublishedRouting::balanced || p.routing == PublishedRouting::uniform;
+    case PublishedRegime::decode_wide_ep: return decode && p.ep >= kWideEp;
+    case PublishedRegime::decode_ep1: return decode && p.ep == 1;
+    case PublishedRegime::large_batch: return !decode;
+    case PublishedRegime::ep1: return p.ep == 1;
+    case PublishedRegime::wide_ep: return p.ep >= kWideEp;
+    case PublishedRegime::every: return true;
+  }
+  return false;
+}
+
+std::vector<RegimeSummary> summarize_regimes(const PublishedValidation& v) {
+  std::vector<RegimeSummary> out;
+  for (PublishedRegime regime : kPublishedRegimes) {
+    std::vector<double> model, held;
+    for (const PublishedRow& r : v.rows) {
+      if (!in_regime(r.point, regime)) continue;
+      model.push_back(column_error(r, PublishedColumn::model));
+      if (!v.tables[static_cast<std::size_t>(r.table)].fitted_on.empty())
+        held.push_back(column_error(r, PublishedColumn::held_out));
+    }
+    out.push_back({regime, summarize_errors(model), summarize_errors(held)});
+  }
+  return out;
 }
 
 PublishedValidation validate_published(const std::vector<PublishedTable>& tables) {
@@ -659,6 +716,7 @@ PublishedValidation validate_published(const std::vector<PublishedTable>& tables
       res.fit.figures.weight_only_bw_share = w.bw_share;
       res.fit.figures.weight_only_flops_share = w.flops_share;
       res.fit.figures.weight_only_reread_share = w.reread_share;
+      res.fit.figures.weight_only_k_step_share = w.k_step_share;
     }
   }
   std::vector<std::vector<double>> overall(kPublishedColumnCount);

@@ -157,7 +157,7 @@ PublishedFit fit_published(const std::vector<PublishedSample>& samples, const Ke
 // figures: least squares in log time over shares in [0.02, 1], a coarse grid then 10 rounds of a finer one.
 // points = 0 (and shares 1) when there is none.
 struct WeightOnlyShares {
-  double bw_share = 1, flops_share = 1, reread_share = 1;
+  double bw_share = 1, flops_share = 1, reread_share = 1, k_step_share = 1;
   int points = 0;
 };
 // The shares fitted on every table's weight-only fitted rows but `skip`'s (skip < 0: none held out).
@@ -191,9 +191,31 @@ double column_error(const PublishedRow& r, PublishedColumn c);
 
 struct ErrorSummary {
   double median_abs = 0, worst = 0;  // worst: the signed error of largest magnitude
+  double mean = 0;                   // the mean signed error: a bias, where the median hides its side
   int points = 0;
 };
 ErrorSummary summarize_errors(const std::vector<double>& errors);
+
+// The regimes validate --published reports its error in, each a set of the kernel tables' rows: the
+// routing the fits see (balanced and uniform); decode, at most kDecodeMaxTokens tokens routed a batch (the
+// table's batch column: the tokens the timed rank's kernel routes) with wide expert parallelism (ep >=
+// kWideEp) and on one GPU (ep 1); prefill and large batches (more tokens); ep 1 and ep >= kWideEp at any
+// batch; every row. An answer in a regime (run, compare: src/report/verdict.cpp) quotes its error.
+constexpr int64_t kDecodeMaxTokens = 64;
+constexpr int kWideEp = 8;
+enum class PublishedRegime { fitted_routing, decode_wide_ep, decode_ep1, large_batch, ep1, wide_ep, every };
+constexpr PublishedRegime kPublishedRegimes[] = {
+    PublishedRegime::fitted_routing, PublishedRegime::decode_wide_ep, PublishedRegime::decode_ep1,
+    PublishedRegime::large_batch,    PublishedRegime::ep1,            PublishedRegime::wide_ep,
+    PublishedRegime::every};
+const char* to_string(PublishedRegime r);
+bool in_regime(const PublishedPoint& p, PublishedRegime r);
+struct RegimeSummary {
+  PublishedRegime regime = PublishedRegime::every;
+  ErrorSummary model, held_out;  // held_out: the rows of tables some fit can leave out
+};
+struct PublishedValidation;
+std::vector<RegimeSummary> summarize_regimes(const PublishedValidation& v);
 
 struct PublishedTableResult {
   PublishedTable table;        // points moved to rows

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 
 #include "src/common/counter_rng.hpp"
@@ -64,6 +66,70 @@ void take_most_loaded(std::vector<int64_t>& load, int64_t rows) {
   }
 }
 
+namespace {
+
+// The rows of a by-rank fix-up: passes over the ranks in order, one row to each rank that can still take
+// (give) one, until `rows` are placed. Whole passes go in bulk, as many as every open rank can take at
+// once; the last, partial pass gives its row to the first open ranks. `room(r)` is what rank r can still
+// take, `apply(r, n)` moves n rows there (a water level within the rank).
+template <typename Room, typename Apply>
+void by_rank_passes(int ep, int64_t rows, Room room, Apply apply) {
+  while (rows > 0) {
+    std::vector<int> open;
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (int r = 0; r < ep; ++r) {
+      const int64_t n = room(r);
+      if (n > 0) open.push_back(r), least = std::min(least, n);
+    }
+    if (open.empty()) return;
+    const int64_t width = static_cast<int64_t>(open.size());
+    const int64_t passes = std::min(least, rows / width);
+    if (passes > 0) {
+      for (int r : open) apply(r, passes);
+      rows -= passes * width;
+      continue;
+    }
+    for (int64_t i = 0; i < rows; ++i) apply(open[static_cast<std::size_t>(i)], 1);  // rows < width here
+    return;
+  }
+}
+
+}  // namespace
+
+void add_by_rank(std::vector<int64_t>& load, int ep, int64_t cap, int64_t rows) {
+  MOESIM_REQUIRE(ep >= 1 && load.size() % static_cast<std::size_t>(ep) == 0, "add_by_rank: ep must divide the experts");
+  const std::size_t per = load.size() / static_cast<std::size_t>(ep);
+  std::vector<int64_t> local(per);
+  const auto room = [&](int r) {
+    int64_t n = 0;
+    for (std::size_t e = 0; e < per; ++e) n += std::max<int64_t>(0, cap - load[r * per + e]);
+    return n;
+  };
+  const auto apply = [&](int r, int64_t n) {
+    std::copy_n(load.begin() + static_cast<std::ptrdiff_t>(r * per), per, local.begin());
+    fill_least_loaded(local, cap, n);
+    std::copy(local.begin(), local.end(), load.begin() + static_cast<std::ptrdiff_t>(r * per));
+  };
+  by_rank_passes(ep, rows, room, apply);
+}
+
+void take_by_rank(std::vector<int64_t>& load, int ep, int64_t rows) {
+  MOESIM_REQUIRE(ep >= 1 && load.size() % static_cast<std::size_t>(ep) == 0, "take_by_rank: ep must divide the experts");
+  const std::size_t per = load.size() / static_cast<std::size_t>(ep);
+  std::vector<int64_t> local(per);
+  const auto room = [&](int r) {
+    int64_t n = 0;
+    for (std::size_t e = 0; e < per; ++e) n += load[r * per + e];
+    return n;
+  };
+  const auto apply = [&](int r, int64_t n) {
+    std::copy_n(load.begin() + static_cast<std::ptrdiff_t>(r * per), per, local.begin());
+    take_most_loaded(local, n);
+    std::copy(local.begin(), local.end(), load.begin() + static_cast<std::ptrdiff_t>(r * per));
+  };
+  by_rank_passes(ep, rows, room, apply);
+}
+
 std::vector<int64_t> power_law_loads(int64_t tokens, int experts, int top_k, double alpha, int ep, uint64_t seed,
                                      uint64_t draw) {
   MOESIM_REQUIRE(tokens >= 1 && experts >= 1 && top_k >= 1 && top_k <= experts,
@@ -85,16 +151,17 @@ std::vector<int64_t> power_law_loads(int64_t tokens, int experts, int top_k, dou
   // 2. Scaled to T k and rounded.
   std::vector<int64_t> load(static_cast<std::size_t>(experts));
   for (int e = 0; e < experts; ++e) load[e] = std::llround(weight[e] / sum * static_cast<double>(total));
-  // 3. The cap: no expert above T rows; the overflow to the least-loaded experts below it, a row at a time.
+  // 3. The cap: no expert above T rows; the overflow handed back rank by rank, each rank's row to its
+  //    least-loaded expert below the cap.
   int64_t overflow = 0;
   for (int64_t& l : load) {
     if (l > tokens) overflow += l - tokens, l = tokens;
   }
-  fill_least_loaded(load, tokens, overflow);  // T k <= E T always leaves room for it
-  // 4. The sum fixed to T k.
+  add_by_rank(load, ep, tokens, overflow);  // T k <= E T always leaves room for it
+  // 4. The sum fixed to T k, rank by rank likewise (rows taken from each rank's most-loaded expert).
   const int64_t have = std::accumulate(load.begin(), load.end(), int64_t{0});
-  if (have < total) fill_least_loaded(load, tokens, total - have);
-  if (have > total) take_most_loaded(load, have - total);
+  if (have < total) add_by_rank(load, ep, tokens, total - have);
+  if (have > total) take_by_rank(load, ep, have - total);
   // 5. The heaviest EP group onto rank 0.
   if (ep > 1) {
     const int per = experts / ep;
@@ -114,8 +181,12 @@ std::vector<int64_t> balanced_round_robin_loads(int64_t tokens, int experts, int
                  "balanced_round_robin_loads needs 1 <= top_k <= experts");
   std::vector<int64_t> load(static_cast<std::size_t>(experts), 0);
   const int64_t stride = (experts + top_k - 1) / top_k;  // ceil(E / k)
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int j = 0; j < top_k; ++j) ++load[static_cast<std::size_t>((t + j * stride) % experts)];
+  for (int64_t t = 0; t < tokens; ++t) {
+    // Fewer tokens than the stride: the tokens' offsets spread over it, floor(t stride / T), so a small
+    // batch's experts lie apart (one of every E / (T k)) instead of the first T k in a row.
+    const int64_t offset = tokens >= stride ? t : t * stride / tokens;
+    for (int j = 0; j < top_k; ++j) ++load[static_cast<std::size_t>((offset + j * stride) % experts)];
+  }
   return load;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/config/load_config.hpp"
+#include "src/cost/hardware_profile.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "src/report/report.hpp"
 #include "src/report/verdict.hpp"
@@ -73,6 +74,30 @@ TEST(Verdict, APlanThatFitsTheSkewCostsNothing) {
                        0),
             0u)
       << line;
+}
+
+TEST(Verdict, ADecodeAnswerQuotesTheRegimesValidatedError) {
+  // 32 tokens a batch over 32 H100s: the decode regime with wide EP, where the kernel model is least sure;
+  // the line says how sure (DecodeRegimeError, validate --published "error by regime").
+  const std::string decode = "run --no-execute --set placement.kind=expert_parallel --set placement.devices=32 "
+                             "--set hardware=h100-sxm --set workload.batch=32 --set workload.batches=2 "
+                             "--set model.experts=64";
+  const auto d = testing::run_cli(decode);
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  // The answer line, unwrapped (the table wraps it at 120 columns with a two-space indent).
+  std::string first = d.out.substr(0, d.out.find("\nquickstart:"));
+  for (size_t at; (at = first.find("\n  ")) != std::string::npos;) first.replace(at, 3, " ");
+  char want[200];
+  std::snprintf(want, sizeof want, "; decode regime: the kernel model's held-out error there is %.0f %% median (%+.1f %% mean) on %d published points",
+                100 * DecodeRegimeError::decode_median_abs, 100 * DecodeRegimeError::decode_mean,
+                DecodeRegimeError::decode_points);
+  EXPECT_NE(first.find(want), std::string::npos) << first << "\nwant: " << want;
+  // 4096 tokens, or 4 devices: outside it, no such words.
+  for (const std::string& set : {std::string(" --set workload.batch=4096"), std::string(" --set placement.devices=4")}) {
+    const auto o = testing::run_cli(decode + set);
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(o.out.find("decode regime"), std::string::npos) << set << "\n" << o.out;
+  }
 }
 
 TEST(Verdict, TheRunOpensWithItsLineFromTheHeadlineErosion) {

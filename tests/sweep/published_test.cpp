@@ -6,6 +6,8 @@
 // calibrate --from-published). Host only, deterministic.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -480,12 +482,69 @@ TEST(Published, ShippedProfilesCarryTheFit) {
   EXPECT_TRUE(near4(PooledFit::efficiency_flops, v.pooled.figures.efficiency_flops));
   EXPECT_TRUE(near4(PooledFit::launch_overhead_us * 1e-6, v.pooled.figures.launch_s));
   EXPECT_TRUE(near4(PooledFit::k_step_us * 1e-6, v.pooled.figures.k_step_s));
+  EXPECT_TRUE(near4(WeightOnlyFit::k_step_share, v.weight_only.k_step_share)) << "run scripts/fit-profiles.sh";
+  // The decode regime's held-out error that answers there quote (verdict.cpp), as validate prints it.
+  for (const RegimeSummary& s : summarize_regimes(v)) {
+    if (s.regime != PublishedRegime::decode_wide_ep) continue;
+    EXPECT_TRUE(near4(DecodeRegimeError::decode_median_abs, s.held_out.median_abs)) << s.held_out.median_abs;
+    EXPECT_TRUE(near4(DecodeRegimeError::decode_mean, s.held_out.mean)) << s.held_out.mean;
+    EXPECT_EQ(DecodeRegimeError::decode_points, s.held_out.points);
+  }
   // A GPU with no table takes the pooled fit, and its sources say so.
   HardwareRef l4;
   l4.name = "l4";
   const HardwareProfile hw = load_hardware_profile(l4, "");
   EXPECT_EQ(hw.efficiency_bw, PooledFit::efficiency_bw);
   EXPECT_EQ(hw.sources.at("efficiency_bw"), kPooledFitNote);
+}
+
+// README quotes the regimes' figures as validate --published prints them (the model and held-out medians of the
+// balanced and uniform rows, and of decode with wide EP with its held-out mean).
+TEST(PublishedCli, ReadmeQuotesTheRegimeErrors) {
+  const std::string readme = std::regex_replace(testing::read_text(std::string(MOESIM_SOURCE_DIR) + "/README.md"),
+                                                std::regex("\\s+"), " ");
+  const std::vector<RegimeSummary> r = summarize_regimes(validate_published(load_published("all")));
+  const auto find = [&](PublishedRegime g) {
+    for (const RegimeSummary& s : r)
+      if (s.regime == g) return s;
+    return RegimeSummary{};
+  };
+  const RegimeSummary fit = find(PublishedRegime::fitted_routing), decode = find(PublishedRegime::decode_wide_ep);
+  char want[400];
+  std::snprintf(want, sizeof want,
+                "median error is %.1f %% over the %d balanced and uniform points, held out %.1f %%; in decode with "
+                "wide expert parallelism (at most 64 tokens, EP >= 8: %d points) %.1f %%, held out %.1f %% (%+.1f %% mean)",
+                100 * fit.model.median_abs, fit.model.points, 100 * fit.held_out.median_abs, decode.model.points,
+                100 * decode.model.median_abs, 100 * decode.held_out.median_abs, 100 * decode.held_out.mean);
+  EXPECT_NE(readme.find(want), std::string::npos) << "README.md should read: " << want;
+}
+
+// The regimes by hand: decode is at most 64 tokens routed a batch, wide EP at least 8 ranks; EP 4 at one
+// token is decode but in neither decode row. The summary's mean is signed.
+TEST(Published, RegimesSplitTheRowsByBatchAndEp) {
+  const auto at = [](int64_t batch, int ep) {
+    PublishedPoint p;
+    p.batch = batch;
+    p.ep = ep;
+    p.routing = PublishedRouting::power_law;
+    return p;
+  };
+  EXPECT_TRUE(in_regime(at(64, 8), PublishedRegime::decode_wide_ep));
+  EXPECT_FALSE(in_regime(at(65, 8), PublishedRegime::decode_wide_ep));
+  EXPECT_TRUE(in_regime(at(65, 8), PublishedRegime::large_batch));
+  EXPECT_TRUE(in_regime(at(65, 8), PublishedRegime::wide_ep));
+  EXPECT_TRUE(in_regime(at(1, 1), PublishedRegime::decode_ep1));
+  EXPECT_FALSE(in_regime(at(1, 4), PublishedRegime::decode_wide_ep));
+  EXPECT_FALSE(in_regime(at(1, 4), PublishedRegime::decode_ep1));
+  EXPECT_FALSE(in_regime(at(1, 1), PublishedRegime::fitted_routing));
+  PublishedPoint b = at(1, 1);
+  b.routing = PublishedRouting::balanced;
+  EXPECT_TRUE(in_regime(b, PublishedRegime::fitted_routing));
+  const ErrorSummary s = summarize_errors({0.1, -0.3, 0.2});
+  EXPECT_DOUBLE_EQ(s.median_abs, 0.2);
+  EXPECT_NEAR(s.mean, 0.0, 1e-17);
+  EXPECT_DOUBLE_EQ(s.worst, -0.3);
+  EXPECT_EQ(s.points, 3);
 }
 
 // A table read from disk may name a profile YAML beside it, for a user's own cluster.

@@ -81,6 +81,12 @@ TEST(LoadDistribution, BalancedRoundRobinByHand) {
   // E 5, k 2: stride 3; tokens 0..4 take {0,3}, {1,4}, {2,0}, {3,1}, {4,2}: 2 each.
   EXPECT_EQ(balanced_round_robin_loads(5, 5, 2), (std::vector<int64_t>{2, 2, 2, 2, 2}));
   EXPECT_EQ(balanced_round_robin_loads(0, 5, 2), (std::vector<int64_t>{0, 0, 0, 0, 0}));
+  // E 8, k 2, 2 tokens (fewer than the stride 4): offsets floor(t 4 / 2) = 0 and 2, so token 0 takes 0
+  // and 4, token 1 takes 2 and 6; on 4 ranks of 2 experts each rank holds one active expert, not rank 0 two.
+  EXPECT_EQ(balanced_round_robin_loads(2, 8, 2), (std::vector<int64_t>{1, 0, 1, 0, 1, 0, 1, 0}));
+  // E 256, k 8, one token: experts 0, 32, ..., 224, so an EP 32 rank of 8 experts holds at most one.
+  const std::vector<int64_t> one = balanced_round_robin_loads(1, 256, 8);
+  for (int e = 0; e < 256; ++e) EXPECT_EQ(one[static_cast<std::size_t>(e)], e % 32 == 0 ? 1 : 0) << e;
 }
 
 TEST(LoadDistribution, BadArgumentsThrow) {
@@ -176,60 +182,108 @@ TEST(LoadDistribution, CliKeysActInSweepAndCheckAndBadValuesExitTwo) {
 namespace moesim {
 namespace {
 
-// The cap's overflow and the fix-up, row by row as the source describes them: the reference the water
-// levels of power_law_loads must reproduce (the sum, the cap and every load), on awkward sizes.
-std::vector<int64_t> one_row_at_a_time(std::vector<int64_t> load, int64_t cap, int64_t total) {
-  const auto least_below = [&] {
+// The fix-up of steps 3 and 4 one row at a time, as the collector runs it: passes over the ep groups in
+// order, one row per group that can still take (give) one, to its least-loaded expert below the cap (from
+// its most-loaded expert); ties to the lower expert. The water levels and bulk passes of power_law_loads
+// must reproduce it (the sum, the cap and every load), on awkward sizes.
+std::vector<int64_t> one_row_at_a_time(std::vector<int64_t> load, int ep, int64_t cap, int64_t total) {
+  const int per = static_cast<int>(load.size()) / ep;
+  const auto least_below = [&](int g) {
     int best = -1;
-    for (int e = 0; e < static_cast<int>(load.size()); ++e)
+    for (int e = g * per; e < (g + 1) * per; ++e)
       if (load[e] < cap && (best < 0 || load[e] < load[best])) best = e;
     return best;
   };
-  const auto most = [&] {
-    int best = 0;
-    for (int e = 1; e < static_cast<int>(load.size()); ++e)
-      if (load[e] > load[best]) best = e;
+  const auto most = [&](int g) {
+    int best = -1;
+    for (int e = g * per; e < (g + 1) * per; ++e)
+      if (load[e] > 0 && (best < 0 || load[e] > load[best])) best = e;
     return best;
+  };
+  const auto passes = [&](int64_t rows, bool add) {
+    while (rows > 0) {
+      bool moved = false;
+      for (int g = 0; g < ep && rows > 0; ++g) {
+        const int e = add ? least_below(g) : most(g);
+        if (e < 0) continue;
+        load[e] += add ? 1 : -1;
+        --rows, moved = true;
+      }
+      if (!moved) return;
+    }
   };
   int64_t overflow = 0;
   for (int64_t& l : load) {
     if (l > cap) overflow += l - cap, l = cap;
   }
-  for (; overflow > 0; --overflow) {
-    const int e = least_below();
-    if (e < 0) break;
-    ++load[e];
-  }
-  int64_t have = std::accumulate(load.begin(), load.end(), int64_t{0});
-  for (; have < total; ++have) ++load[least_below()];
-  for (; have > total; --have) --load[most()];
+  passes(overflow, true);
+  const int64_t have = std::accumulate(load.begin(), load.end(), int64_t{0});
+  if (have < total) passes(total - have, true);
+  if (have > total) passes(have - total, false);
   return load;
 }
 
-TEST(LoadDistribution, WaterLevelsMatchOneRowAtATime) {
+TEST(LoadDistribution, ByRankFixUpMatchesOneRowAtATime) {
   const uint64_t seed = std::random_device{}();
   std::mt19937_64 rng(seed);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int E = 1 + static_cast<int>(rng() % 40);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int ep = 1 + static_cast<int>(rng() % 7);
+    const int E = ep * (1 + static_cast<int>(rng() % 9));
     const int64_t cap = 1 + static_cast<int64_t>(rng() % 30);
     const int k = 1 + static_cast<int>(rng() % E);
     const int64_t total = cap * k;  // T k with T = cap
     std::vector<int64_t> load(E);
-    for (int64_t& l : load) l = static_cast<int64_t>(rng() % (3 * cap + 2));  // some above the cap
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " trial " << trial);
-    const std::vector<int64_t> expected = one_row_at_a_time(load, cap, total);
+    const int64_t spread = trial % 2 ? 3 * cap + 2 : 2;  // odd trials: some above the cap; even: mostly 0 and 1
+    for (int64_t& l : load) l = static_cast<int64_t>(rng() % static_cast<uint64_t>(spread));
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " trial " << trial << " ep " << ep << " E " << E);
+    const std::vector<int64_t> expected = one_row_at_a_time(load, ep, cap, total);
     // Through the public function's steps 3 and 4: the same loads from the same rounded weights.
     std::vector<int64_t> got = load;
     int64_t overflow = 0;
     for (int64_t& l : got) {
       if (l > cap) overflow += l - cap, l = cap;
     }
-    fill_least_loaded(got, cap, overflow);
+    add_by_rank(got, ep, cap, overflow);
     const int64_t have = std::accumulate(got.begin(), got.end(), int64_t{0});
-    if (have < total) fill_least_loaded(got, cap, total - have);
-    if (have > total) take_most_loaded(got, have - total);
+    if (have < total) add_by_rank(got, ep, cap, total - have);
+    if (have > total) take_by_rank(got, ep, have - total);
     EXPECT_EQ(got, expected);
   }
+}
+
+TEST(LoadDistribution, ByRankFixUpSpreadsASparseBatchByHand) {
+  // 8 experts on 4 ranks of 2, all rounded to 0, 3 rows short (T = 1, k = 3): passes give one row to
+  // ranks 0, 1 and 2, each to its lower expert -> [1 0 | 1 0 | 1 0 | 0 0]. Filled from the lowest experts
+  // instead, rank 0 would run both its experts: [1 1 | 1 0 | 0 0 | 0 0].
+  std::vector<int64_t> load(8, 0);
+  add_by_rank(load, 4, 1, 3);
+  EXPECT_EQ(load, (std::vector<int64_t>{1, 0, 1, 0, 1, 0, 0, 0}));
+  // Taking 3 rows from [3 1 | 0 0 | 2 2]: pass 1 takes from expert 0 (rank 0) and expert 4 (rank 2; rank 1
+  // has none), pass 2 from expert 0 again -> [1 1 | 0 0 | 1 2].
+  load = {3, 1, 0, 0, 2, 2};
+  take_by_rank(load, 3, 3);
+  EXPECT_EQ(load, (std::vector<int64_t>{1, 1, 0, 0, 1, 2}));
+  // With ep = 1 the passes are the plain water levels.
+  std::vector<int64_t> a{0, 5, 2, 2}, b = a;
+  add_by_rank(a, 1, 4, 5);
+  fill_least_loaded(b, 4, 5);
+  EXPECT_EQ(a, b);
+}
+
+TEST(LoadDistribution, PowerLawDecodeBatchActivatesFewLocalExperts) {
+  // DeepSeek-V3 at EP 64 (256 experts, 4 a rank), one token of top-8: 8 rows over 256 experts, so the
+  // timed rank (the busiest after step 5) holds 1 or 2 of them in almost every draw, never all four from
+  // the fix-up alone.
+  int four = 0;
+  for (uint64_t draw = 0; draw < 64; ++draw) {
+    const std::vector<int64_t> l = power_law_loads(1, 256, 8, 1.01, 64, 5, draw);
+    ASSERT_EQ(sum(l), 8);
+    int active = 0;
+    for (int e = 0; e < 4; ++e) active += l[e] > 0;
+    EXPECT_GE(active, 1) << draw;
+    four += active == 4;
+  }
+  EXPECT_LE(four, 2);
 }
 
 

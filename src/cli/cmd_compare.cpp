@@ -21,6 +21,26 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// Every combination of the --vary axes, one KEY=VALUE per axis in the order given ({{}} without an axis);
+// each KEY=v1,v2,... is checked for its shape first.
+std::vector<std::vector<std::string>> vary_combinations(const std::vector<std::string>& varies) {
+  std::vector<std::vector<std::string>> combos = {{}};
+  for (const std::string& v : varies) {
+    const auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+      throw InputError("--vary: expected KEY=v1,v2,..., got '" + v + "'");
+    std::vector<std::vector<std::string>> next;
+    for (const auto& c : combos)
+      for (const std::string& value : split(v.substr(eq + 1), ',')) {
+        auto n = c;
+        n.push_back(v.substr(0, eq) + "=" + value);
+        next.push_back(n);
+      }
+    combos = next;
+  }
+  return combos;
+}
+
 }  // namespace
 
 std::vector<RouterVariant> compare_variants(const Experiment& base, const std::string& gating_list,
@@ -42,26 +62,7 @@ std::vector<RouterVariant> compare_variants(const Experiment& base, const std::s
     }
   }
   // Each --vary KEY=v1,v2 multiplies the rows; values are applied as --set router overrides.
-  std::vector<std::vector<std::string>> axes;
-  for (const std::string& v : varies) {
-    const auto eq = v.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-      throw InputError("--vary: expected KEY=v1,v2,..., got '" + v + "'");
-    std::vector<std::string> settings;
-    for (const std::string& value : split(v.substr(eq + 1), ',')) settings.push_back(v.substr(0, eq) + "=" + value);
-    axes.push_back(settings);
-  }
-  std::vector<std::vector<std::string>> combos = {{}};
-  for (const auto& axis : axes) {
-    std::vector<std::vector<std::string>> next;
-    for (const auto& c : combos)
-      for (const auto& s : axis) {
-        auto n = c;
-        n.push_back(s);
-        next.push_back(n);
-      }
-    combos = next;
-  }
+  const std::vector<std::vector<std::string>> combos = vary_combinations(varies);
   std::vector<RouterVariant> variants;
   for (Gating g : gatings) {
     for (const auto& combo : combos) {
@@ -98,31 +99,10 @@ struct CompareGroup {
 
 std::vector<CompareGroup> compare_groups(const Experiment& base, const std::string& gating,
                                          const std::vector<std::string>& varies) {
-  std::vector<std::string> router_varies;
-  std::vector<std::vector<std::string>> axes;
-  for (const std::string& v : varies) {
-    const auto eq = v.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-      throw InputError("--vary: expected KEY=v1,v2,..., got '" + v + "'");
-    if (v.rfind("router.", 0) == 0) {
-      router_varies.push_back(v);
-      continue;
-    }
-    std::vector<std::string> settings;
-    for (const std::string& value : split(v.substr(eq + 1), ',')) settings.push_back(v.substr(0, eq) + "=" + value);
-    axes.push_back(settings);
-  }
-  std::vector<std::vector<std::string>> combos = {{}};
-  for (const auto& axis : axes) {
-    std::vector<std::vector<std::string>> next;
-    for (const auto& c : combos)
-      for (const auto& s : axis) {
-        auto n = c;
-        n.push_back(s);
-        next.push_back(n);
-      }
-    combos = next;
-  }
+  // Router keys vary within a group (compare_variants); every other key makes groups of its own.
+  std::vector<std::string> router_varies, other_varies;
+  for (const std::string& v : varies) (v.rfind("router.", 0) == 0 ? router_varies : other_varies).push_back(v);
+  const std::vector<std::vector<std::string>> combos = vary_combinations(other_varies);
   std::vector<CompareGroup> groups;
   for (const auto& combo : combos) {
     CompareGroup g;

@@ -66,17 +66,6 @@ int64_t parse_positive(const Where& w, const char* column, const std::string& s,
   return v;
 }
 
-// The whole of `s` as a number, or NaN.
-double whole_number(const std::string& s) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  return used == 0 || used != s.size() ? std::nan("") : v;
-}
 
 double parse_time_us(const Where& w, const std::string& s) {
   const double v = whole_number(s);
@@ -309,6 +298,17 @@ std::vector<PublishedTable> load_published(const std::string& spec) {
   }
   std::sort(tables.begin(), tables.end(), [](const PublishedTable& a, const PublishedTable& b) { return a.name < b.name; });
   return tables;
+}
+
+double whole_number(const std::string& s) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  return used == 0 || used != s.size() ? std::nan("") : v;
 }
 
 bool skewed(PublishedRouting r) { return r == PublishedRouting::power_law || r == PublishedRouting::concentrated; }

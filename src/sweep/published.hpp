@@ -189,6 +189,9 @@ const char* to_string(PublishedColumn c);
 double column_s(const PublishedRow& r, PublishedColumn c);
 double column_error(const PublishedRow& r, PublishedColumn c);
 
+// The whole of a table cell as a number, or NaN (the published readers' numeric cells).
+double whole_number(const std::string& s);
+
 struct ErrorSummary {
   double median_abs = 0, worst = 0;  // worst: the signed error of largest magnitude
   double mean = 0;                   // the mean signed error: a bias, where the median hides its side

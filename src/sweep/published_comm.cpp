@@ -94,14 +94,8 @@ CommTable parse_comm_csv(const std::string& text, const std::string& origin) {
     if (f[9] == "uniform_random") p.fanout = A2aFanout::random;
     else if (f[9] == "balanced") p.fanout = A2aFanout::spread;
     else c.fail("routing", "uniform_random or balanced", f[9]);
-    std::size_t used = 0;
-    double us = 0;
-    try {
-      us = std::stod(f[10], &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != f[10].size() || !std::isfinite(us) || us <= 0 || us > 1e9)
+    const double us = whole_number(f[10]);
+    if (!std::isfinite(us) || us <= 0 || us > 1e9)
       c.fail("measured_us", "a positive time in microseconds", f[10]);
     p.measured_s = us * 1e-6;
     p.source = f[11];

@@ -55,17 +55,6 @@ int64_t cell_int(const Where& w, const char* column, const std::string& s, int64
   return v;
 }
 
-double cell_number(const std::string& s) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  return used == 0 || used != s.size() ? std::nan("") : v;
-}
-
 template <class E, std::size_t N>
 E cell_enum(const Where& w, const char* column, const std::string& s, const E (&values)[N], const std::string& empty_as) {
   const std::string v = s.empty() ? empty_as : s;
@@ -189,7 +178,7 @@ TrainingTable parse_training_csv(const std::string& text, const std::string& ori
     if (f[17] == "dropless") {
       p.capacity_factor = 0;
     } else {
-      const double cf = cell_number(f[17]);
+      const double cf = whole_number(f[17]);
       if (!std::isfinite(cf) || cf <= 0 || cf > 1000) w.fail("capacity_factor", "a number in (0, 1000] or dropless", f[17]);
       p.capacity_factor = cf;
     }
@@ -197,7 +186,7 @@ TrainingTable parse_training_csv(const std::string& text, const std::string& ori
                                                 TrainQuantity::tflops_per_gpu, TrainQuantity::mfu,
                                                 TrainQuantity::a2a_ms, TrainQuantity::experts_ms};
     p.quantity = cell_enum(w, "quantity", f[18], kQuantities, "");
-    p.measured = cell_number(f[19]);
+    p.measured = whole_number(f[19]);
     if (!std::isfinite(p.measured) || p.measured <= 0 || p.measured > 1e12)
       w.fail("measured", "a positive number", f[19]);
     if (f[20] != unit_of(p.quantity))

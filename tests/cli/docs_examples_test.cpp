@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/cli/commands.hpp"
+#include "tests/support/console_steps.hpp"
 #include "tests/support/run_cli.hpp"
 
 namespace moesim {
@@ -69,33 +70,8 @@ TEST(DocsExamples, ConfigOutputRunsAgainWithARelativeWorkloadPath) {
   EXPECT_EQ(nlohmann::json::parse(a.out)["strategies"], nlohmann::json::parse(b.out)["strategies"]);
 }
 
-// One `$ moesim ARGS` line of a console block, with the output printed under it (stdout, then
-// stderr) and the exit code of its `[exit N]` line (0 without one).
-struct ConsoleStep {
-  std::string args, output;
-  int exit_code = 0;
-};
-
-std::vector<ConsoleStep> console_steps(const std::string& doc) {
-  std::vector<ConsoleStep> steps;
-  std::istringstream in(doc);
-  bool inside = false;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("```", 0) == 0) {
-      inside = !inside && line == "```console";
-      continue;
-    }
-    if (!inside) continue;
-    if (line.rfind("$ moesim ", 0) == 0) {
-      steps.push_back({line.substr(9), "", 0});
-    } else if (!steps.empty() && std::regex_match(line, std::regex("\\[exit [0-9]+\\]"))) {
-      steps.back().exit_code = std::stoi(line.substr(6));
-    } else if (!steps.empty()) {
-      steps.back().output += line + "\n";
-    }
-  }
-  return steps;
-}
+using testing::console_steps;
+using testing::ConsoleStep;
 
 // A scratch folder where the page's relative paths (docs/examples/..., and the config.json
 // docs/examples/gate-hf.yaml names under tests/data) resolve.
@@ -106,22 +82,13 @@ std::string scratch_checkout() {
   return dir;
 }
 
-void run_step(const std::string& dir, const ConsoleStep& step, const std::string& where) {
-  const std::string cmd = "cd '" + dir + "' && '" MOESIM_BINARY "' " + step.args + " > out.txt 2> err.txt";
-  const int status = std::system(cmd.c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  const std::string output = testing::read_text(dir + "/out.txt") + testing::read_text(dir + "/err.txt");
-  EXPECT_EQ(code, step.exit_code) << where << ": $ moesim " << step.args << "\n" << output;
-  EXPECT_EQ(output, step.output) << where << ": $ moesim " << step.args;
-}
-
 TEST(DocsExamples, GateYourCiRunsAsWritten) {
   const std::vector<ConsoleStep> steps = console_steps(testing::read_text(kRoot + "/docs/gate-your-ci.md"));
   ASSERT_GE(steps.size(), 9u);
   const std::string first = scratch_checkout();
   std::vector<std::string> baselines;
   for (const ConsoleStep& step : steps) {
-    run_step(first, step, "first folder");
+    testing::run_console_step(first, step, "first folder");
     std::smatch m;
     if (step.args.find("--update-baseline") != std::string::npos &&
         std::regex_search(step.args, m, std::regex("--baseline ([^ ]+)")))
@@ -136,7 +103,7 @@ TEST(DocsExamples, GateYourCiRunsAsWritten) {
   size_t rerun = 0;
   for (const ConsoleStep& step : steps) {
     if (step.args.find("--update-baseline") != std::string::npos) continue;
-    run_step(second, step, "second folder");
+    testing::run_console_step(second, step, "second folder");
     ++rerun;
   }
   EXPECT_GE(rerun, 7u);

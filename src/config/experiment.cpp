@@ -255,6 +255,14 @@ const char* to_string(A2aDtype v) {
   return "?";
 }
 
+const char* to_string(RequestBalance v) {
+  switch (v) {
+    case RequestBalance::round_robin: return "round_robin";
+    case RequestBalance::kv_tokens: return "kv_tokens";
+  }
+  return "?";
+}
+
 const char* to_string(A2aOverlap v) {
   switch (v) {
     case A2aOverlap::none: return "none";

@@ -84,6 +84,9 @@ enum class A2aDtype { model, fp8, bf16, fp16, fp32 };
 // Two-batch overlap (DeepSeek's and SGLang's serving): two micro-batches, one's all-to-all under the other's
 // compute.
 enum class A2aOverlap { none, two_batch };
+// How a step's sequences spread over the attention's data-parallel ranks (src/step/attention_ranks.hpp):
+// round robin (SGLang's DP attention default) or to the rank with the fewest KV tokens (the engines' balancers).
+enum class RequestBalance { round_robin, kv_tokens };
 // The attention of a layer as the training step costs it (src/train): grouped-query (or multi-head) attention
 // of heads x head_dim queries and kv_heads x head_dim keys and values, or DeepSeek's multi-head latent
 // attention (low-rank query and key-value projections, model.q_lora_rank and model.kv_lora_rank).
@@ -279,6 +282,8 @@ struct PlacementConfig {
   A2aDtype dispatch_dtype = A2aDtype::model;  // bytes of a dispatched copy
   A2aDtype combine_dtype = A2aDtype::model;   // bytes of a combined copy
   A2aOverlap overlap = A2aOverlap::none;
+  // Decoder workloads with kind expert_parallel: how the step's sequences spread over the devices' attention.
+  RequestBalance request_balance = RequestBalance::round_robin;
 };
 
 // One optimizer step of Megatron-style training (`moesim train`; docs/training.md): the parallel layout, the
@@ -392,6 +397,7 @@ const char* to_string(LoadEstimator v);
 const char* to_string(A2aKernel v);
 const char* to_string(A2aDtype v);
 const char* to_string(A2aOverlap v);
+const char* to_string(RequestBalance v);
 const char* to_string(AttentionKind v);
 const char* to_string(TrainPrecision v);
 const char* to_string(Recompute v);

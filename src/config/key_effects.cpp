@@ -298,6 +298,12 @@ R placement_ep(const Experiment& e, const EffectContext& c) {
   if (validating(c)) return kValidate;
   return expert_parallel(e) ? kActs : single_placement();
 }
+R placement_request_balance(const Experiment& e, const EffectContext& c) {
+  const R r = placement_ep(e, c);
+  if (!r.empty()) return r;
+  return e.workload.source == WorkloadSource::decoder ? kActs
+                                                      : with_source(e) + " (the decoder's sequences spread over the devices)";
+}
 R placement_hierarchical(const Experiment& e, const EffectContext& c) {
   const R r = placement_ep(e, c);
   if (!r.empty()) return r;
@@ -491,6 +497,8 @@ const std::vector<KeyEffect>& key_effects() {
       {"placement.dispatch_dtype", "kind expert_parallel (the bytes of a dispatched copy)", placement_ep},
       {"placement.combine_dtype", "kind expert_parallel (the bytes of a combined copy)", placement_ep},
       {"placement.overlap", "kind expert_parallel (two micro-batches, the all-to-all under the compute)", placement_ep},
+      {"placement.request_balance", "kind expert_parallel, source decoder (its sequences over the devices' attention)",
+       placement_request_balance},
       {"execute.enabled", "sources synthetic, logits, decoder, unless --no-execute", execute_enabled},
       {"execute.hidden", "the executed layer runs (sources synthetic, logits); the decoder, always (its width)",
        executed_shape},

@@ -70,6 +70,7 @@ template <> struct EnumCount<LoadEstimator> { static constexpr int value = 2; };
 template <> struct EnumCount<A2aKernel> { static constexpr int value = 3; };
 template <> struct EnumCount<A2aDtype> { static constexpr int value = 5; };
 template <> struct EnumCount<A2aOverlap> { static constexpr int value = 2; };
+template <> struct EnumCount<RequestBalance> { static constexpr int value = 2; };
 template <> struct EnumCount<AttentionKind> { static constexpr int value = 2; };
 template <> struct EnumCount<TrainPrecision> { static constexpr int value = 4; };
 template <> struct EnumCount<Recompute> { static constexpr int value = 4; };

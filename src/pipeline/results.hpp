@@ -83,7 +83,11 @@ struct DecoderStepFigures {
   double kv_cache_bytes_executed = 0;  // the executed layer's cache in use (float32)
   bool has_measured = false;       // executed: measured holds this layer's wall times (one pass)
   DecoderTimes measured;
-  CostBreakdown modeled_attention; // model's real size, per layer (placement-aware, see run_steps.cpp)
+  CostBreakdown modeled_attention; // model's real size, per layer: the slowest data-parallel rank's (run_steps.cpp)
+  // Expert parallel: the step's sequences over the devices' attention (src/step/attention_ranks.hpp): mean over
+  // max KV tokens (prefill: query tokens) per rank, and what the slowest rank adds over the ranks' mean.
+  double attention_balance_ratio = 1;
+  double attention_wait_s = 0;
 };
 
 // A step run's per-expert figures summed over its records in record order, as the records are made: the
@@ -136,6 +140,8 @@ struct PhaseSummary {
                                    // the model.moe_layers MoE layers
   double modeled_tokens_per_s = 0;
   double modeled_attention_s = 0;  // its attention part
+  double modeled_attention_wait_s = 0;  // of it, what the slowest data-parallel rank adds over the ranks' mean
+  double attention_balance_ratio = 1;   // the records' mean of DecoderStepFigures::attention_balance_ratio
   double modeled_moe_s = 0;        // its MoE part (model.moe_layers layers)
   // The MoE part's all-to-all, summed like it: dispatch and combine as run, and what the layers wait for
   // (modeled_moe_s = experts + exposed + the tensor-parallel all-reduce).

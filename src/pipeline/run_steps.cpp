@@ -3,6 +3,7 @@
 // Deterministic apart from measured times. Host only. Covered by tests/decoder/decoder_test.cpp and
 // tests/workload/*_test.cpp.
 #include "src/pipeline/run_internal.hpp"
+#include "src/step/attention_ranks.hpp"
 
 
 #include <algorithm>
@@ -158,12 +159,19 @@ void StepCollector::finish(const Experiment& e, const std::vector<double>& step_
       s.tokens_unrouted += vr.per_batch[i].tokens_unrouted;
     }
     s.steps = static_cast<int>(steps.size());
+    double balance_sum = 0;
+    int64_t balance_records = 0;
     for (const auto& [step, recs] : steps) {
       int64_t tokens = 0;
-      double attention = 0, moe = 0, dispatch = 0, combine = 0, exposed = 0;
+      double attention = 0, wait = 0, moe = 0, dispatch = 0, combine = 0, exposed = 0;
       for (size_t i : recs) {
         tokens = std::max(tokens, vr.records[i].num_tokens);
         attention += vr.records[i].attention_s;
+        if (!vr.decoder.empty()) {
+          wait += vr.decoder[i].attention_wait_s;
+          balance_sum += vr.decoder[i].attention_balance_ratio;
+          ++balance_records;
+        }
         moe += vr.records[i].moe_quantized_s;
         dispatch += vr.records[i].moe_dispatch_s;
         combine += vr.records[i].moe_combine_s;
@@ -174,6 +182,7 @@ void StepCollector::finish(const Experiment& e, const std::vector<double>& step_
       for (size_t i : recs) add_scaled(s.erosion, vr.records[i].moe_erosion, moe_scale);
       s.tokens += tokens;
       s.modeled_attention_s += attention * scale;
+      s.modeled_attention_wait_s += wait * scale;
       s.modeled_moe_s += moe * moe_scale;
       s.modeled_dispatch_s += dispatch * moe_scale;
       s.modeled_combine_s += combine * moe_scale;
@@ -181,6 +190,7 @@ void StepCollector::finish(const Experiment& e, const std::vector<double>& step_
       if (step >= 0 && static_cast<size_t>(step) < step_wall_s.size()) s.measured_s += step_wall_s[step];
       if (!vr.decoder.empty()) s.kv_cache_bytes = vr.decoder[recs.back()].kv_cache_bytes * model_layers;
     }
+    if (balance_records > 0) s.attention_balance_ratio = balance_sum / static_cast<double>(balance_records);
     s.modeled_s = s.modeled_attention_s + s.modeled_moe_s;
     s.modeled_tokens_per_s = s.modeled_s > 0 ? static_cast<double>(s.tokens) / s.modeled_s : 0.0;
     s.measured_tokens_per_s = s.measured_s > 0 ? static_cast<double>(s.tokens) / s.measured_s : 0.0;
@@ -200,6 +210,31 @@ AttentionShape model_attention_shape(const Experiment& e) {
 }
 
 // ---- decoder ----------------------------------------------------------------------------------------
+// The step's sequences as the ranks take them: a decode step runs one token of each, attending to its
+// context after the append (its prompt plus the steps so far: d.context_tokens spread evenly over the
+// sequences on top of their prompts); the prefill runs each prompt, token p attending to p + 1 positions.
+std::vector<StepSequence> step_sequences(const std::vector<int>& prompt_len, const DecoderRecord& d, bool decode) {
+  std::vector<StepSequence> out;
+  out.reserve(prompt_len.size());
+  int64_t prompts = 0;
+  for (int p : prompt_len) prompts += p;
+  const int64_t generated = prompt_len.empty() ? 0 : (d.context_tokens - prompts) / static_cast<int64_t>(prompt_len.size());
+  for (int p : prompt_len) {
+    StepSequence s;
+    if (decode) {
+      s.context_tokens = p + generated;
+      s.query_tokens = 1;
+      s.attended_positions = s.context_tokens;
+    } else {
+      s.context_tokens = p;
+      s.query_tokens = p;
+      s.attended_positions = static_cast<int64_t>(p) * (p + 1) / 2;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
                  RunResult& result) {
   const Decoder decoder(e);
@@ -249,15 +284,18 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
       // same at any thread count.
       fig.has_measured = execute;
       if (execute) fig.measured = d.measured;
-      // Attention is data-parallel over the expert-parallel devices (each holds 1/D of the sequences,
-      // the layout the placement model assumes), so one device's share is modeled.
-      if (d.phase == DecoderPhase::decode) {
-        fig.modeled_attention = attention_decode_time(result.hardware, attn, ceil_div(e.workload.batch, D),
-                                                      ceil_div(d.context_tokens, D));
-      } else {
-        fig.modeled_attention =
-            attention_prefill_time(result.hardware, attn, ceil_div(d.num_tokens, D), ceil_div(d.attended_positions, D));
-      }
+      // Attention is data-parallel over the expert-parallel devices: the step's sequences spread over them
+      // by placement.request_balance, each device's attention costed on its own, and the layer's all-to-all
+      // waiting for the slowest (src/step/attention_ranks.hpp).
+      const bool decode_phase = d.phase == DecoderPhase::decode;
+      const RankAttention ranks = attention_over_ranks(
+          result.hardware, attn,
+          spread_requests(step_sequences(result.prompt_len, d, decode_phase), static_cast<int>(D),
+                          e.placement.request_balance),
+          decode_phase);
+      fig.modeled_attention = ranks.slowest;
+      fig.attention_balance_ratio = ranks.balance_ratio;
+      fig.attention_wait_s = ranks.wait_s;
       rec.attention_s = fig.modeled_attention.quantized_s;
       PlanSource& source = sources.try_emplace(d.layer, plan_source(e, profile, d.layer)).first->second;
       set_record_cost(model_placements(e, result.hardware, v.router, d.metrics, rec.num_tokens,

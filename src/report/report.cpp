@@ -363,6 +363,8 @@ void add_phases_json(const RunResult& run, const VariantResult& v, nlohmann::jso
                          {"tokens_unrouted", p.tokens_unrouted},
                          {"modeled_s", p.modeled_s},
                          {"modeled_attention_s", p.modeled_attention_s},
+                         {"modeled_attention_wait_s", p.modeled_attention_wait_s},
+                         {"attention_balance_ratio", p.attention_balance_ratio},
                          {"modeled_moe_s", p.modeled_moe_s},
                          {"moe_layers", moe_layer_count(run.experiment.model)},
                          {"erosion", erosion_json(p.erosion)},
@@ -436,7 +438,11 @@ nlohmann::json record_to_json(const StepRecord& s, const BalanceMetrics& m, cons
   nlohmann::json modeled;
   for (const ModeledPlacement& p : s.modeled) modeled[p.placement] = placement_json(p);
   nlohmann::json mj = {{"moe", modeled}, {"batching_efficiency", s.batching_efficiency}, {"layer_s", s.modeled_layer_s}};
-  if (d) mj["attention"] = cost_json(d->modeled_attention);
+  if (d) {
+    mj["attention"] = cost_json(d->modeled_attention);
+    mj["attention_balance_ratio"] = d->attention_balance_ratio;
+    mj["attention_wait_s"] = d->attention_wait_s;
+  }
   rec["modeled"] = mj;
   return rec;
 }

@@ -261,6 +261,8 @@ const std::vector<Row>& rows() {
       {"placement.dispatch_dtype", "fp8", run, run + " --set placement.kind=single"},
       {"placement.combine_dtype", "fp32", run, run + " --set placement.kind=single"},
       {"placement.overlap", "two_batch", run, run + " --set placement.kind=single"},
+      // 12 sequences of 2..30 prompt tokens over 8 devices: greedy by KV tokens evens what round robin does not.
+      {"placement.request_balance", "kv_tokens", dec + " --set workload.batch=12 --set workload.prompt_len=2..30", run},
       {"execute.enabled", "false", run, run + " --no-execute"},
       {"execute.hidden", "24", run, run + " --no-execute"},
       {"execute.ffn", "48", run, run + " --no-execute"},

@@ -39,7 +39,7 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   weight_bytes = params * bytes_per_weight(format);
   up_weight_share = static_cast<double>(up_cols) / static_cast<double>(up_cols + ffn);
   weight_only = format.weights != WeightDtype::same;
-  marlin_blocks = weight_only && hw.tile_m >= 16;
+  marlin_blocks = weight_only && has_row_tiles(hw);
   const double act_bytes = std::max<double>(dtype_bytes(dtype), 2.0);
   act_bytes_per_row = static_cast<double>(3 * hidden + 2 * up_cols + 2 * ffn) * act_bytes;
   act_bytes_up_per_row = static_cast<double>(hidden + up_cols) * act_bytes;
@@ -68,7 +68,6 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   // Candidate row tiles: 16, 32, 64 while below tile_m, then tile_m (only tile_m when it is 16 or less);
   // entries past num_row_tiles repeat the last. The wave of each is worked out as the full tile's, in the
   // same order, so tile_m's equals wave_s_up bit for bit. A weight-only kernel on a GPU: Marlin's blocks.
-  constexpr int kSmallestRowTile = 16;
   num_row_tiles = 0;
   if (marlin_blocks) {
     for (int rows : kMarlinRowBlocks) row_tile_rows[num_row_tiles++] = rows;
@@ -90,7 +89,7 @@ ExpertRoofline::ExpertRoofline(const HardwareProfile& hw, int64_t hidden_, int64
   for (int k = 1; k < num_row_tiles; ++k) {
     row_tiles_double = row_tiles_double && row_tile_rows[k] == 2 * row_tile_rows[k - 1];
   }
-  const bool splits_k = tile_m >= kSmallestRowTile;
+  const bool splits_k = has_row_tiles(hw);
   k_step_floor = splits_k;
   max_split_k_up = splits_k ? std::max<int64_t>(1, hidden / kMinSplitKChunk) : 1;
   max_split_k_down = splits_k ? std::max<int64_t>(1, ffn / kMinSplitKChunk) : 1;

@@ -34,6 +34,12 @@ enum class KernelScope { layer, experts, up_gemm, down_gemm };
 const char* to_string(KernelScope s);
 int scope_kernels(KernelScope s);
 
+// Whether a profile's GEMMs run in row tiles, as a GPU's grouped kernel does (tile_m at least the smallest row
+// tile such a kernel picks, 16); a CPU BLAS (tile_m below 16) keeps panels of its own: no row-tile candidates,
+// no split K, no K-step floor, no Marlin blocks, no tile phase.
+constexpr int kSmallestRowTile = 16;
+inline bool has_row_tiles(const HardwareProfile& hw) { return hw.tile_m >= kSmallestRowTile; }
+
 // The profile's figures the kernel model applies to a launch sequence's terms.
 struct KernelFigures {
   double efficiency_bw = 1, efficiency_flops = 1;  // achieved fractions of peak bandwidth and FLOP/s

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "src/cost/hardware_profile.hpp"
+#include "src/cost/roofline.hpp"
 #include "src/report/report.hpp"
 #include "src/sweep/published.hpp"
 #include "src/report/text_format.hpp"
@@ -28,9 +29,9 @@ std::string micro(double s) {
 }  // namespace
 
 bool in_decode_regime(const RunResult& run, const ModeledPlacement& p) {
-  // A GPU profile (row tiles of 16 and more; a CPU's BLAS panels are smaller), as the published tables are.
+  // A GPU profile (its GEMMs in row tiles), as the published tables are.
   return p.placement == "expert_parallel" && p.devices >= kWideEp && run.num_tokens >= 1 &&
-         run.num_tokens <= kDecodeMaxTokens && run.hardware.tile_m >= 16;
+         run.num_tokens <= kDecodeMaxTokens && has_row_tiles(run.hardware);
 }
 
 ImbalanceVerdict imbalance_verdict(const Erosion& x) {

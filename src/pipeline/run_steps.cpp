@@ -210,6 +210,8 @@ AttentionShape model_attention_shape(const Experiment& e) {
 }
 
 // ---- decoder ----------------------------------------------------------------------------------------
+namespace {
+
 // The step's sequences as the ranks take them: a decode step runs one token of each, attending to its
 // context after the append (its prompt plus the steps so far: d.context_tokens spread evenly over the
 // sequences on top of their prompts); the prefill runs each prompt, token p attending to p + 1 positions.
@@ -234,6 +236,8 @@ std::vector<StepSequence> step_sequences(const std::vector<int>& prompt_len, con
   }
   return out;
 }
+
+}  // namespace
 
 void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants, const RunOptions& opts,
                  RunResult& result) {

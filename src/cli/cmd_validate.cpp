@@ -29,6 +29,8 @@
 #include "src/sweep/sweep.hpp"
 #include "src/sweep/published.hpp"
 #include "src/sweep/published_comm.hpp"
+#include "src/sweep/published_step.hpp"
+#include "src/report/step_validation_report.hpp"
 #include "src/sweep/validate.hpp"
 #include "src/report/validate_report.hpp"
 #include "src/report/train_validation_report.hpp"
@@ -163,7 +165,8 @@ int cmd_validate(int argc, char** argv) {
     const std::vector<PublishedTable> kernel_tables = load_published(published);
     const std::vector<CommTable> comm_tables = load_published_comm(published);
     const std::vector<TrainingTable> training_tables = load_training_tables(published);
-    if (kernel_tables.empty() && comm_tables.empty() && training_tables.empty())
+    const std::vector<StepTable> step_tables = load_step_tables(published);
+    if (kernel_tables.empty() && comm_tables.empty() && training_tables.empty() && step_tables.empty())
       throw InputError("--published " + published + ": expected at least one table, got none");
     if (gate && *column == PublishedColumn::ideal && kernel_tables.empty())
       throw InputError("--column ideal: the communication and training tables have no ideal column; expected model or "
@@ -174,8 +177,10 @@ int cmd_validate(int argc, char** argv) {
     if (!kernel_tables.empty()) v = validate_published(kernel_tables);
     if (!comm_tables.empty()) cv = validate_comm(comm_tables);
     if (!training_tables.empty()) tv = validate_training(training_tables);
+    std::optional<StepValidation> sv;
+    if (!step_tables.empty()) sv = validate_steps(step_tables);
     std::string text;
-    if (!tv) {
+    if (!tv && !sv) {
       text = format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format);
     } else if (format == ReportFormat::json) {
       // The training tables' report is the `training` key beside the others'.
@@ -183,13 +188,15 @@ int cmd_validate(int argc, char** argv) {
                                  : nlohmann::json{{"schema_version", kReportSchemaVersion},
                                                   {"moesim_version", MOESIM_VERSION},
                                                   {"provenance", provenance_json()}};
-      j["training"] = training_validation_json(*tv);
+      if (tv) j["training"] = training_validation_json(*tv);
+      if (sv) j["serving_step"] = step_validation_json(*sv);
       text = j.dump(2) + "\n";
     } else {
       // Text: the kernel tables, the training tables, then the communication tables, each section (csv: each set of
       // rows under its own header) after a blank line.
       for (const std::string& part : {v ? format_published(&*v, nullptr, format) : std::string(),
-                                      format_training_validation(*tv, format),
+                                      tv ? format_training_validation(*tv, format) : std::string(),
+                                      sv ? format_step_validation(*sv, format) : std::string(),
                                       cv ? format_published(nullptr, &*cv, format) : std::string()})
         if (!part.empty()) text += (text.empty() ? "" : "\n") + part;
     }
@@ -202,6 +209,8 @@ int cmd_validate(int argc, char** argv) {
         held.push_back({"communication tables'", *column == PublishedColumn::model ? cv->model : cv->held_out});
       if (tv && *column != PublishedColumn::ideal)
         held.push_back({"training tables'", *column == PublishedColumn::model ? tv->model : tv->held_out});
+      if (sv && *column != PublishedColumn::ideal)
+        held.push_back({"serving-step tables'", *column == PublishedColumn::model ? sv->model : sv->held_out});
       bool failed = false;
       for (const auto& [what, e] : held) {
         if (e.points == 0) throw InputError("--column " + column_text + ": no point has that column");

@@ -152,7 +152,7 @@ std::vector<PublishedFile> published_files(const std::string& spec) {
 
 bool is_comm_table(const std::string& text) {
   const std::string first = text.substr(0, text.find('\n'));
-  return first.rfind("phase,", 0) == 0;
+  return first.rfind("phase,gpu,", 0) == 0;
 }
 
 bool is_training_table(const std::string& text) { return text.rfind("model,", 0) == 0; }
@@ -286,7 +286,8 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
 std::vector<PublishedTable> load_published(const std::string& spec) {
   std::vector<PublishedTable> tables;
   for (const PublishedFile& f : published_files(spec))
-    if (!is_comm_table(f.text) && !is_training_table(f.text)) tables.push_back(parse_published_csv(f.text, f.origin));
+    if (!is_comm_table(f.text) && !is_training_table(f.text) && f.text.rfind("phase,model,", 0) != 0)
+      tables.push_back(parse_published_csv(f.text, f.origin));
   if (tables.empty()) return tables;  // a communication table alone (load_published_comm) is not an error here
   std::size_t points = 0;
   for (const PublishedTable& t : tables) points += t.points.size();

@@ -30,6 +30,7 @@
 #include "src/sweep/published.hpp"
 #include "src/sweep/published_train.hpp"
 #include "src/sweep/published_comm.hpp"
+#include "src/sweep/published_step.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
 #include "src/workload/load_profile.hpp"
@@ -44,7 +45,7 @@ inline const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
                                                  "trace",  "load_profile", "published", "hf_config",
                                                  "megatron_npz", "megatron_router_trace", "published_comm",
-                                                 "training"};
+                                                 "training", "serving_step"};
   return names;
 }
 
@@ -247,6 +248,30 @@ inline void fuzz_training(const uint8_t* data, size_t size) {
       const TrainErosion& x = r.step.erosion;
       if (std::fabs(x.sum_s() - (x.actual_s - x.reference_s)) > 1e-9 * std::max(1.0, x.actual_s))
         finding("erosion parts that do not add up to the step's difference");
+    }
+  });
+}
+
+// ---- serving-step tables: moesim validate --published (data/serving-step/*.csv) -------------------------
+// A table parses or names its line; up to 2 rows small enough to model quickly (at most 16 GPUs, 64 requests and
+// 4096 tokens a GPU, balanced or power-law routing) are modeled: every step time positive and finite, and the
+// erosion's parts adding up to the step's distance from its ideal.
+inline void fuzz_serving_step(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] {
+    const StepTable table = parse_step_csv(text, name);
+    int modeled = 0;
+    for (const StepRow& r : table.rows) {
+      if (r.gpus > 16 || r.requests_per_gpu > 64 || r.tokens_per_gpu > 4096 || r.routing == "model" || modeled >= 2)
+        continue;
+      ++modeled;
+      const ServingStep s = model_serving_step(step_input(r, name));
+      if (!(s.step_s > 0) || !std::isfinite(s.step_s)) finding("a step time that is not positive and finite");
+      const StepErosion& x = s.erosion;
+      const double sum = x.attention_imbalance_s + x.skew_compute_s + x.skew_communication_s + x.overlap_s;
+      if (std::fabs(sum - (x.actual_s - x.ideal_s)) > 1e-9 * std::max(1.0, x.actual_s))
+        finding("erosion parts that do not add up to the step's distance from its ideal");
     }
   });
 }
@@ -472,6 +497,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "published") return fuzz_published(data, size);
   if (target == "published_comm") return fuzz_published_comm(data, size);
   if (target == "training") return fuzz_training(data, size);
+  if (target == "serving_step") return fuzz_serving_step(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
   if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
   if (target == "megatron_router_trace") return fuzz_megatron_router_trace(data, size);

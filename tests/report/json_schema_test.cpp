@@ -175,6 +175,12 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
   nlohmann::json training_only = nlohmann::json::parse(v.out);
   // Only the listed-and-typed half: a training-only validation has none of the kernel tables' `always` keys.
   expect_documented("validate --published, training tables", training_only, {}, {});
+  const auto sv = run_cli("validate --published " MOESIM_SOURCE_DIR "/data/serving-step/step-measurements.csv --format json");
+  ASSERT_EQ(sv.exit_code, 0) << sv.err;
+  expect_documented("validate --published, serving-step tables", nlohmann::json::parse(sv.out), {}, {});
+  expect_documented("step", json_of("step " MOESIM_SOURCE_DIR "/configs/deepseek-v3.yaml --set placement.devices=8 "
+                                    "--requests-per-gpu 16 --kv-len 512"),
+                    {"moesim step"}, {});
   testing::write_text(dir + "/loads.json", R"({"p": {"0": [10, 2, 3, 1], "3": [4, 4, 4, 4]}})");
   expect_documented("plan", json_of("plan " + dir + "/loads.json --devices 2 --replicas 2"), {"plan --format json"}, {});
   testing::write_text(dir + "/l.csv", "1,0,2,0\n0,3,0,1\n");

@@ -1,0 +1,584 @@
+// Published serving-step measurements against the step model (see published_step.hpp).
+#include "src/sweep/published_step.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <sstream>
+
+#include "router/route.hpp"
+#include "src/common/embedded.hpp"
+#include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/pipeline/run_internal.hpp"
+#include "src/workload/load_distribution.hpp"
+#include "src/workload/logits_batches.hpp"
+
+namespace moesim {
+
+const char* const kStepHeader =
+    "phase,model,gpu,gpus,devices_per_node,ep,attention_dp,tp,requests_per_gpu,tokens_per_gpu,isl,osl,kv_len,"
+    "mtp_draft,mtp_accept,overlap,a2a_kernel,dispatch_dtype,combine_dtype,weight_dtype,redundant_experts,routing,"
+    "quantity,measured,unit,source,notes";
+
+bool is_step_table(const std::string& text) { return text.rfind("phase,model,", 0) == 0; }
+
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kStepDir = "data/serving-step/";
+constexpr const char* kConfigDir = "configs/";
+constexpr int kColumns = 27;
+constexpr int kMaxRows = 10000;
+// Routed draws of a "model" row: kStepWarmup batches the EPLB plan is made from (placement.plan_from past), then
+// kStepDraws measured ones; at most kStepRoutedTokens tokens routed a batch, the loads scaled to the step's.
+constexpr int kStepWarmup = 4, kStepDraws = 2;
+constexpr int64_t kStepRoutedTokens = 65536;
+
+constexpr StepQuantity kQuantities[] = {
+    StepQuantity::layer_ms,     StepQuantity::step_ms,      StepQuantity::dispatch_ms,
+    StepQuantity::combine_ms,   StepQuantity::experts_ms,   StepQuantity::attention_ms,
+    StepQuantity::dense_ms,     StepQuantity::sync_ms,      StepQuantity::output_tokens_per_s_per_gpu,
+    StepQuantity::input_tokens_per_s_per_gpu, StepQuantity::balancedness};
+
+struct Where {
+  const std::string& origin;
+  int line;
+  [[noreturn]] void fail(const std::string& column, const std::string& expected, const std::string& got) const {
+    throw InputError(origin + ":" + std::to_string(line) + ": " + column + ": expected " + expected + ", got '" +
+                     got + "'");
+  }
+};
+
+int64_t cell_int(const Where& w, const char* column, const std::string& s, int64_t lo, int64_t hi, bool may_be_empty) {
+  if (s.empty() && may_be_empty) return 0;
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size() || v < lo || v > hi)
+    w.fail(column, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + (may_be_empty ? " (or empty)" : ""), s);
+  return v;
+}
+
+double cell_double(const Where& w, const char* column, const std::string& s, double lo, double hi, bool may_be_empty) {
+  if (s.empty() && may_be_empty) return 0;
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::ostringstream range;
+  range << "a number from " << lo << " to " << hi;
+  if (used == 0 || used != s.size() || !std::isfinite(v) || v < lo || v > hi)
+    w.fail(column, range.str() + (may_be_empty ? " (or empty)" : ""), s);
+  return v;
+}
+
+template <class E, std::size_t N>
+E cell_enum(const Where& w, const char* column, const std::string& s, const E (&values)[N]) {
+  std::string list;
+  for (E e : values) {
+    if (s == to_string(e)) return e;
+    list += (list.empty() ? "" : ", ") + std::string(to_string(e));
+  }
+  w.fail(column, "one of " + list, s);
+}
+
+const char* unit_of(StepQuantity q) {
+  switch (q) {
+    case StepQuantity::output_tokens_per_s_per_gpu:
+    case StepQuantity::input_tokens_per_s_per_gpu: return "tokens/s";
+    case StepQuantity::balancedness: return "";
+    default: return "ms";
+  }
+}
+
+// The model a row names: a shipped config, or (for a table on disk) a model YAML relative to the table.
+Experiment row_experiment(const std::string& origin, int line, const std::string& cell) {
+  const auto& files = embedded_files();
+  const auto it = files.find(kConfigDir + cell + ".yaml");
+  if (it != files.end()) return load_experiment_text(it->second, it->first, {});
+  const fs::path path(cell);
+  const bool yaml = path.extension() == ".yaml" || path.extension() == ".yml";
+  const Where w{origin, line};
+  if (!yaml || origin.rfind(kStepDir, 0) == 0)
+    w.fail("model", "a shipped model config (configs/NAME.yaml) or a model .yaml file relative to the table", cell);
+  const std::string resolved = path.is_absolute() ? cell : (fs::path(origin).parent_path() / path).string();
+  try {
+    return load_experiment_file(resolved, {});
+  } catch (const ConfigError& e) {
+    throw InputError(origin + ":" + std::to_string(line) + ": model: " + e.what());
+  }
+}
+
+}  // namespace
+
+const char* to_string(StepQuantity q) {
+  switch (q) {
+    case StepQuantity::layer_ms: return "layer_ms";
+    case StepQuantity::step_ms: return "step_ms";
+    case StepQuantity::dispatch_ms: return "dispatch_ms";
+    case StepQuantity::combine_ms: return "combine_ms";
+    case StepQuantity::experts_ms: return "experts_ms";
+    case StepQuantity::attention_ms: return "attention_ms";
+    case StepQuantity::dense_ms: return "dense_ms";
+    case StepQuantity::sync_ms: return "sync_ms";
+    case StepQuantity::output_tokens_per_s_per_gpu: return "output_tokens_per_s_per_gpu";
+    case StepQuantity::input_tokens_per_s_per_gpu: return "input_tokens_per_s_per_gpu";
+    case StepQuantity::balancedness: return "balancedness";
+  }
+  return "?";
+}
+
+StepTable parse_step_csv(const std::string& text, const std::string& origin) {
+  StepTable t;
+  t.origin = origin;
+  t.name = fs::path(origin).stem().string();
+  std::istringstream in(text);
+  std::string line;
+  int number = 0;
+  int fitted_column = -1;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (number == 1) {
+      if (line.rfind(kStepHeader, 0) != 0 || (line.size() > std::string(kStepHeader).size() &&
+                                               line[std::string(kStepHeader).size()] != ','))
+        throw InputError(origin + ":1: header: expected '" + std::string(kStepHeader) +
+                         "' (more columns only after notes), got '" + line.substr(0, 200) + "'");
+      const std::vector<std::string> h = split_csv_line(line);
+      for (std::size_t i = kColumns; i < h.size(); ++i)
+        if (h[i] == "fitted") fitted_column = static_cast<int>(i);
+      continue;
+    }
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const Where w{origin, number};
+    if (static_cast<int>(t.rows.size()) >= kMaxRows)
+      w.fail("rows", "at most " + std::to_string(kMaxRows) + " rows", std::to_string(kMaxRows + 1));
+    const std::vector<std::string> c = split_csv_line(line);
+    if (static_cast<int>(c.size()) < kColumns)
+      w.fail("columns", "at least " + std::to_string(kColumns) + " cells", std::to_string(c.size()));
+    StepRow r;
+    r.line = number;
+    const StepPhase phases[] = {StepPhase::decode, StepPhase::prefill};
+    r.phase = cell_enum(w, "phase", c[0], phases);
+    if (c[1].empty()) w.fail("model", "a shipped model config name or a model .yaml file", c[1]);
+    r.model = c[1];
+    if (c[2].empty()) w.fail("gpu", "a hardware profile name or file", c[2]);
+    r.gpu = c[2];
+    r.gpus = static_cast<int>(cell_int(w, "gpus", c[3], 1, 4096, false));
+    r.devices_per_node = static_cast<int>(cell_int(w, "devices_per_node", c[4], 1, 1024, false));
+    r.ep = static_cast<int>(cell_int(w, "ep", c[5], 1, 4096, false));
+    r.attention_dp = static_cast<int>(cell_int(w, "attention_dp", c[6], 1, 4096, false));
+    r.tp = static_cast<int>(cell_int(w, "tp", c[7], 1, 256, false));
+    r.requests_per_gpu = cell_int(w, "requests_per_gpu", c[8], 1, 1 << 20, true);
+    r.tokens_per_gpu = cell_int(w, "tokens_per_gpu", c[9], 1, 1 << 22, true);
+    r.isl = cell_int(w, "isl", c[10], 1, 1 << 22, true);
+    r.osl = cell_int(w, "osl", c[11], 1, 1 << 22, true);
+    r.kv_len = cell_int(w, "kv_len", c[12], 1, 1 << 22, true);
+    r.mtp_draft = static_cast<int>(cell_int(w, "mtp_draft", c[13], 0, 16, true));
+    r.mtp_accept = cell_double(w, "mtp_accept", c[14], 0, 1, true);
+    const A2aOverlap overlaps[] = {A2aOverlap::none, A2aOverlap::two_batch};
+    r.overlap = c[15].empty() ? A2aOverlap::none : cell_enum(w, "overlap", c[15], overlaps);
+    const A2aKernel kernels[] = {A2aKernel::simple, A2aKernel::normal, A2aKernel::low_latency};
+    r.a2a_kernel = c[16].empty() ? A2aKernel::normal : cell_enum(w, "a2a_kernel", c[16], kernels);
+    const A2aDtype dtypes[] = {A2aDtype::model, A2aDtype::fp8, A2aDtype::bf16, A2aDtype::fp16, A2aDtype::fp32};
+    // NVFP4 copies (4 bits a value, an FP8 scale a block of 16): the all-to-all model has no 4-bit copy, so they
+    // are costed as fp8 ones (twice the payload), and the row says so.
+    r.dispatch_nvfp4 = c[17] == "nvfp4";
+    r.dispatch_dtype = c[17].empty() ? A2aDtype::model
+                       : r.dispatch_nvfp4 ? A2aDtype::fp8
+                                          : cell_enum(w, "dispatch_dtype (or nvfp4)", c[17], dtypes);
+    r.combine_dtype = c[18].empty() ? A2aDtype::model : cell_enum(w, "combine_dtype", c[18], dtypes);
+    static const char* const kWeights[] = {"", "bf16", "fp16", "fp8", "int4", "mxfp4", "nvfp4"};
+    if (std::find(std::begin(kWeights), std::end(kWeights), c[19]) == std::end(kWeights))
+      w.fail("weight_dtype", "one of bf16, fp16, fp8, int4, mxfp4, nvfp4 (or empty: the model's)", c[19]);
+    r.weight_dtype = c[19];
+    r.redundant_experts = static_cast<int>(cell_int(w, "redundant_experts", c[20], 0, 4096, true));
+    r.routing = c[21];
+    if (r.routing != "balanced" && r.routing != "model") {
+      double alpha = 0;
+      const bool ok = r.routing.rfind("power_law:", 0) == 0 && [&] {
+        try {
+          std::size_t used = 0;
+          const std::string a = r.routing.substr(10);
+          alpha = std::stod(a, &used);
+          return used == a.size() && alpha > 0 && alpha <= 10 && alpha != 1;
+        } catch (const std::exception&) {
+          return false;
+        }
+      }();
+      if (!ok) w.fail("routing", "balanced, model or power_law:ALPHA (ALPHA in (0, 10], not 1)", r.routing);
+    }
+    r.quantity = cell_enum(w, "quantity", c[22], kQuantities);
+    r.measured = cell_double(w, "measured", c[23], 1e-9, 1e12, false);
+    if (r.quantity == StepQuantity::balancedness && r.measured > 1)
+      w.fail("measured", "a balancedness from 0 to 1", c[23]);
+    r.unit = c[24];
+    if (r.unit != unit_of(r.quantity))
+      w.fail("unit", std::string("'") + unit_of(r.quantity) + "' for " + to_string(r.quantity), r.unit);
+    r.source = c[25];
+    r.notes = c[26];
+    if (r.phase == StepPhase::decode && r.requests_per_gpu <= 0)
+      w.fail("requests_per_gpu", "the requests a GPU decodes (decode rows)", c[8]);
+    if (r.phase == StepPhase::decode && r.kv_len <= 0) w.fail("kv_len", "the KV tokens a request attends (decode rows)", c[12]);
+    if (r.phase == StepPhase::decode && r.tokens_per_gpu > 0 && r.tokens_per_gpu != r.requests_per_gpu * (1 + r.mtp_draft))
+      w.fail("tokens_per_gpu", "requests_per_gpu x (1 + mtp_draft) = " +
+                                   std::to_string(r.requests_per_gpu * (1 + r.mtp_draft)) + " in decode, or empty",
+             c[9]);
+    if (r.phase == StepPhase::prefill && r.tokens_per_gpu <= 0)
+      w.fail("tokens_per_gpu", "the prompt tokens a GPU runs (prefill rows)", c[9]);
+    if (r.phase == StepPhase::prefill && r.isl <= 0 && r.requests_per_gpu <= 0)
+      w.fail("isl", "the prompt length, or requests_per_gpu (prefill rows)", c[10]);
+    if (r.attention_dp * r.tp != r.gpus)
+      w.fail("attention_dp", "gpus / tp = " + std::to_string(r.gpus / std::max(1, r.tp)), c[6]);
+    if (r.ep != r.gpus) w.fail("ep", "gpus (" + std::to_string(r.gpus) + "): every GPU an expert-parallel rank", c[5]);
+    if (fitted_column >= 0 && static_cast<int>(c.size()) > fitted_column) {
+      const std::string& f = c[static_cast<std::size_t>(fitted_column)];
+      if (f != "" && f != "0" && f != "1") w.fail("fitted", "0 or 1 (or empty: 1)", f);
+      r.fitted = f != "0";
+    }
+    r.table = r.source + " / " + to_string(r.phase);
+    t.rows.push_back(std::move(r));
+  }
+  if (number == 0) throw InputError(origin + ":1: header: expected '" + std::string(kStepHeader) + "', got an empty file");
+  return t;
+}
+
+std::vector<StepTable> load_step_tables(const std::string& spec) {
+  std::vector<StepTable> tables;
+  if (spec == "all") {
+    for (const auto& [path, text] : embedded_files())
+      if (path.rfind(kStepDir, 0) == 0 && fs::path(path).extension() == ".csv" && is_step_table(text))
+        tables.push_back(parse_step_csv(text, path));
+  } else {
+    for (const PublishedFile& f : published_files(spec))
+      if (is_step_table(f.text)) tables.push_back(parse_step_csv(f.text, f.origin));
+  }
+  std::sort(tables.begin(), tables.end(), [](const StepTable& a, const StepTable& b) { return a.name < b.name; });
+  return tables;
+}
+
+namespace {
+
+// The row's per-expert loads of the whole step (every GPU's tokens), draw by draw, and the loads each draw's
+// EPLB plan is made from.
+void route_row(const StepRow& row, const Experiment& base, int64_t tokens, ServingStepInput& in) {
+  const int E = base.model.experts, k = base.model.top_k;
+  if (row.routing == "balanced") {
+    std::vector<int64_t> l(static_cast<size_t>(E), tokens * k / E);
+    for (int64_t e = 0; e < tokens * k % E; ++e) ++l[static_cast<size_t>(e)];
+    in.loads = {l};
+    in.plan_loads = {l};
+    return;
+  }
+  if (row.routing.rfind("power_law:", 0) == 0) {
+    const double alpha = std::stod(row.routing.substr(10));
+    const int ep = E % row.ep == 0 ? row.ep : 1;
+    for (int d = 0; d < kStepDraws; ++d)
+      in.loads.push_back(power_law_loads(tokens, E, k, alpha, ep, base.workload.seed, static_cast<uint64_t>(d)));
+    return;
+  }
+  // model: the config's own workload (synthetic), routed at up to kStepRoutedTokens tokens a batch.
+  if (base.workload.source != WorkloadSource::synthetic)
+    throw InputError("routing model: expected a model config with a synthetic workload, got " +
+                     std::string(to_string(base.workload.source)) + " in " + row.model);
+  Experiment e = base;
+  e.router.capacity_factor = 0;
+  e.router.layout = Layout::dropless;
+  e.workload.batch = std::min<int64_t>(tokens, kStepRoutedTokens);
+  e.workload.batches = kStepDraws;
+  auto loads_of = [&](const std::vector<LogitsBatch>& batches) {
+    std::vector<std::vector<int64_t>> out;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const Routing r = route_omp(e.router, run_detail::request_for(e, batches[i], static_cast<int>(i)), nullptr);
+      std::vector<int64_t> l(static_cast<size_t>(E), 0);
+      for (size_t a = 0; a < r.expert.size(); ++a)
+        if (r.kept.empty() || r.kept[a]) ++l[static_cast<size_t>(r.expert[a])];
+      out.push_back(e.workload.batch == tokens ? l : scale_loads_to(l, e.workload.batch, tokens));
+    }
+    return out;
+  };
+  in.loads = loads_of(make_logits_batches(e, ""));
+  if (row.redundant_experts > 0) {
+    std::vector<int64_t> past(static_cast<size_t>(E), 0);
+    for (const std::vector<int64_t>& l : loads_of(make_warmup_batches(e, kStepWarmup)))
+      for (int x = 0; x < E; ++x) past[static_cast<size_t>(x)] += l[static_cast<size_t>(x)];
+    in.plan_loads.assign(in.loads.size(), past);
+  }
+}
+
+}  // namespace
+
+ServingStepInput step_input(const StepRow& row, const std::string& origin) {
+  const Experiment e = row_experiment(origin, row.line, row.model);
+  std::string ref;
+  return step_input_for(row, e, published_table_profile(origin, row.line, row.gpu, ref));
+}
+
+ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw) {
+  ServingStepInput in;
+  in.hw = hw;
+  in.hw.devices_per_node = row.devices_per_node;
+  in.model = e.model;
+  if (row.weight_dtype == "int4" || row.weight_dtype == "mxfp4") {
+    in.model.weight_dtype = row.weight_dtype == "int4" ? WeightDtype::int4 : WeightDtype::mxfp4;
+  } else if (row.weight_dtype == "nvfp4") {
+    // NVFP4 (4-bit values, an FP8 scale a block of 16) on Blackwell's FP4 tensor cores: the kernel model has no FP4
+    // GEMM, so the layer is costed in fp8 (twice the weight bytes, half the FP4 peak); the row says so.
+    in.model.dtype = Dtype::fp8;
+    in.model.weight_dtype = WeightDtype::same;
+  } else if (!row.weight_dtype.empty()) {
+    in.model.dtype = row.weight_dtype == "fp8" ? Dtype::fp8 : row.weight_dtype == "fp16" ? Dtype::fp16 : Dtype::bf16;
+    in.model.weight_dtype = WeightDtype::same;
+  }
+  in.phase = row.phase;
+  in.attention_dp = row.attention_dp;
+  in.attention_tp = row.tp;
+  in.devices_per_node = row.devices_per_node;
+  in.mtp_draft = row.mtp_draft;
+  in.mtp_accept = row.mtp_accept;
+
+  Experiment pe = e;
+  pe.model = in.model;
+  pe.placement.kind = row.ep > 1 ? PlacementKind::expert_parallel : PlacementKind::single;
+  pe.placement.devices = row.ep;
+  pe.placement.replicas = row.redundant_experts;
+  pe.placement.policy = PlacementPolicy::automatic;
+  pe.placement.nodes = 1;
+  pe.placement.a2a_kernel = row.a2a_kernel;
+  pe.placement.dispatch_dtype = row.dispatch_dtype;
+  pe.placement.combine_dtype = row.combine_dtype;
+  pe.placement.overlap = row.overlap;
+  in.moe = layer_cost_input(pe, pe.router, CostedSize::model, 0, {}, 0);
+  in.moe.placement = resolve_placement(pe.placement, pe.router);
+
+  // The sequences: decode, requests_per_gpu a GPU each attending kv_len tokens with 1 + mtp_draft queries;
+  // prefill, tokens_per_gpu a GPU in prompts of isl tokens (the last one shorter), each attending its own
+  // positions after kv_len - isl cached ones.
+  const int ranks = row.attention_dp;
+  int64_t tokens = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (row.phase == StepPhase::decode) {
+      for (int64_t q = 0; q < row.requests_per_gpu; ++q) {
+        StepSequence s;
+        s.query_tokens = 1 + row.mtp_draft;
+        s.context_tokens = row.kv_len;
+        s.attended_positions = s.query_tokens * row.kv_len;
+        in.sequences.push_back(s);
+      }
+      tokens += row.requests_per_gpu * (1 + row.mtp_draft);
+    } else {
+      const int64_t per = row.tokens_per_gpu * row.tp;
+      const int64_t isl = row.isl > 0 ? row.isl : (per + row.requests_per_gpu - 1) / row.requests_per_gpu;
+      const int64_t cached = std::max<int64_t>(0, row.kv_len - isl);
+      for (int64_t left = per; left > 0;) {
+        StepSequence s;
+        s.query_tokens = std::min(isl, left);
+        s.context_tokens = cached + s.query_tokens;
+        s.attended_positions = s.query_tokens * cached + s.query_tokens * (s.query_tokens + 1) / 2;
+        in.sequences.push_back(s);
+        left -= s.query_tokens;
+      }
+      tokens += per;
+    }
+  }
+  route_row(row, e, tokens, in);
+  return in;
+}
+
+double step_quantity(const ServingStep& s, StepQuantity q) {
+  switch (q) {
+    case StepQuantity::layer_ms: return s.moe_layer.layer_s * 1e3;
+    case StepQuantity::step_ms: return s.step_s * 1e3;
+    case StepQuantity::dispatch_ms: return s.moe_layer.dispatch_s * 1e3;
+    case StepQuantity::combine_ms: return s.moe_layer.combine_s * 1e3;
+    case StepQuantity::experts_ms: return s.moe_layer.experts_s * 1e3;
+    case StepQuantity::attention_ms: return s.moe_layer.attention_s * 1e3;
+    case StepQuantity::dense_ms: return s.moe_layer.dense_s * 1e3;
+    case StepQuantity::sync_ms: return s.moe_layer.sync_s * 1e3;
+    case StepQuantity::output_tokens_per_s_per_gpu: return s.output_tokens_per_s_per_gpu;
+    case StepQuantity::input_tokens_per_s_per_gpu: return s.input_tokens_per_s_per_gpu;
+    case StepQuantity::balancedness: return s.balancedness;
+  }
+  return 0;
+}
+
+namespace {
+
+// One configuration of the tables (the rows that share every column before quantity), routed once.
+struct Config {
+  ServingStepInput input;
+  std::vector<size_t> rows;  // indices into StepValidation::rows
+  std::string approximation;
+};
+
+std::string config_key(const StepRow& r) {
+  std::ostringstream k;
+  k << to_string(r.phase) << '|' << r.model << '|' << r.gpu << '|' << r.gpus << '|' << r.devices_per_node << '|' << r.ep
+    << '|' << r.attention_dp << '|' << r.tp << '|' << r.requests_per_gpu << '|' << r.tokens_per_gpu << '|' << r.isl
+    << '|' << r.kv_len << '|' << r.mtp_draft << '|' << r.mtp_accept << '|' << to_string(r.overlap) << '|'
+    << to_string(r.a2a_kernel) << '|' << to_string(r.dispatch_dtype) << r.dispatch_nvfp4 << '|' << to_string(r.combine_dtype) << '|'
+    << r.weight_dtype << '|' << r.redundant_experts << '|' << r.routing;
+  return k.str();
+}
+
+// The fit's objective: the squared log error of every row the figures move, each table weighted equally
+// (1 / its rows), over the tables `use` says.
+double objective(const std::vector<Config>& configs, const std::vector<StepResult>& rows,
+                 const std::vector<std::string>& tables, const std::vector<bool>& use, const StepFigures& f) {
+  std::map<std::string, int> count;
+  for (const StepResult& r : rows) ++count[r.row.table];
+  double sum = 0;
+  for (const Config& c : configs) {
+    bool any = false;
+    for (size_t i : c.rows) {
+      const size_t t = static_cast<size_t>(std::find(tables.begin(), tables.end(), rows[i].row.table) - tables.begin());
+      any = any || use[t];
+    }
+    if (!any) continue;
+    ServingStepInput in = c.input;
+    in.figures = f;
+    const ServingStep s = model_serving_step(in);
+    for (size_t i : c.rows) {
+      const StepRow& r = rows[i].row;
+      const size_t t = static_cast<size_t>(std::find(tables.begin(), tables.end(), r.table) - tables.begin());
+      if (!use[t] || !r.fitted || r.quantity == StepQuantity::balancedness) continue;
+      const double v = step_quantity(s, r.quantity);
+      const double e = std::log(std::max(v, 1e-12) / r.measured);
+      sum += e * e / count[r.table];
+    }
+  }
+  return sum;
+}
+
+// A coarse grid over the two figures, then two finer rounds around the best. Deterministic.
+StepFigures fit_figures(const std::vector<Config>& configs, const std::vector<StepResult>& rows,
+                        const std::vector<std::string>& tables, const std::vector<bool>& use) {
+  double lo_k = 0, hi_k = 60, lo_e = 0.2, hi_e = 1.0;
+  StepFigures best;
+  double best_v = INFINITY;
+  for (int round = 0; round < 3; ++round) {
+    constexpr int n = 7;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        StepFigures f;
+        f.other_kernels = lo_k + (hi_k - lo_k) * i / (n - 1);
+        f.attention_efficiency = lo_e + (hi_e - lo_e) * j / (n - 1);
+        const double v = objective(configs, rows, tables, use, f);
+        if (v < best_v) {
+          best_v = v;
+          best = f;
+        }
+      }
+    const double wk = (hi_k - lo_k) / (n - 1), we = (hi_e - lo_e) / (n - 1);
+    lo_k = std::max(0.0, best.other_kernels - wk);
+    hi_k = best.other_kernels + wk;
+    lo_e = std::max(0.05, best.attention_efficiency - we);
+    hi_e = std::min(1.0, best.attention_efficiency + we);
+  }
+  return best;
+}
+
+}  // namespace
+
+StepValidation validate_steps(const std::vector<StepTable>& tables) {
+  StepValidation v;
+  std::vector<Config> configs;
+  std::map<std::string, size_t> by_key;
+  for (const StepTable& t : tables)
+    for (const StepRow& r : t.rows) {
+      const std::string key = t.origin + "#" + config_key(r);
+      auto it = by_key.find(key);
+      if (it == by_key.end()) {
+        Config c;
+        c.input = step_input(r, t.origin);
+        if (r.weight_dtype == "nvfp4") c.approximation = "nvfp4 GEMMs costed in fp8";
+        if (r.dispatch_nvfp4)
+          c.approximation += std::string(c.approximation.empty() ? "" : "; ") + "nvfp4 dispatch costed as fp8 copies";
+        it = by_key.emplace(key, configs.size()).first;
+        configs.push_back(std::move(c));
+      }
+      StepResult res;
+      res.row = r;
+      res.approximation = configs[it->second].approximation;
+      configs[it->second].rows.push_back(v.rows.size());
+      v.rows.push_back(res);
+      if (std::find(v.tables.begin(), v.tables.end(), r.table) == v.tables.end()) v.tables.push_back(r.table);
+    }
+  v.fit = StepFigures::fitted();
+  auto predict = [&](const StepFigures& f, bool held, const std::vector<bool>& only) {
+    for (const Config& c : configs) {
+      ServingStepInput in = c.input;
+      in.figures = f;
+      std::optional<ServingStep> s;
+      for (size_t i : c.rows) {
+        const size_t t = static_cast<size_t>(std::find(v.tables.begin(), v.tables.end(), v.rows[i].row.table) -
+                                             v.tables.begin());
+        if (!only[t]) continue;
+        if (!s) s = model_serving_step(in);
+        (held ? v.rows[i].held_out : v.rows[i].model) = step_quantity(*s, v.rows[i].row.quantity);
+      }
+    }
+  };
+  predict(v.fit, false, std::vector<bool>(v.tables.size(), true));
+  v.refit = fit_figures(configs, v.rows, v.tables, std::vector<bool>(v.tables.size(), true));
+  for (size_t t = 0; t < v.tables.size(); ++t) {
+    std::vector<bool> use(v.tables.size(), true), only(v.tables.size(), false);
+    use[t] = false;
+    only[t] = true;
+    const StepFigures f = v.tables.size() > 1 ? fit_figures(configs, v.rows, v.tables, use) : v.fit;
+    v.held_out_fits.push_back(f);
+    predict(f, true, only);
+  }
+  std::vector<double> all_m, all_h;
+  for (StepQuantity q : kQuantities) {
+    std::vector<double> m, h;
+    for (const StepResult& r : v.rows)
+      if (r.row.quantity == q && r.row.fitted) {
+        m.push_back(r.error(false));
+        h.push_back(r.error(true));
+      }
+    if (m.empty()) continue;
+    all_m.insert(all_m.end(), m.begin(), m.end());
+    all_h.insert(all_h.end(), h.begin(), h.end());
+    v.quantities.push_back({q, summarize_errors(m), summarize_errors(h)});
+  }
+  v.model = summarize_errors(all_m);
+  v.held_out = summarize_errors(all_h);
+  // SGLang's prefill: default routing over perfect balance; TensorRT-LLM's synchronization share.
+  const StepResult* dflt = nullptr;
+  const StepResult* bal = nullptr;
+  const StepResult* sync = nullptr;
+  const StepResult* layer = nullptr;
+  for (const StepResult& r : v.rows) {
+    if (r.row.phase == StepPhase::prefill && r.row.quantity == StepQuantity::input_tokens_per_s_per_gpu &&
+        r.row.source.find("lm-sys") != std::string::npos)
+      (r.row.routing == "balanced" ? bal : dflt) = &r;
+    if (r.row.quantity == StepQuantity::sync_ms) sync = &r;
+    if (sync && !layer && r.row.quantity == StepQuantity::layer_ms && r.row.table == sync->row.table) layer = &r;
+  }
+  if (!layer && sync)
+    for (const StepResult& r : v.rows)
+      if (r.row.quantity == StepQuantity::layer_ms && r.row.table == sync->row.table) layer = &r;
+  if (dflt && bal) {
+    v.prefill_balance_ratio_measured = bal->row.measured / dflt->row.measured;
+    v.prefill_balance_ratio_model = bal->model / dflt->model;
+  }
+  if (sync && layer) {
+    v.sync_share_measured = sync->row.measured / layer->row.measured;
+    v.sync_share_model = sync->model / layer->model;
+  }
+  return v;
+}
+
+}  // namespace moesim

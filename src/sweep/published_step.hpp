@@ -1,0 +1,101 @@
+// Published serving-step measurements against the step model (`moesim validate --published`): reads the step
+// tables of data/serving-step (the header kStepHeader; its README.md has the sources), models every row's
+// configuration with src/step/serving_step.hpp on its GPU's profile and its routing, fits the step's two figures
+// (StepFigures) to the tables, and predicts each table from a fit that never saw it (leave one table out). A
+// table is one source's one phase (the rows sharing source and phase).
+// Deterministic. Host only. Covered by tests/sweep/published_step_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/config/experiment.hpp"
+#include "src/sweep/published.hpp"
+#include "src/step/serving_step.hpp"
+
+namespace moesim {
+
+// The columns of a step table, in order; more columns may follow notes.
+extern const char* const kStepHeader;
+bool is_step_table(const std::string& text);
+
+enum class StepQuantity {
+  layer_ms, step_ms, dispatch_ms, combine_ms, experts_ms, attention_ms, dense_ms, sync_ms,
+  output_tokens_per_s_per_gpu, input_tokens_per_s_per_gpu, balancedness
+};
+const char* to_string(StepQuantity q);
+
+// One row: the configuration, the quantity and its measured value.
+struct StepRow {
+  StepPhase phase = StepPhase::decode;
+  std::string model, gpu;
+  int gpus = 1, devices_per_node = 8, ep = 1, attention_dp = 1, tp = 1;
+  int64_t requests_per_gpu = 0, tokens_per_gpu = 0;  // 0: from the other (decode: requests x (1 + draft))
+  int64_t isl = 0, osl = 0, kv_len = 0;
+  int mtp_draft = 0;
+  double mtp_accept = 0;
+  A2aOverlap overlap = A2aOverlap::none;
+  A2aKernel a2a_kernel = A2aKernel::normal;
+  A2aDtype dispatch_dtype = A2aDtype::model, combine_dtype = A2aDtype::model;
+  bool dispatch_nvfp4 = false;  // the cell said nvfp4: costed as fp8 (StepResult::approximation says so)
+  std::string weight_dtype;
+  int redundant_experts = 0;
+  std::string routing;  // balanced, model or power_law:ALPHA
+  StepQuantity quantity = StepQuantity::layer_ms;
+  double measured = 0;  // in the quantity's unit (ms, tokens/s, or a ratio)
+  std::string unit, source, notes;
+  int line = 0;
+  std::string table;    // source + phase: the leave-one-table-out unit
+  bool fitted = true;   // the optional `fitted` column after notes: 0 keeps the row out of every fit
+};
+
+struct StepTable {
+  std::string name, origin;
+  std::vector<StepRow> rows;
+};
+
+// Parses one step CSV. Errors: InputError "ORIGIN:LINE: COLUMN: expected WHAT, got 'VALUE'".
+StepTable parse_step_csv(const std::string& text, const std::string& origin);
+// The step tables among `spec`'s files ("all": the built-in ones; a folder; one CSV), sorted by name.
+std::vector<StepTable> load_step_tables(const std::string& spec);
+
+// One modeled row.
+struct StepResult {
+  StepRow row;
+  double model = 0, held_out = 0;  // the shipped figures; a fit that never saw the row's table
+  std::string approximation;       // what the model could not take as the row states it (empty: nothing)
+  double error(bool held) const { return (held ? held_out : model) / row.measured - 1.0; }
+};
+
+struct StepQuantitySummary {
+  StepQuantity quantity = StepQuantity::layer_ms;
+  ErrorSummary model, held_out;
+};
+
+struct StepValidation {
+  std::vector<StepResult> rows;
+  std::vector<std::string> tables;      // the leave-one-table-out units, in order of appearance
+  StepFigures fit;                      // the shipped figures (ServingFit) the model column uses
+  StepFigures refit;                    // fitted over every table now (what ServingFit should hold)
+  std::vector<StepFigures> held_out_fits;  // [tables]
+  // The rows of fitted tables (a row marked fitted 0 is reported, never summarized: its scope is not the step's).
+  std::vector<StepQuantitySummary> quantities;
+  ErrorSummary model, held_out;         // every fitted row
+  // The headline checks: SGLang prefill's default over perfect balance (tokens/s), measured and
+  // modeled (0 when the rows are absent), and TensorRT-LLM's synchronization share of the layer.
+  double prefill_balance_ratio_measured = 0, prefill_balance_ratio_model = 0;
+  double sync_share_measured = 0, sync_share_model = 0;
+};
+
+// The step model's input for one row (routing the row's model once; deterministic): the row's model and GPU
+// resolved against the table's origin, or given (moesim step: the experiment and its profile). The row's columns
+// set the placement (kind, devices, replicas, all-to-all kernel, dtypes, overlap) over the experiment's.
+ServingStepInput step_input(const StepRow& row, const std::string& origin);
+ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw);
+// The row's quantity in a modeled step.
+double step_quantity(const ServingStep& s, StepQuantity q);
+
+StepValidation validate_steps(const std::vector<StepTable>& tables);
+
+}  // namespace moesim

@@ -1,0 +1,64 @@
+// Tests `moesim step`: its JSON keys, the erosion's parts adding up to the step's distance from its ideal, MTP's
+// tokens a step in TPOT and tokens/s, balanced routing costing no skew, and bad options exiting 2 with one line.
+// Host only.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+using testing::CliResult;
+using testing::run_cli;
+
+const std::string kDeepSeek = std::string("step ") + MOESIM_SOURCE_DIR +
+                              "/configs/deepseek-v3.yaml --set placement.devices=16 --requests-per-gpu 32 --kv-len 1024";
+
+TEST(StepCli, JsonKeysAndTheErosionAddUp) {
+  const CliResult r = run_cli(kDeepSeek + " --set placement.overlap=two_batch --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* k : {"step_ms", "tpot_ms", "output_tokens_per_s_per_gpu", "tokens_per_s_per_node",
+                        "attention_balance_ratio", "balancedness", "moe_layer", "balanced_moe_layer", "erosion"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  const nlohmann::json& x = j["erosion"];
+  const double parts = x["attention_imbalance_ms"].get<double>() + x["skew_compute_ms"].get<double>() +
+                       x["skew_communication_ms"].get<double>() + x["overlap_ms"].get<double>();
+  EXPECT_NEAR(parts, x["actual_ms"].get<double>() - x["ideal_ms"].get<double>(), 1e-9);
+  EXPECT_NEAR(x["actual_ms"].get<double>(), j["step_ms"].get<double>(), 1e-9);
+  // 32 requests a GPU, one token each a step.
+  EXPECT_NEAR(j["output_tokens_per_s_per_gpu"].get<double>(), 32 / (j["step_ms"].get<double>() / 1e3), 1e-6);
+  const nlohmann::json& l = j["moe_layer"];
+  EXPECT_NEAR(l["layer_ms"].get<double>(),
+              l["attention_ms"].get<double>() + l["dense_ms"].get<double>() + l["experts_ms"].get<double>() +
+                  l["other_ms"].get<double>() + l["compute_wait_ms"].get<double>(),
+              1e-9);
+}
+
+TEST(StepCli, MtpCreditsAcceptedTokensAndBalancedRoutingHasNoSkew) {
+  const CliResult r = run_cli(kDeepSeek + " --mtp-draft 1 --mtp-accept 0.6 --routing balanced --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["tokens_per_request_step"].get<double>(), 1.6);
+  EXPECT_NEAR(j["tpot_ms"].get<double>(), j["step_ms"].get<double>() / 1.6, 1e-9);
+  EXPECT_GT(j["mtp_ms"].get<double>(), 0);
+  EXPECT_NEAR(j["erosion"]["skew_compute_ms"].get<double>(), 0, 1e-9);
+  EXPECT_NEAR(j["erosion"]["skew_communication_ms"].get<double>(), 0, 1e-9);
+}
+
+TEST(StepCli, BadOptionsExitTwoWithOneLine) {
+  for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill"}) {
+    const CliResult r = run_cli(kDeepSeek + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace moesim

@@ -1,0 +1,109 @@
+// Tests src/sweep/published_step: the step tables' reader (the exact header, one-line errors naming the line and
+// the column), the shipped tables modeled (every row finite, ServingFit holding the fit that `validate --published`
+// makes now), the issue's headline checks reported, and the command's section. Host only.
+#include "src/sweep/published_step.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "src/common/error.hpp"
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+using testing::CliResult;
+using testing::run_cli;
+
+std::string row(const std::string& quantity, const std::string& measured, const std::string& unit) {
+  return "decode,deepseek-v3,h100-sxm,8,8,8,8,1,32,32,1024,100,1024,0,,two_batch,low_latency,fp8,bf16,fp8,0,balanced," +
+         quantity + "," + measured + "," + unit + ",src,note\n";
+}
+
+TEST(PublishedStep, ParsesTheIssuesHeader) {
+  const StepTable t = parse_step_csv(std::string(kStepHeader) + "\n" + row("layer_ms", "0.5", "ms"), "t.csv");
+  ASSERT_EQ(t.rows.size(), 1u);
+  EXPECT_EQ(t.rows[0].requests_per_gpu, 32);
+  EXPECT_EQ(t.rows[0].overlap, A2aOverlap::two_batch);
+  EXPECT_EQ(t.rows[0].quantity, StepQuantity::layer_ms);
+  EXPECT_TRUE(t.rows[0].fitted);
+}
+
+void expect_error(const std::string& text, const std::string& needle) {
+  try {
+    parse_step_csv(text, "t.csv");
+    ADD_FAILURE() << "no error for " << text;
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+TEST(PublishedStep, BadCellsNameTheLineAndColumn) {
+  const std::string h = std::string(kStepHeader) + "\n";
+  expect_error("phase,model,gpu\n", "t.csv:1: header");
+  expect_error(h + row("layer_ms", "0.5", "s"), "t.csv:2: unit");
+  expect_error(h + row("flops", "0.5", "ms"), "t.csv:2: quantity");
+  expect_error(h + row("layer_ms", "-1", "ms"), "t.csv:2: measured");
+  expect_error(h + "decode,deepseek-v3,h100-sxm,8,8,8,8,1,,32,1024,100,1024,0,,none,low_latency,fp8,bf16,fp8,0,"
+                   "balanced,layer_ms,1,ms,s,n\n",
+               "t.csv:2: requests_per_gpu");
+  expect_error(h + "decode,deepseek-v3,h100-sxm,8,8,8,8,1,32,99,1024,100,1024,0,,none,low_latency,fp8,bf16,fp8,0,"
+                   "balanced,layer_ms,1,ms,s,n\n",
+               "t.csv:2: tokens_per_gpu");
+  expect_error(h + "decode,deepseek-v3,h100-sxm,8,8,8,8,1,32,32,1024,100,1024,0,,none,low_latency,fp8,bf16,fp8,0,"
+                   "zipf,layer_ms,1,ms,s,n\n",
+               "t.csv:2: routing");
+}
+
+TEST(PublishedStep, ShippedTablesAndTheirFit) {
+  const std::vector<StepTable> tables = load_step_tables("all");
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables[0].rows.size(), 47u);
+  const StepValidation v = validate_steps(tables);
+  EXPECT_EQ(v.tables.size(), 5u);
+  for (const StepResult& r : v.rows) {
+    EXPECT_TRUE(std::isfinite(r.model) && r.model > 0) << to_string(r.row.quantity) << " line " << r.row.line;
+    EXPECT_TRUE(std::isfinite(r.held_out) && r.held_out > 0) << to_string(r.row.quantity) << " line " << r.row.line;
+  }
+  // ServingFit holds what the fit gives now (refit it and copy the figures when the model changes).
+  EXPECT_NEAR(v.refit.other_kernels, v.fit.other_kernels, 0.05 * v.fit.other_kernels + 0.5);
+  EXPECT_NEAR(v.refit.attention_efficiency, v.fit.attention_efficiency, 0.02);
+  // The headline checks are computed from the rows: SGLang's prefill ratio and TensorRT-LLM's sync share.
+  EXPECT_NEAR(v.prefill_balance_ratio_measured, 59337.0 / 50302.0, 0.002);
+  EXPECT_GT(v.prefill_balance_ratio_model, 1.0);
+  EXPECT_NEAR(v.sync_share_measured, 161.85 / 1319.85, 1e-4);
+  EXPECT_GT(v.sync_share_model, 0.0);
+}
+
+TEST(PublishedStep, ValidateReportsTheServingStepSection) {
+  const CliResult r = run_cli(std::string("validate --published ") + MOESIM_SOURCE_DIR +
+                              "/data/serving-step/step-measurements.csv --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("serving_step"));
+  EXPECT_EQ(j["serving_step"]["rows"].size(), 47u);
+  EXPECT_TRUE(j["serving_step"].contains("sync_share"));
+  EXPECT_TRUE(j["serving_step"].contains("prefill_balance_ratio"));
+}
+
+TEST(PublishedStep, ServingDocQuotesTheSummary) {
+  const CliResult r = run_cli(std::string("validate --published ") + MOESIM_SOURCE_DIR +
+                              "/data/serving-step/step-measurements.csv");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string doc = testing::read_text(std::string(MOESIM_SOURCE_DIR) + "/docs/serving.md");
+  const std::size_t from = r.out.find("serving-step error by quantity");
+  const std::size_t to = r.out.find('\n', r.out.find("synchronization share of the layer"));
+  ASSERT_NE(from, std::string::npos);
+  ASSERT_NE(to, std::string::npos);
+  const std::string summary = r.out.substr(from, to + 1 - from);
+  EXPECT_NE(doc.find(summary), std::string::npos) << "docs/serving.md does not quote:\n" << summary;
+}
+
+}  // namespace
+}  // namespace moesim

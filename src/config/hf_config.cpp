@@ -72,6 +72,11 @@ struct View {
   std::string name(const std::string& key) const { return prefix + key; }
 };
 
+// Whether key is present with the value null (the config's None), which View::get does not tell from absent.
+bool has_null(const View& v, const std::string& key) {
+  return v.obj && v.obj->is_object() && v.obj->contains(key) && !v.get(key);
+}
+
 // A read value, its error, or neither (absent).
 template <class T>
 struct Got {
@@ -146,6 +151,13 @@ class Builder {
     return g.value;
   }
 
+  // Integer key -> path; absent: `fallback` (the transformers config class default).
+  void integer_or(const std::string& path, const View& v, const std::string& key, int64_t fallback) {
+    const Got<int64_t> g = get_int(v, key);
+    if (!g.error.empty()) error(path, v.name(key), g.error);
+    else put(path, v.name(key), std::to_string(g.value.value_or(fallback)));
+  }
+
   // Boolean key -> path; absent: `fallback` (the transformers config class default), or an error without one.
   void boolean(const std::string& path, const View& v, const std::string& key, std::optional<bool> fallback) {
     const Got<bool> g = get_bool(v, key);
@@ -164,8 +176,9 @@ class Builder {
 };
 
 // hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (absent: MHA, as the transformers
-// config classes default it), head_dim (absent: hidden_size / num_attention_heads), vocab_size.
-void common_keys(Builder& b, const View& v) {
+// config classes default it), head_dim (absent: hidden_size / num_attention_heads) unless `head_dim` is false
+// (a family that states it under another key), vocab_size.
+void common_keys(Builder& b, const View& v, bool head_dim = true) {
   const std::optional<int64_t> hidden = b.integer("model.hidden", v, "hidden_size");
   b.integer("model.layers", v, "num_hidden_layers");
   const std::optional<int64_t> heads = b.integer("model.heads", v, "num_attention_heads");
@@ -174,16 +187,18 @@ void common_keys(Builder& b, const View& v) {
   else if (!kv.error.empty()) b.error("model.kv_heads", v.name("num_key_value_heads"), kv.error);
   else if (heads) b.put("model.kv_heads", v.name("num_attention_heads"), std::to_string(*heads));
   else b.error("model.kv_heads", v.name("num_key_value_heads"), "expected an integer for model.kv_heads, got none");
-  const Got<int64_t> hd = get_int(v, "head_dim");
-  if (hd.value) {
-    b.put("model.head_dim", v.name("head_dim"), std::to_string(*hd.value));
-  } else if (!hd.error.empty()) {
-    b.error("model.head_dim", v.name("head_dim"), hd.error);
-  } else if (hidden && heads && *heads > 0 && *hidden % *heads == 0) {
-    b.put("model.head_dim", v.name("hidden_size"), std::to_string(*hidden / *heads));
-  } else {
-    b.error("model.head_dim", v.name("head_dim"),
-            "expected head_dim, or hidden_size divisible by num_attention_heads, for model.head_dim, got none");
+  if (head_dim) {
+    const Got<int64_t> hd = get_int(v, "head_dim");
+    if (hd.value) {
+      b.put("model.head_dim", v.name("head_dim"), std::to_string(*hd.value));
+    } else if (!hd.error.empty()) {
+      b.error("model.head_dim", v.name("head_dim"), hd.error);
+    } else if (hidden && heads && *heads > 0 && *hidden % *heads == 0) {
+      b.put("model.head_dim", v.name("hidden_size"), std::to_string(*hidden / *heads));
+    } else {
+      b.error("model.head_dim", v.name("head_dim"),
+              "expected head_dim, or hidden_size divisible by num_attention_heads, for model.head_dim, got none");
+    }
   }
   b.integer("model.vocab", v, "vocab_size");
 }
@@ -314,18 +329,32 @@ void qwen_moe(Builder& b, const View& v, bool shared, bool norm_default = false)
 // DeepSeek-V2 / V3 (modeling_deepseek.py of the model repositories, modeling_deepseek_v3.py in transformers):
 // the gate scores with scoring_func, picks by topk_method, renormalises when norm_topk_prob and top_k > 1, and
 // scales by routed_scaling_factor (V2 only when it does not renormalise; V3 always). Layer i is MoE when
-// i >= first_k_dense_replace and i % moe_layer_freq == 0. Attention is MLA: head_dim is taken from v_head_dim,
-// with kv_heads = num_key_value_heads, the plain-MHA approximation configs/deepseek-v3.yaml uses.
+// i >= first_k_dense_replace and i % moe_layer_freq == 0. Attention is Multi-head Latent Attention
+// (model.attention mla): q_lora_rank (null: a full-rank query projection, 0), kv_lora_rank, qk_rope_head_dim,
+// v_head_dim, and model.head_dim from qk_nope_head_dim, the non-rotary query and key width, as experiment.hpp
+// defines it for mla (never from head_dim, which transformers' DeepseekV3Config sets to qk_rope_head_dim);
+// mtp_layers from num_nextn_predict_layers. The training step costs MLA from these; the decoder's attention and
+// KV cache read kv_heads = num_key_value_heads heads of head_dim, the plain-MHA approximation
+// configs/deepseek-v3.yaml states.
 void deepseek(Builder& b, const View& v, bool v3) {
-  common_keys(b, v);
-  const Got<int64_t> vh = get_int(v, "v_head_dim");
-  if (vh.value || !vh.error.empty()) {
-    auto& vals = b.out().values;
-    vals.erase(std::remove_if(vals.begin(), vals.end(), [](const HfValue& x) { return x.path == "model.head_dim"; }),
-               vals.end());
-    if (vh.value) b.put("model.head_dim", v.name("v_head_dim"), std::to_string(*vh.value));
-    else b.error("model.head_dim", v.name("v_head_dim"), vh.error);
-  }
+  common_keys(b, v, false);
+  b.fixed("model.attention", "mla");
+  // The V2 and V3 config classes agree on these widths (DeepSeek-V2's and V3's own), so an absent key takes them.
+  b.integer_or("model.head_dim", v, "qk_nope_head_dim", 128);
+  b.integer_or("model.kv_lora_rank", v, "kv_lora_rank", 512);
+  b.integer_or("model.qk_rope_head_dim", v, "qk_rope_head_dim", 64);
+  b.integer_or("model.v_head_dim", v, "v_head_dim", 128);
+  // null is the config's own None (DeepSeek-V2-Lite): the query is projected at full rank, which
+  // model.q_lora_rank 0 means; absent: the classes' 1536.
+  const Got<int64_t> q = get_int(v, "q_lora_rank");
+  const std::string qkey = v.name("q_lora_rank");
+  if (!q.error.empty())
+    b.error("model.q_lora_rank", qkey, "expected an integer or null, got " + shown(*v.get("q_lora_rank")));
+  else if (q.value) b.put("model.q_lora_rank", qkey, std::to_string(*q.value));
+  else b.put("model.q_lora_rank", qkey, has_null(v, "q_lora_rank") ? "0" : "1536");
+  // Multi-token-prediction layers; absent: none (DeepSeek-V2 has none, and transformers' DeepseekV3Config has
+  // no such key).
+  b.integer_or("model.mtp_layers", v, "num_nextn_predict_layers", 0);
   b.integer("model.experts", v, "n_routed_experts");
   const std::optional<int64_t> k = b.integer("model.top_k", v, "num_experts_per_tok");
   b.integer("model.ffn", v, "moe_intermediate_size");
@@ -333,7 +362,7 @@ void deepseek(Builder& b, const View& v, bool v3) {
   // classes default them differently (None / 1, 1.0 / 2.5, 0 / 3), so an absent key is no fact. null is the
   // config's own None: no shared experts.
   const Got<int64_t> shared = get_int(v, "n_shared_experts");
-  const bool shared_null = v.obj && v.obj->is_object() && v.obj->contains("n_shared_experts") && !v.get("n_shared_experts");
+  const bool shared_null = has_null(v, "n_shared_experts");
   if (!shared.error.empty()) b.error("model.shared_experts", v.name("n_shared_experts"), shared.error);
   else if (shared.value || shared_null) b.put("model.shared_experts", v.name("n_shared_experts"), std::to_string(shared.value.value_or(0)));
   else b.error("model.shared_experts", v.name("n_shared_experts"), "expected an integer or null for model.shared_experts, got none");

@@ -24,7 +24,8 @@ TEST(HfConfigCli, ConfigPrintsTheResolvedModelAndLoadsBackTheSame) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* line : {"hf_config: " MOESIM_TEST_DATA "/hf/deepseek-v3/config.json", "experts: 256",
                            "moe_layers: 58", "layers: 61", "shared_experts: 1", "dtype: fp8", "gating: aux_free_bias",
-                           "score: sigmoid", "routed_scaling_factor: 2.5"}) {
+                           "score: sigmoid", "routed_scaling_factor: 2.5", "attention: mla", "q_lora_rank: 1536",
+                           "kv_lora_rank: 512", "qk_rope_head_dim: 64", "v_head_dim: 128", "mtp_layers: 1"}) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
   const std::string dir = testing::make_temp_dir();

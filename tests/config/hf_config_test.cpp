@@ -178,7 +178,7 @@ TEST(HfConfig, DeepSeekV2LiteGreedySoftmax) {
   EXPECT_EQ(e.model.shared_experts, 2);
   EXPECT_EQ(e.model.layers, 27);
   EXPECT_EQ(e.model.moe_layers, 26);  // first_k_dense_replace 1
-  EXPECT_EQ(e.model.head_dim, 128);   // v_head_dim
+  EXPECT_EQ(e.model.head_dim, 128);   // qk_nope_head_dim
   EXPECT_EQ(e.model.vocab, 102400);
   EXPECT_EQ(e.router.gating, Gating::token_choice);  // topk_method greedy
   EXPECT_EQ(e.router.score, ScoreFunction::softmax);
@@ -210,6 +210,81 @@ TEST(HfConfig, DeepSeekV3HasFiftyEightMoeLayers) {
   EXPECT_EQ(e.router.routed_scaling_factor, 2.5);
 }
 
+TEST(HfConfig, DeepSeekV3ImportsMlaAndItsMtpLayer) {
+  // deepseek-ai/DeepSeek-V3's config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128,
+  // qk_rope_head_dim 64, v_head_dim 128, num_nextn_predict_layers 1.
+  const Experiment e = from_hf("deepseek-v3");
+  const ModelConfig& m = e.model;
+  EXPECT_EQ(m.attention, AttentionKind::mla);
+  EXPECT_EQ(m.q_lora_rank, 1536);
+  EXPECT_EQ(m.kv_lora_rank, 512);
+  EXPECT_EQ(m.head_dim, 128);  // qk_nope_head_dim
+  EXPECT_EQ(m.qk_rope_head_dim, 64);
+  EXPECT_EQ(m.v_head_dim, 128);
+  EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_EQ(m.kv_heads, 128);  // num_key_value_heads: the decoder's MHA approximation
+  // The same attention as configs/deepseek-v3.yaml states by hand.
+  const ModelConfig y = load_experiment_file(std::string(MOESIM_SOURCE_DIR) + "/configs/deepseek-v3.yaml", {}).model;
+  EXPECT_EQ(y.attention, m.attention);
+  EXPECT_EQ(y.q_lora_rank, m.q_lora_rank);
+  EXPECT_EQ(y.kv_lora_rank, m.kv_lora_rank);
+  EXPECT_EQ(y.head_dim, m.head_dim);
+  EXPECT_EQ(y.qk_rope_head_dim, m.qk_rope_head_dim);
+  EXPECT_EQ(y.v_head_dim, m.v_head_dim);
+  EXPECT_EQ(y.mtp_layers, m.mtp_layers);
+}
+
+TEST(HfConfig, DeepSeekHeadDimIsTheNonRotaryQueryKeyWidth) {
+  // Widths that differ from each other, so that each key is seen to land on its own experiment key:
+  // head_dim from qk_nope_head_dim (96), never v_head_dim (80), hidden / heads (16) or head_dim, which
+  // transformers' DeepseekV3Config writes as qk_rope_head_dim (8).
+  const std::string path = write_json(R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "vocab_size": 100, "torch_dtype": "bfloat16", "scoring_func": "sigmoid",
+    "norm_topk_prob": true, "topk_method": "greedy", "routed_scaling_factor": 2.5, "first_k_dense_replace": 1,
+    "q_lora_rank": 48, "kv_lora_rank": 24, "qk_nope_head_dim": 96, "qk_rope_head_dim": 8, "v_head_dim": 80,
+    "num_nextn_predict_layers": 2, "head_dim": 8})");
+  const ModelConfig m = load_experiment_text("name: d\n", "exp.yaml", {"model.hf_config=" + path}).model;
+  EXPECT_EQ(m.attention, AttentionKind::mla);
+  EXPECT_EQ(m.head_dim, 96);
+  EXPECT_EQ(m.v_head_dim, 80);
+  EXPECT_EQ(m.q_lora_rank, 48);
+  EXPECT_EQ(m.kv_lora_rank, 24);
+  EXPECT_EQ(m.qk_rope_head_dim, 8);
+  EXPECT_EQ(m.mtp_layers, 2);
+  // A key the experiment gives wins, as for every other key.
+  const ModelConfig g = load_experiment_text("model: {attention: gqa, head_dim: 16}\n", "exp.yaml",
+                                             {"model.hf_config=" + path, "model.mtp_layers=0"}).model;
+  EXPECT_EQ(g.attention, AttentionKind::gqa);
+  EXPECT_EQ(g.head_dim, 16);
+  EXPECT_EQ(g.mtp_layers, 0);
+  EXPECT_EQ(g.kv_lora_rank, 24);  // the rest still from the config.json
+}
+
+TEST(HfConfig, DeepSeekNullQLoraRankIsAFullRankQuery) {
+  // deepseek-ai/DeepSeek-V2-Lite: q_lora_rank null (q_proj at full rank), no num_nextn_predict_layers.
+  const ModelConfig m = from_hf("deepseek-v2-lite").model;
+  EXPECT_EQ(m.attention, AttentionKind::mla);
+  EXPECT_EQ(m.q_lora_rank, 0);
+  EXPECT_EQ(m.kv_lora_rank, 512);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.qk_rope_head_dim, 64);
+  EXPECT_EQ(m.v_head_dim, 128);
+  EXPECT_EQ(m.mtp_layers, 0);
+  // Absent rather than null: the config classes' widths (1536, 512, 128, 64, 128), as DeepSeek-V2 has them.
+  const std::string path = write_json(R"({"model_type": "deepseek_v2", "hidden_size": 64, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "vocab_size": 100, "torch_dtype": "bfloat16", "scoring_func": "softmax",
+    "norm_topk_prob": false, "topk_method": "greedy", "routed_scaling_factor": 1.0, "first_k_dense_replace": 1})");
+  const ModelConfig a = load_experiment_text("name: d\n", "exp.yaml", {"model.hf_config=" + path}).model;
+  EXPECT_EQ(a.q_lora_rank, 1536);
+  EXPECT_EQ(a.kv_lora_rank, 512);
+  EXPECT_EQ(a.head_dim, 128);
+  EXPECT_EQ(a.qk_rope_head_dim, 64);
+  EXPECT_EQ(a.v_head_dim, 128);
+  EXPECT_EQ(a.mtp_layers, 0);
+}
+
 TEST(HfConfig, DeepSeekTopkMethodsAndLayerFrequency) {
   const std::string base = R"({"model_type": "deepseek_v2", "hidden_size": 64, "num_hidden_layers": 10,
     "num_attention_heads": 4, "n_routed_experts": 16, "n_shared_experts": null, "num_experts_per_tok": 2,
@@ -221,7 +296,7 @@ TEST(HfConfig, DeepSeekTopkMethodsAndLayerFrequency) {
   EXPECT_EQ(e.router.groups, 4);
   EXPECT_EQ(e.router.topk_groups, 2);
   EXPECT_EQ(e.model.shared_experts, 0);            // null: none
-  EXPECT_EQ(e.model.head_dim, 16);                 // no v_head_dim: hidden / heads
+  EXPECT_EQ(e.model.head_dim, 128);                // no qk_nope_head_dim: the config classes' 128
   EXPECT_TRUE(e.router.renormalize);
   EXPECT_EQ(e.router.routed_scaling_factor, 1.0);  // V2 does not scale weights it renormalises
   EXPECT_EQ(e.model.moe_layers, 4);                // i >= 1 and i % 2 == 0: 2, 4, 6, 8
@@ -407,6 +482,13 @@ struct BadHf {
 TEST(HfConfig, BadInputsNameTheFileAndTheKey) {
   const std::string ok_common = R"("hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
     "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32, "vocab_size": 100, "torch_dtype": "bfloat16")";
+  // A DeepSeek-V3-like config.json that loads, with `extra` keys added.
+  const auto deepseek_with = [](const std::string& extra) {
+    return R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+        "vocab_size": 100, "torch_dtype": "bfloat16", "scoring_func": "sigmoid", "norm_topk_prob": true,
+        "topk_method": "greedy", "routed_scaling_factor": 2.5, "first_k_dense_replace": 1, )" + extra + "}";
+  };
   const std::vector<BadHf> cases = {
       {"bad JSON", "{\"model_type\": \"mixtral\",", "invalid JSON"},
       {"not an object", "[1, 2]", "a JSON object"},
@@ -450,6 +532,14 @@ TEST(HfConfig, BadInputsNameTheFileAndTheKey) {
           "vocab_size": 100, "torch_dtype": "bfloat16", "scoring_func": "sigmoid", "norm_topk_prob": true,
           "topk_method": "greedy", "routed_scaling_factor": 2.5})",
        "first_k_dense_replace: expected an integer >= 0 for model.moe_layers, got none"},
+      {"deepseek kv_lora_rank a string", deepseek_with(R"("kv_lora_rank": "512")"),
+       "kv_lora_rank: expected an integer, got \"512\""},
+      {"deepseek q_lora_rank a list", deepseek_with(R"("q_lora_rank": [1536])"),
+       "q_lora_rank: expected an integer or null, got [1536]"},
+      {"deepseek qk_nope_head_dim a float", deepseek_with(R"("qk_nope_head_dim": 128.5)"),
+       "qk_nope_head_dim: expected an integer, got 128.5"},
+      {"deepseek negative MTP layers", deepseek_with(R"("num_nextn_predict_layers": -1)"),
+       "num_nextn_predict_layers: model.mtp_layers: expected an integer in [0, 4096], got -1"},
       {"deepseek without n_shared_experts",
        R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
           "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "vocab_size": 100,

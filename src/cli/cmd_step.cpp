@@ -37,6 +37,7 @@ json step_json(const StepRow& row, const ServingStep& s, const std::string& rout
           {"requests_per_gpu", row.requests_per_gpu},
           {"tokens_per_gpu", s.tokens_per_rank},
           {"kv_len", row.kv_len},
+          {"lengths", row.lengths.spec},
           {"mtp_draft", row.mtp_draft},
           {"mtp_accept", row.mtp_accept},
           {"routing", row.routing},
@@ -74,11 +75,14 @@ std::string table_text(const Experiment& e, const StepRow& row, const ServingSte
      << " (attention DP " << row.attention_dp << (row.tp > 1 ? " x TP " + std::to_string(row.tp) : std::string()) << ", EP "
      << row.ep << (row.redundant_experts > 0 ? " + " + std::to_string(row.redundant_experts) + " redundant" : std::string())
      << ", " << to_string(row.a2a_kernel) << " all-to-all, overlap " << to_string(row.overlap) << ")\n";
+  const bool fixed = row.lengths.kind == LengthKind::fixed;
   if (row.phase == StepPhase::decode)
-    os << "  " << row.requests_per_gpu << " requests a GPU attending " << row.kv_len << " KV tokens each, "
-       << s.tokens_per_rank << " tokens a GPU a step";
+    os << "  " << row.requests_per_gpu << " requests a GPU attending "
+       << (fixed ? std::to_string(row.kv_len) : row.lengths.spec + " (mean " + text::fixed(row.lengths.mean(0), 0) + ")")
+       << " KV tokens each, " << s.tokens_per_rank << " tokens a GPU a step";
   else
-    os << "  " << s.tokens_per_rank << " prompt tokens a GPU";
+    os << "  " << s.tokens_per_rank << " prompt tokens a GPU in prompts of "
+       << (fixed ? std::to_string(row.isl) : row.lengths.spec) << " tokens";
   if (row.mtp_draft > 0)
     os << "; MTP " << row.mtp_draft << " draft token(s) at " << text::fixed(row.mtp_accept, 2) << " acceptance: "
        << text::fixed(s.tokens_per_request, 3) << " tokens a request a step";
@@ -139,7 +143,7 @@ int64_t positive(const std::string& flag, int64_t v, int64_t max) {
 int cmd_step(int argc, char** argv) {
   CommonOptions opts;
   bool help = false;
-  std::string phase = "decode", routing = "model";
+  std::string phase = "decode", routing = "model", lengths = "fixed";
   int64_t requests = 64, kv_len = 2048, tokens = 0, isl = 0;
   int tp = 1, draft = 0;
   double accept = 0;
@@ -152,6 +156,9 @@ int cmd_step(int argc, char** argv) {
       "kv-len", po::value(&kv_len)->default_value(2048), "KV tokens each request attends (prefill: prompt + cached)")(
       "tokens-per-gpu", po::value(&tokens), "prefill: prompt tokens each GPU runs (required for prefill)")(
       "isl", po::value(&isl), "prefill: prompt length (default: --kv-len)")(
+      "lengths", po::value(&lengths)->default_value("fixed"),
+      "requests' KV lengths (decode) or prompt lengths (prefill): fixed (--kv-len, --isl), uniform:LO:HI, "
+      "lognormal:MEDIAN:SIGMA or file:PATH (a CSV of one `tokens` column)")(
       "tp", po::value(&tp)->default_value(1), "attention tensor parallel (attention DP = GPUs / tp)")(
       "mtp-draft", po::value(&draft)->default_value(0), "decode: draft tokens a request verifies each step")(
       "mtp-accept", po::value(&accept)->default_value(0.0), "the chance each draft token is accepted, in [0, 1]")(
@@ -192,6 +199,7 @@ int cmd_step(int argc, char** argv) {
     row.tokens_per_gpu = positive("--tokens-per-gpu", tokens, int64_t{1} << 22);
     row.isl = isl > 0 ? positive("--isl", isl, int64_t{1} << 22) : std::min(row.kv_len, row.tokens_per_gpu);
   }
+  row.lengths = parse_request_lengths(lengths, "--lengths");
   row.overlap = e.placement.overlap;
   row.a2a_kernel = e.placement.a2a_kernel;
   row.dispatch_dtype = e.placement.dispatch_dtype;

@@ -15,6 +15,7 @@ namespace moesim {
 constexpr uint64_t kStreamNoise = 1;        // noisy_top_k: index = token * num_experts + expert
 constexpr uint64_t kStreamRandomGate = 2;   // random gating: index = token * 2 * top_k + draw
 constexpr uint64_t kStreamRandomDrop = 3;   // drop_policy random: index = assignment
+constexpr uint64_t kStreamRequestLength = 4;  // a serving step's request lengths: index = request
 constexpr uint64_t kStreamHashBase = 16;    // hash gating: stream = kStreamHashBase + slot, index = token id
 // Hash gating is a fixed function of the token id (Hash Layers): it uses this key, never the request seed.
 constexpr uint64_t kHashGatingKey = 0x6d6f6573696d4831ull;

@@ -7,8 +7,8 @@
 namespace moesim {
 
 struct ServingFit {
-  static constexpr double other_kernels = 22.22;
-  static constexpr double attention_efficiency = 0.541;
+  static constexpr double other_kernels = 24.44;
+  static constexpr double attention_efficiency = 0.600;
 };
 
 }  // namespace moesim

@@ -251,13 +251,14 @@ class StepModel {
     std::vector<double> dense_pre(static_cast<size_t>(devices_)), dense_post(static_cast<size_t>(devices_));
     std::vector<double> other(static_cast<size_t>(devices_));
     const int tp = in_.attention_tp;
+    const double slow = compute_slowdown();
     for (int d = 0; d < devices_; ++d) {
       const RankShare s = micro_share(shares[static_cast<size_t>(d / tp % ranks)], m_);
       const int64_t rows = s.query_tokens;
-      attn[d] = k_.core(s, in_.phase);
-      dense_pre[d] = k_.projections(rows, in_.phase) + k_.router(rows, in_.model.experts);
-      other[d] = k_.other(rows);
-      dense_post[d] = k_.mlp(rows, static_cast<int64_t>(in_.model.shared_experts) * in_.model.ffn);
+      attn[d] = slow * k_.core(s, in_.phase);
+      dense_pre[d] = slow * (k_.projections(rows, in_.phase) + k_.router(rows, in_.model.experts));
+      other[d] = slow * k_.other(rows);
+      dense_post[d] = slow * k_.mlp(rows, static_cast<int64_t>(in_.model.shared_experts) * in_.model.ffn);
       pre[d] = attn[d] + dense_pre[d] + other[d];
     }
     std::vector<double> pre_even(pre.size(), mean_of(pre));
@@ -308,8 +309,8 @@ class StepModel {
       parts.other_s = mean_of(other);
       std::vector<double> experts(pre.size());
       for (int d = 0; d < devices_; ++d) {
-        experts[d] = lc.device_time_s.empty() ? lc.actual.quantized_s
-                                              : lc.device_time_s[static_cast<size_t>(d / std::max(1, in_.moe.placement.tensor_parallel)) % lc.device_time_s.size()];
+        experts[d] = slow * (lc.device_time_s.empty() ? lc.actual.quantized_s
+                                              : lc.device_time_s[static_cast<size_t>(d / std::max(1, in_.moe.placement.tensor_parallel)) % lc.device_time_s.size()]);
         s.post_s[d] = experts[d] + dense_post[d];
       }
       parts.experts_s = mean_of(experts);
@@ -319,8 +320,8 @@ class StepModel {
       add_scaled(r.even_attn, layer_breakdown(s, parts, ov), w);
       std::vector<double> bexperts(pre.size());
       for (int d = 0; d < devices_; ++d) {
-        bexperts[d] = bal.device_time_s.empty() ? bal.actual.quantized_s
-                                                : bal.device_time_s[static_cast<size_t>(d / std::max(1, in_.moe.placement.tensor_parallel)) % bal.device_time_s.size()];
+        bexperts[d] = slow * (bal.device_time_s.empty() ? bal.actual.quantized_s
+                                                : bal.device_time_s[static_cast<size_t>(d / std::max(1, in_.moe.placement.tensor_parallel)) % bal.device_time_s.size()]);
         s.post_s[d] = bexperts[d] + dense_post[d];
       }
       LayerParts bparts = parts;
@@ -353,6 +354,16 @@ class StepModel {
     return t;
   }
 
+  // Under two-batch overlap with kernels that stay resident on the SMs while they transfer (DeepEP's normal
+  // kernels), the compute stream runs beside them on the SMs they leave: sm_count / (sm_count - kCommSms) slower.
+  // Low-latency kernels with a receive hook hold no SMs while the data is in flight; without overlap nothing runs
+  // beside the communication.
+  double compute_slowdown() const {
+    const PlacementConfig& pc = in_.moe.placement;
+    if (m_ == 1 || pc.a2a_kernel == A2aKernel::low_latency || in_.hw.sm_count <= kCommSms) return 1.0;
+    return static_cast<double>(in_.hw.sm_count) / static_cast<double>(in_.hw.sm_count - kCommSms);
+  }
+
   const RankKernels& kernels() const { return k_; }
   int devices() const { return devices_; }
 
@@ -368,7 +379,26 @@ ServingStep model_serving_step(const ServingStepInput& in) {
   const StepModel model(in);
   ServingStep out;
   out.gpus = model.devices();
-  const std::vector<RankShare> shares = spread_requests(in.sequences, in.attention_dp, in.request_balance);
+  std::vector<RankShare> shares;
+  if (in.sequence_rank.empty()) {
+    shares = spread_requests(in.sequences, in.attention_dp, in.request_balance);
+  } else {
+    if (in.sequence_rank.size() != in.sequences.size())
+      throw ConfigError("sequence_rank: expected one rank per sequence, got " + std::to_string(in.sequence_rank.size()) +
+                        " for " + std::to_string(in.sequences.size()));
+    shares.resize(static_cast<size_t>(in.attention_dp));
+    for (size_t i = 0; i < in.sequences.size(); ++i) {
+      const int r = in.sequence_rank[i];
+      if (r < 0 || r >= in.attention_dp)
+        throw ConfigError("sequence_rank: expected ranks in [0, " + std::to_string(in.attention_dp) + "), got " +
+                          std::to_string(r));
+      RankShare& x = shares[static_cast<size_t>(r)];
+      ++x.sequences;
+      x.context_tokens += in.sequences[i].context_tokens;
+      x.query_tokens += in.sequences[i].query_tokens;
+      x.attended_positions += in.sequences[i].attended_positions;
+    }
+  }
   int64_t tokens = 0, requests = 0;
   for (const RankShare& s : shares) {
     tokens += s.query_tokens;

@@ -20,6 +20,10 @@
 namespace moesim {
 
 enum class StepPhase { decode, prefill };
+
+// The SMs DeepEP's normal (high-throughput) kernels take while they run: the Buffer's default num_sms, 20, as the
+// DeepSeek-V3 report (arXiv:2412.19437, section 3.2.2) dedicates 20 of the H800's 132 SMs to communication.
+constexpr int kCommSms = 20;
 const char* to_string(StepPhase p);
 
 // The step figures beyond the hardware profile's (ServingFit, fitted by `moesim validate --published` on the
@@ -103,6 +107,9 @@ struct ServingStepInput {
   std::vector<StepSequence> sequences;
   int attention_dp = 1, attention_tp = 1;
   RequestBalance request_balance = RequestBalance::round_robin;
+  // Each sequence's rank when the caller placed them (prefill filling each rank's token budget); empty: spread by
+  // request_balance.
+  std::vector<int> sequence_rank;
   int mtp_draft = 0;        // draft tokens a request verifies each step
   double mtp_accept = 0;    // the chance each draft token is accepted, given the ones before it were
   int devices_per_node = 8; // GPUs a node (tokens/s per node)

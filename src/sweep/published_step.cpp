@@ -146,7 +146,7 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
   std::istringstream in(text);
   std::string line;
   int number = 0;
-  int fitted_column = -1;
+  int fitted_column = -1, lengths_column = -1;
   while (std::getline(in, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -156,8 +156,10 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
         throw InputError(origin + ":1: header: expected '" + std::string(kStepHeader) +
                          "' (more columns only after notes), got '" + line.substr(0, 200) + "'");
       const std::vector<std::string> h = split_csv_line(line);
-      for (std::size_t i = kColumns; i < h.size(); ++i)
+      for (std::size_t i = kColumns; i < h.size(); ++i) {
         if (h[i] == "fitted") fitted_column = static_cast<int>(i);
+        if (h[i] == "lengths") lengths_column = static_cast<int>(i);
+      }
       continue;
     }
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
@@ -246,6 +248,16 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
       const std::string& f = c[static_cast<std::size_t>(fitted_column)];
       if (f != "" && f != "0" && f != "1") w.fail("fitted", "0 or 1 (or empty: 1)", f);
       r.fitted = f != "0";
+    }
+    if (lengths_column >= 0 && static_cast<int>(c.size()) > lengths_column &&
+        !c[static_cast<std::size_t>(lengths_column)].empty()) {
+      const std::string& spec = c[static_cast<std::size_t>(lengths_column)];
+      if (spec.rfind("file:", 0) == 0) w.fail("lengths", "fixed, uniform:LO:HI or lognormal:MEDIAN:SIGMA in a table", spec);
+      try {
+        r.lengths = parse_request_lengths(spec, "lengths");
+      } catch (const InputError&) {
+        w.fail("lengths", "fixed, uniform:LO:HI or lognormal:MEDIAN:SIGMA", spec);
+      }
     }
     r.table = r.source + " / " + to_string(r.phase);
     t.rows.push_back(std::move(r));
@@ -347,6 +359,7 @@ ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const H
   in.devices_per_node = row.devices_per_node;
   in.mtp_draft = row.mtp_draft;
   in.mtp_accept = row.mtp_accept;
+  in.request_balance = e.placement.request_balance;
 
   Experiment pe = e;
   pe.model = in.model;
@@ -362,34 +375,49 @@ ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const H
   in.moe = layer_cost_input(pe, pe.router, CostedSize::model, 0, {}, 0);
   in.moe.placement = resolve_placement(pe.placement, pe.router);
 
-  // The sequences: decode, requests_per_gpu a GPU each attending kv_len tokens with 1 + mtp_draft queries;
-  // prefill, tokens_per_gpu a GPU in prompts of isl tokens (the last one shorter), each attending its own
-  // positions after kv_len - isl cached ones.
+  // The sequences (docs/serving.md "Request lengths"): decode, requests_per_gpu a GPU (tp GPUs a rank), each
+  // attending its KV length (kv_len, or drawn from row.lengths) with 1 + mtp_draft queries, spread over the ranks by
+  // placement.request_balance; prefill, each rank filled to its tokens_per_gpu budget with prompts of isl tokens (or
+  // drawn from row.lengths), the next request going to the rank the policy picks among those with room, the last
+  // prompt of a rank chunked, each attending its own positions after kv_len - isl cached ones.
   const int ranks = row.attention_dp;
+  const uint64_t seed = static_cast<uint64_t>(e.workload.seed);
   int64_t tokens = 0;
-  for (int r = 0; r < ranks; ++r) {
-    if (row.phase == StepPhase::decode) {
-      for (int64_t q = 0; q < row.requests_per_gpu; ++q) {
-        StepSequence s;
-        s.query_tokens = 1 + row.mtp_draft;
-        s.context_tokens = row.kv_len;
-        s.attended_positions = s.query_tokens * row.kv_len;
-        in.sequences.push_back(s);
+  if (row.phase == StepPhase::decode) {
+    const int64_t requests = row.requests_per_gpu * row.tp * ranks;
+    for (int64_t q = 0; q < requests; ++q) {
+      StepSequence s;
+      s.query_tokens = 1 + row.mtp_draft;
+      s.context_tokens = row.lengths.draw(row.kv_len, seed, static_cast<uint64_t>(q));
+      s.attended_positions = s.query_tokens * s.context_tokens;
+      in.sequences.push_back(s);
+      tokens += s.query_tokens;
+    }
+  } else {
+    const int64_t per = row.tokens_per_gpu * row.tp;
+    const int64_t isl = row.isl > 0 ? row.isl : (per + row.requests_per_gpu - 1) / row.requests_per_gpu;
+    const int64_t cached = std::max<int64_t>(0, row.kv_len - isl);
+    std::vector<int64_t> left(static_cast<size_t>(ranks), per);
+    int next = 0;
+    for (uint64_t q = 0;; ++q) {
+      int r = -1;
+      if (in.request_balance == RequestBalance::kv_tokens) {
+        for (int x = 0; x < ranks; ++x)
+          if (left[static_cast<size_t>(x)] > 0 && (r < 0 || left[static_cast<size_t>(x)] > left[static_cast<size_t>(r)])) r = x;
+      } else {
+        for (int x = 0; x < ranks && r < 0; ++x)
+          if (left[static_cast<size_t>((next + x) % ranks)] > 0) r = (next + x) % ranks;
+        next = (r + 1) % ranks;
       }
-      tokens += row.requests_per_gpu * (1 + row.mtp_draft);
-    } else {
-      const int64_t per = row.tokens_per_gpu * row.tp;
-      const int64_t isl = row.isl > 0 ? row.isl : (per + row.requests_per_gpu - 1) / row.requests_per_gpu;
-      const int64_t cached = std::max<int64_t>(0, row.kv_len - isl);
-      for (int64_t left = per; left > 0;) {
-        StepSequence s;
-        s.query_tokens = std::min(isl, left);
-        s.context_tokens = cached + s.query_tokens;
-        s.attended_positions = s.query_tokens * cached + s.query_tokens * (s.query_tokens + 1) / 2;
-        in.sequences.push_back(s);
-        left -= s.query_tokens;
-      }
-      tokens += per;
+      if (r < 0) break;
+      StepSequence s;
+      s.query_tokens = std::min(row.lengths.draw(isl, seed, q), left[static_cast<size_t>(r)]);
+      s.context_tokens = cached + s.query_tokens;
+      s.attended_positions = s.query_tokens * cached + s.query_tokens * (s.query_tokens + 1) / 2;
+      in.sequences.push_back(s);
+      in.sequence_rank.push_back(r);
+      left[static_cast<size_t>(r)] -= s.query_tokens;
+      tokens += s.query_tokens;
     }
   }
   route_row(row, e, tokens, in);
@@ -428,7 +456,7 @@ std::string config_key(const StepRow& r) {
     << '|' << r.attention_dp << '|' << r.tp << '|' << r.requests_per_gpu << '|' << r.tokens_per_gpu << '|' << r.isl
     << '|' << r.kv_len << '|' << r.mtp_draft << '|' << r.mtp_accept << '|' << to_string(r.overlap) << '|'
     << to_string(r.a2a_kernel) << '|' << to_string(r.dispatch_dtype) << r.dispatch_nvfp4 << '|' << to_string(r.combine_dtype) << '|'
-    << r.weight_dtype << '|' << r.redundant_experts << '|' << r.routing;
+    << r.weight_dtype << '|' << r.redundant_experts << '|' << r.routing << '|' << r.lengths.spec;
   return k.str();
 }
 

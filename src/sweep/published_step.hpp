@@ -12,6 +12,7 @@
 
 #include "src/config/experiment.hpp"
 #include "src/sweep/published.hpp"
+#include "src/step/request_lengths.hpp"
 #include "src/step/serving_step.hpp"
 
 namespace moesim {
@@ -48,6 +49,9 @@ struct StepRow {
   int line = 0;
   std::string table;    // source + phase: the leave-one-table-out unit
   bool fitted = true;   // the optional `fitted` column after notes: 0 keeps the row out of every fit
+  // The optional `lengths` column after notes: the requests' KV lengths (decode) or prompt lengths (prefill);
+  // fixed (empty): kv_len, or isl.
+  RequestLengths lengths;
 };
 
 struct StepTable {

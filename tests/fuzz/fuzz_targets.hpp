@@ -31,6 +31,7 @@
 #include "src/sweep/published_train.hpp"
 #include "src/sweep/published_comm.hpp"
 #include "src/sweep/published_step.hpp"
+#include "src/step/request_lengths.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
 #include "src/workload/load_profile.hpp"
@@ -45,7 +46,7 @@ inline const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
                                                  "trace",  "load_profile", "published", "hf_config",
                                                  "megatron_npz", "megatron_router_trace", "published_comm",
-                                                 "training", "serving_step"};
+                                                 "training", "serving_step", "request_lengths"};
   return names;
 }
 
@@ -276,6 +277,19 @@ inline void fuzz_serving_step(const uint8_t* data, size_t size) {
   });
 }
 
+// ---- request lengths files: moesim step --lengths file:PATH ------------------------------------------------
+// A file parses or names its line; every length is in [1, kMaxRequestLength] and the file holds at least one.
+inline void fuzz_request_lengths(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] {
+    const std::vector<int64_t> l = parse_lengths_file(text, name);
+    if (l.empty()) finding("an empty lengths file accepted");
+    for (int64_t v : l)
+      if (v < 1 || v > kMaxRequestLength) finding("a length out of range accepted");
+  });
+}
+
 // ---- published kernel tables: moesim validate --published (data/validation/*.csv) --------------------
 // A table parses or names its line; up to 8 of its points small enough to draw quickly (batch x top_k <=
 // 4096) are modeled, and every modeled time must be positive and finite.
@@ -498,6 +512,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "published_comm") return fuzz_published_comm(data, size);
   if (target == "training") return fuzz_training(data, size);
   if (target == "serving_step") return fuzz_serving_step(data, size);
+  if (target == "request_lengths") return fuzz_request_lengths(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
   if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
   if (target == "megatron_router_trace") return fuzz_megatron_router_trace(data, size);

@@ -462,6 +462,7 @@ ServingStep model_serving_step(const ServingStepInput& in) {
   x.skew_compute_s = s1 - s2;
   x.skew_communication_s = s2 - s3;
   x.overlap_s = s3 - x.ideal_s;
+  out.balanced_step_s = s3;
 
   const double gpus = static_cast<double>(out.gpus);
   if (in.phase == StepPhase::decode) {

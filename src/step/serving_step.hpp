@@ -123,6 +123,7 @@ struct ServingStep {
   double head_s = 0;               // the LM head on the step's last tokens (the slowest rank)
   double mtp_s = 0;                // the MTP module's draft passes (a layer and the head, per draft token)
   double step_s = 0;
+  double balanced_step_s = 0;      // the same step with balanced routing and balanced attention
   int64_t tokens_per_rank = 0;     // tokens each rank runs through the layers this step (the mean)
   double tokens_per_request = 1;   // output tokens a request gains a step: 1 + a + a^2 + ... (mtp_draft terms)
   double output_tokens_per_step = 0;  // every rank's requests x tokens_per_request (decode)

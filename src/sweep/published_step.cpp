@@ -280,25 +280,28 @@ std::vector<StepTable> load_step_tables(const std::string& spec) {
   return tables;
 }
 
-namespace {
 
-// The row's per-expert loads of the whole step (every GPU's tokens), draw by draw, and the loads each draw's
-// EPLB plan is made from.
-void route_row(const StepRow& row, const Experiment& base, int64_t tokens, ServingStepInput& in) {
+
+// The row's per-expert loads of `tokens` tokens (every GPU's), draw by draw, and the loads each draw's EPLB plan is
+// made from (with_plan: kStepWarmup earlier batches summed).
+StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t tokens, bool with_plan) {
   const int E = base.model.experts, k = base.model.top_k;
+  StepRouting out;
+  out.tokens = tokens;
+  out.routing = row.routing;
   if (row.routing == "balanced") {
     std::vector<int64_t> l(static_cast<size_t>(E), tokens * k / E);
     for (int64_t e = 0; e < tokens * k % E; ++e) ++l[static_cast<size_t>(e)];
-    in.loads = {l};
-    in.plan_loads = {l};
-    return;
+    out.loads = {l};
+    out.plan_loads = {l};
+    return out;
   }
   if (row.routing.rfind("power_law:", 0) == 0) {
     const double alpha = std::stod(row.routing.substr(10));
     const int ep = E % row.ep == 0 ? row.ep : 1;
     for (int d = 0; d < kStepDraws; ++d)
-      in.loads.push_back(power_law_loads(tokens, E, k, alpha, ep, base.workload.seed, static_cast<uint64_t>(d)));
-    return;
+      out.loads.push_back(power_law_loads(tokens, E, k, alpha, ep, base.workload.seed, static_cast<uint64_t>(d)));
+    return out;
   }
   // model: the config's own workload (synthetic), routed at up to kStepRoutedTokens tokens a batch.
   if (base.workload.source != WorkloadSource::synthetic)
@@ -310,26 +313,25 @@ void route_row(const StepRow& row, const Experiment& base, int64_t tokens, Servi
   e.workload.batch = std::min<int64_t>(tokens, kStepRoutedTokens);
   e.workload.batches = kStepDraws;
   auto loads_of = [&](const std::vector<LogitsBatch>& batches) {
-    std::vector<std::vector<int64_t>> out;
+    std::vector<std::vector<int64_t>> loads;
     for (size_t i = 0; i < batches.size(); ++i) {
       const Routing r = route_omp(e.router, run_detail::request_for(e, batches[i], static_cast<int>(i)), nullptr);
       std::vector<int64_t> l(static_cast<size_t>(E), 0);
       for (size_t a = 0; a < r.expert.size(); ++a)
         if (r.kept.empty() || r.kept[a]) ++l[static_cast<size_t>(r.expert[a])];
-      out.push_back(e.workload.batch == tokens ? l : scale_loads_to(l, e.workload.batch, tokens));
+      loads.push_back(e.workload.batch == tokens ? l : scale_loads_to(l, e.workload.batch, tokens));
     }
-    return out;
+    return loads;
   };
-  in.loads = loads_of(make_logits_batches(e, ""));
-  if (row.redundant_experts > 0) {
+  out.loads = loads_of(make_logits_batches(e, ""));
+  if (with_plan) {
     std::vector<int64_t> past(static_cast<size_t>(E), 0);
     for (const std::vector<int64_t>& l : loads_of(make_warmup_batches(e, kStepWarmup)))
       for (int x = 0; x < E; ++x) past[static_cast<size_t>(x)] += l[static_cast<size_t>(x)];
-    in.plan_loads.assign(in.loads.size(), past);
+    out.plan_loads.assign(out.loads.size(), past);
   }
+  return out;
 }
-
-}  // namespace
 
 ServingStepInput step_input(const StepRow& row, const std::string& origin) {
   const Experiment e = row_experiment(origin, row.line, row.model);
@@ -337,7 +339,13 @@ ServingStepInput step_input(const StepRow& row, const std::string& origin) {
   return step_input_for(row, e, published_table_profile(origin, row.line, row.gpu, ref));
 }
 
-ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw) {
+int64_t step_tokens(const StepRow& row) {
+  return row.phase == StepPhase::decode ? row.requests_per_gpu * row.tp * row.attention_dp * (1 + row.mtp_draft)
+                                        : row.tokens_per_gpu * row.tp * row.attention_dp;
+}
+
+ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw,
+                                const StepRouting* routed) {
   ServingStepInput in;
   in.hw = hw;
   in.hw.devices_per_node = row.devices_per_node;
@@ -420,7 +428,22 @@ ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const H
       tokens += s.query_tokens;
     }
   }
-  route_row(row, e, tokens, in);
+  // The loads: routed here, or (route once, cost many) the caller's routing of the same router and workload at
+  // another size, scaled to this step's tokens.
+  if (!routed || routed->routing != row.routing) {
+    const StepRouting r = route_loads(row, e, tokens, row.redundant_experts > 0);
+    in.loads = r.loads;
+    in.plan_loads = r.plan_loads;
+  } else {
+    const bool balanced = row.routing == "balanced";
+    const StepRouting r = balanced ? route_loads(row, e, tokens, false) : StepRouting{};
+    const StepRouting& from = balanced ? r : *routed;
+    for (const std::vector<int64_t>& l : from.loads)
+      in.loads.push_back(from.tokens == tokens ? l : scale_loads_to(l, from.tokens, tokens));
+    if (row.redundant_experts > 0)
+      for (const std::vector<int64_t>& l : from.plan_loads)
+        in.plan_loads.push_back(from.tokens == tokens ? l : scale_loads_to(l, from.tokens, tokens));
+  }
   return in;
 }
 

@@ -96,7 +96,23 @@ struct StepValidation {
 // resolved against the table's origin, or given (moesim step: the experiment and its profile). The row's columns
 // set the placement (kind, devices, replicas, all-to-all kernel, dtypes, overlap) over the experiment's.
 ServingStepInput step_input(const StepRow& row, const std::string& origin);
-ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw);
+
+// A step's routed loads (route once, cost many): `loads` [draws][experts] of `tokens` tokens, and the loads each
+// draw's EPLB plan is made from (empty without redundant experts).
+struct StepRouting {
+  std::string routing;  // the row's routing it was made for
+  int64_t tokens = 0;
+  std::vector<std::vector<int64_t>> loads, plan_loads;
+};
+// Routes a row's loads at `tokens` tokens: balanced, power_law:ALPHA draws, or the experiment's router on its
+// synthetic workload (at most 65,536 tokens routed a batch, scaled), with_plan adding 4 warm-up batches for EPLB.
+StepRouting route_loads(const StepRow& row, const Experiment& e, int64_t tokens, bool with_plan);
+// The tokens a row's step runs over every GPU.
+int64_t step_tokens(const StepRow& row);
+// `routed` (the same routing of the same experiment's router and workload, any size) is scaled to the row's tokens
+// instead of routing again; null: routes.
+ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw,
+                                const StepRouting* routed = nullptr);
 // The row's quantity in a modeled step.
 double step_quantity(const ServingStep& s, StepQuantity q);
 

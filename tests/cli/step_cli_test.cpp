@@ -52,6 +52,24 @@ TEST(StepCli, MtpCreditsAcceptedTokensAndBalancedRoutingHasNoSkew) {
   EXPECT_NEAR(j["erosion"]["skew_communication_ms"].get<double>(), 0, 1e-9);
 }
 
+TEST(StepCli, VaryRoutesOnceAndItsLargestPointIsTheSingleRun) {
+  const CliResult v = run_cli(kDeepSeek + " --vary placement.devices=8,16 --vary placement.overlap=none,two_batch "
+                                          "--format json");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  const nlohmann::json j = nlohmann::json::parse(v.out);
+  ASSERT_EQ(j["points"].size(), 4u);
+  // The largest point's loads are the routing itself: the same step as one run at that point.
+  const CliResult one = run_cli(kDeepSeek + " --set placement.overlap=two_batch --format json");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const nlohmann::json o = nlohmann::json::parse(one.out);
+  EXPECT_EQ(j["points"][3]["settings"], nlohmann::json::array({"placement.devices=16", "placement.overlap=two_batch"}));
+  EXPECT_DOUBLE_EQ(j["points"][3]["step_ms"].get<double>(), o["step_ms"].get<double>());
+  // A key that changes the routing is refused: route once, cost many holds only for placement and hardware.
+  const CliResult bad = run_cli(kDeepSeek + " --vary router.top_k=2,4");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--vary router.top_k"), std::string::npos) << bad.err;
+}
+
 TEST(StepCli, BadOptionsExitTwoWithOneLine) {
   for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill"}) {
     const CliResult r = run_cli(kDeepSeek + bad);

@@ -1,6 +1,6 @@
 // `moesim step [FILE] [--phase decode|prefill] [--requests-per-gpu R] [--kv-len L] [--tokens-per-gpu T] [--isl I]
 // [--tp T] [--mtp-draft D --mtp-accept A] [--routing model|balanced|power_law:ALPHA] [--set KEY=VALUE]...
-// [--format table|json|csv|markdown]`: one serving step of the experiment's model over its expert-parallel GPUs
+// [--vary KEY=VALUES]... [--format table|json|csv|markdown|html]`: one serving step of the experiment's model over its expert-parallel GPUs
 // (placement.devices, each an attention data-parallel rank), as src/step/serving_step.hpp models it: the per-layer
 // breakdown as the published profiles name it, step time, TPOT, tokens/s per GPU and per node, the attention's
 // balance over the ranks, and the step's erosion by cause against balanced routing and balanced attention
@@ -14,6 +14,7 @@
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/cost/hardware_profile.hpp"
+#include "src/report/step_report.hpp"
 #include "src/report/text_format.hpp"
 #include "src/sweep/published_step.hpp"
 #include "src/sweep/sweep.hpp"
@@ -124,7 +125,8 @@ std::string table_text(const Experiment& e, const StepRow& row, const ServingSte
     std::snprintf(line, sizeof line, "%-30s %12s %12s\n", name, ms(v.first).c_str(), ms(v.second).c_str());
     os << line;
   }
-  os << "\nstep: " << ms(s.step_s) << " ms (" << e.model.moe_layers << " MoE layers, dense layers "
+  os << "\nstep: " << ms(s.step_s) << " ms (" << (e.model.moe_layers > 0 ? e.model.moe_layers : e.model.layers)
+     << " MoE layers, dense layers "
      << ms(s.dense_layer_s) << " ms each, head " << ms(s.head_s) << " ms";
   if (s.mtp_s > 0) os << ", MTP " << ms(s.mtp_s) << " ms";
   os << ")\n";
@@ -283,10 +285,12 @@ int cmd_step(int argc, char** argv) {
       "KEY=v1,v2|1..256*2: a placement.* or hardware key over values (repeatable: the cartesian product), routed once "
       "and costed at every point");
   desc.add_options()("set", po::value(&opts.overrides)->composing(), "override a config key: KEY=VALUE (repeatable)")(
-      "format", po::value(&opts.format)->default_value("table"), "table|json|csv|markdown")(
+      "format", po::value(&opts.format)->default_value("table"), "table|json|csv|markdown|html")(
       "out", po::value(&opts.out), "write the report to this file (atomically) instead of stdout");
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
-  const ReportFormat format = parse_report_format(opts.format);
+  const bool html = opts.format == "html";
+  const ReportFormat format = html ? ReportFormat::table : parse_report_format(opts.format);
+  if (html && !varies.empty()) throw InputError("--format html: expected without --vary (one step's page)");
 
   if (!varies.empty()) {
     const std::vector<SweepAxis> axes = parse_varies(varies);
@@ -346,6 +350,15 @@ int cmd_step(int argc, char** argv) {
   const ServingStep s = model_serving_step(in);
 
   std::string text;
+  if (html) {
+    const std::string table = table_text(e, row, s, note);
+    std::vector<std::string> lines;
+    std::istringstream in(table.substr(0, table.find("\n\n")));
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    const int moe = e.model.moe_layers > 0 ? e.model.moe_layers : e.model.layers;
+    emit(opts, format_step_html("moesim step: " + e.model.name, lines, s, moe, e.model.layers - moe));
+    return kExitOk;
+  }
   switch (format) {
     case ReportFormat::json: text = step_json(row, s, note).dump(2) + "\n"; break;
     case ReportFormat::csv: text = std::string(kCsvHeader) + csv_row(row, s); break;

@@ -20,19 +20,7 @@ size_t record_count(const nlohmann::json& s) {
   return s.contains("records") && s["records"].is_array() ? s["records"].size() : 0;
 }
 
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string esc(const std::string& s) { return text::html_escape(s); }
 
 std::string num(double v, int precision = 3) { return text::fixed(v, precision); }
 

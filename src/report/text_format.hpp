@@ -106,4 +106,19 @@ inline std::vector<size_t> fit_columns(const std::vector<size_t>& width, const s
   return out;
 }
 
+// `s` as HTML text or an attribute value: &, <, > and " escaped.
+inline std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace moesim::text

@@ -291,19 +291,7 @@ std::string csv(const TrainReport& r) {
   return os.str();
 }
 
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
+std::string esc(const std::string& s) { return text::html_escape(s); }
 
 // Horizontal bars of (label, value) pairs, the longest the full width; negative values drawn leftwards from the
 // axis. Inline SVG.

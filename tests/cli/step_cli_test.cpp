@@ -70,6 +70,16 @@ TEST(StepCli, VaryRoutesOnceAndItsLargestPointIsTheSingleRun) {
   EXPECT_NE(bad.err.find("--vary router.top_k"), std::string::npos) << bad.err;
 }
 
+TEST(StepCli, HtmlDrawsTheLayerActualBesideBalancedAndTheErosion) {
+  const CliResult r = run_cli(kDeepSeek + " --format html");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(r.out.find("actual beside balanced"), std::string::npos);
+  EXPECT_NE(r.out.find("<title>experts: "), std::string::npos);
+  EXPECT_NE(r.out.find("erosion by cause"), std::string::npos);
+  EXPECT_EQ(run_cli(kDeepSeek + " --format html --vary placement.devices=8,16").exit_code, 2);
+}
+
 TEST(StepCli, BadOptionsExitTwoWithOneLine) {
   for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill"}) {
     const CliResult r = run_cli(kDeepSeek + bad);

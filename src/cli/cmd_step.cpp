@@ -125,9 +125,11 @@ std::string table_text(const Experiment& e, const StepRow& row, const ServingSte
     std::snprintf(line, sizeof line, "%-30s %12s %12s\n", name, ms(v.first).c_str(), ms(v.second).c_str());
     os << line;
   }
-  os << "\nstep: " << ms(s.step_s) << " ms (" << (e.model.moe_layers > 0 ? e.model.moe_layers : e.model.layers)
-     << " MoE layers, dense layers "
-     << ms(s.dense_layer_s) << " ms each, head " << ms(s.head_s) << " ms";
+  const int moe = e.model.moe_layers > 0 ? e.model.moe_layers : e.model.layers;
+  os << "\nstep: " << ms(s.step_s) << " ms (" << moe << " MoE layers";
+  if (e.model.layers > moe)
+    os << ", " << e.model.layers - moe << " dense layers of " << ms(s.dense_layer_s) << " ms";
+  os << ", head " << ms(s.head_s) << " ms";
   if (s.mtp_s > 0) os << ", MTP " << ms(s.mtp_s) << " ms";
   os << ")\n";
   if (row.phase == StepPhase::decode)
@@ -213,9 +215,10 @@ StepRow row_for(const Experiment& e, const HardwareProfile& hw, const StepOption
 }
 
 std::string routing_note(const Experiment& e, const StepRow& row) {
-  std::string note = row.routing == "model"
-                         ? "the experiment's router on its " + std::string(to_string(e.workload.source)) + " workload"
-                         : row.routing;
+  std::string note = row.routing != "model" ? row.routing
+                     : e.workload.source == WorkloadSource::load_profile
+                         ? "the recorded loads of " + e.workload.path + ", each layer a draw"
+                         : "the experiment's router on its " + std::string(to_string(e.workload.source)) + " workload";
   if (row.routing == "model" && row.redundant_experts > 0) note += "; EPLB planned from earlier batches";
   return note;
 }

@@ -15,6 +15,8 @@
 #include "src/config/load_config.hpp"
 #include "src/pipeline/run_internal.hpp"
 #include "src/workload/load_distribution.hpp"
+#include "src/workload/load_profile.hpp"
+#include "src/pipeline/run_experiment.hpp"
 #include "src/workload/logits_batches.hpp"
 
 namespace moesim {
@@ -303,9 +305,21 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
       out.loads.push_back(power_law_loads(tokens, E, k, alpha, ep, base.workload.seed, static_cast<uint64_t>(d)));
     return out;
   }
+  // model, a load profile: each recorded layer's counts scaled to the step's assignments is one draw (the step's
+  // MoE layer is the mean over the recorded layers), each planned from its own record, as `run` plans a profile's
+  // layers (the engine's record of past loads).
+  if (base.workload.source == WorkloadSource::load_profile) {
+    const LoadProfile profile = read_load_profile_file(resolve_workload_path(base), base.workload.format,
+                                                       base.workload.profile_key, E, base.workload.expert_map, k);
+    for (const std::vector<int64_t>& counts : profile.counts) {
+      out.loads.push_back(scale_loads(counts, tokens * k));
+      if (with_plan) out.plan_loads.push_back(out.loads.back());
+    }
+    return out;
+  }
   // model: the config's own workload (synthetic), routed at up to kStepRoutedTokens tokens a batch.
   if (base.workload.source != WorkloadSource::synthetic)
-    throw InputError("routing model: expected a model config with a synthetic workload, got " +
+    throw InputError("routing model: expected a model config with a synthetic or load_profile workload, got " +
                      std::string(to_string(base.workload.source)) + " in " + row.model);
   Experiment e = base;
   e.router.capacity_factor = 0;

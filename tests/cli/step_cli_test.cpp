@@ -80,6 +80,17 @@ TEST(StepCli, HtmlDrawsTheLayerActualBesideBalancedAndTheErosion) {
   EXPECT_EQ(run_cli(kDeepSeek + " --format html --vary placement.devices=8,16").exit_code, 2);
 }
 
+TEST(StepCli, ALoadProfileGivesEachRecordedLayerAsADraw) {
+  const CliResult r = run_cli(std::string("step ") + MOESIM_SOURCE_DIR +
+                              "/configs/olmoe-profile.yaml --set placement.kind=expert_parallel --set placement.devices=8 "
+                              "--requests-per-gpu 32 --kv-len 1024 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["routing_note"].get<std::string>().find("recorded loads"), std::string::npos);
+  EXPECT_LT(j["balancedness"].get<double>(), 0.9);  // OLMoE's recorded skew over 8 GPUs
+  EXPECT_GT(j["erosion"]["skew_compute_ms"].get<double>() + j["erosion"]["skew_communication_ms"].get<double>(), 0);
+}
+
 TEST(StepCli, BadOptionsExitTwoWithOneLine) {
   for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill"}) {
     const CliResult r = run_cli(kDeepSeek + bad);

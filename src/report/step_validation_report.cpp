@@ -29,12 +29,14 @@ std::string setup_cell(const StepRow& r) {
 std::string figures_text(const StepFigures& f) {
   std::ostringstream os;
   os << "other kernels a layer and micro-batch " << text::fixed(f.other_kernels, 2) << ", attention core at "
-     << text::fixed(f.attention_efficiency, 3) << " of the bf16 peak and bandwidth";
+     << text::fixed(f.attention_efficiency, 3) << " of the bf16 peak and bandwidth, a decode launch "
+     << text::fixed(f.decode_launch_share, 3) << " of the profile's";
   return os.str();
 }
 
 json figures_json(const StepFigures& f) {
-  return {{"other_kernels", f.other_kernels}, {"attention_efficiency", f.attention_efficiency}};
+  return {{"other_kernels", f.other_kernels}, {"attention_efficiency", f.attention_efficiency},
+          {"decode_launch_share", f.decode_launch_share}};
 }
 
 json summary_json(const ErrorSummary& e) {

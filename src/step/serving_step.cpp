@@ -17,6 +17,7 @@ StepFigures StepFigures::fitted() {
   StepFigures f;
   f.other_kernels = ServingFit::other_kernels;
   f.attention_efficiency = ServingFit::attention_efficiency;
+  f.decode_launch_share = ServingFit::decode_launch_share;
   return f;
 }
 
@@ -375,7 +376,9 @@ class StepModel {
 
 }  // namespace
 
-ServingStep model_serving_step(const ServingStepInput& in) {
+ServingStep model_serving_step(const ServingStepInput& given) {
+  ServingStepInput in = given;
+  if (in.phase == StepPhase::decode) in.hw.launch_overhead_s *= in.figures.decode_launch_share;
   const StepModel model(in);
   ServingStep out;
   out.gpus = model.devices();

@@ -33,6 +33,10 @@ const char* to_string(StepPhase p);
 struct StepFigures {
   double other_kernels = 0;         // kernels per layer and micro-batch beyond those costed
   double attention_efficiency = 1;  // of the bf16 peak FLOP/s and of the bandwidth, the attention core
+  // What a kernel launch costs in a decode step, as a share of the profile's launch_overhead: the engines replay
+  // decode steps as captured CUDA graphs (SGLang's --cuda-graph-bs, vLLM's and TensorRT-LLM's graphs), which issue
+  // the kernels without the host's per-launch cost; prefill launches them one by one.
+  double decode_launch_share = 1;
   static StepFigures fitted();      // ServingFit's shipped figures
 };
 

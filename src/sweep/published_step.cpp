@@ -526,32 +526,48 @@ double objective(const std::vector<Config>& configs, const std::vector<StepResul
   return sum;
 }
 
-// A coarse grid over the two figures, then two finer rounds around the best. Deterministic.
+// Coordinate descent over the three figures from fixed starting values (so that a refit never depends on what was
+// shipped): kFitSweeps sweeps, each a golden-section search of kFitSteps steps on one figure's range with the others
+// held. Deterministic.
 StepFigures fit_figures(const std::vector<Config>& configs, const std::vector<StepResult>& rows,
                         const std::vector<std::string>& tables, const std::vector<bool>& use) {
-  double lo_k = 0, hi_k = 60, lo_e = 0.2, hi_e = 1.0;
-  StepFigures best;
-  double best_v = INFINITY;
-  for (int round = 0; round < 3; ++round) {
-    constexpr int n = 7;
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) {
-        StepFigures f;
-        f.other_kernels = lo_k + (hi_k - lo_k) * i / (n - 1);
-        f.attention_efficiency = lo_e + (hi_e - lo_e) * j / (n - 1);
-        const double v = objective(configs, rows, tables, use, f);
-        if (v < best_v) {
-          best_v = v;
-          best = f;
+  constexpr int kFitSweeps = 3, kFitSteps = 12;
+  StepFigures f;
+  f.other_kernels = 20;
+  f.attention_efficiency = 0.6;
+  f.decode_launch_share = 0.5;
+  struct Range {
+    double StepFigures::*field;
+    double lo, hi;
+  };
+  const Range ranges[] = {{&StepFigures::other_kernels, 0, 60},
+                          {&StepFigures::attention_efficiency, 0.2, 1},
+                          {&StepFigures::decode_launch_share, 0, 1}};
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  for (int sweep = 0; sweep < kFitSweeps; ++sweep)
+    for (const Range& r : ranges) {
+      auto at = [&](double x) {
+        StepFigures t = f;
+        t.*r.field = x;
+        return objective(configs, rows, tables, use, t);
+      };
+      double a = r.lo, b = r.hi;
+      double c = b - g * (b - a), d = a + g * (b - a);
+      double fc = at(c), fd = at(d);
+      for (int i = 0; i < kFitSteps; ++i) {
+        if (fc <= fd) {
+          b = d, d = c, fd = fc;
+          c = b - g * (b - a);
+          fc = at(c);
+        } else {
+          a = c, c = d, fc = fd;
+          d = a + g * (b - a);
+          fd = at(d);
         }
       }
-    const double wk = (hi_k - lo_k) / (n - 1), we = (hi_e - lo_e) / (n - 1);
-    lo_k = std::max(0.0, best.other_kernels - wk);
-    hi_k = best.other_kernels + wk;
-    lo_e = std::max(0.05, best.attention_efficiency - we);
-    hi_e = std::min(1.0, best.attention_efficiency + we);
-  }
-  return best;
+      f.*r.field = fc <= fd ? c : d;
+    }
+  return f;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Published serving-step measurements against the step model (`moesim validate --published`): reads the step
 // tables of data/serving-step (the header kStepHeader; its README.md has the sources), models every row's
-// configuration with src/step/serving_step.hpp on its GPU's profile and its routing, fits the step's two figures
+// configuration with src/step/serving_step.hpp on its GPU's profile and its routing, fits the step's three figures
 // (StepFigures) to the tables, and predicts each table from a fit that never saw it (leave one table out). A
 // table is one source's one phase (the rows sharing source and phase).
 // Deterministic. Host only. Covered by tests/sweep/published_step_test.cpp.

@@ -218,6 +218,8 @@ std::string routing_note(const Experiment& e, const StepRow& row) {
   std::string note = row.routing != "model" ? row.routing
                      : e.workload.source == WorkloadSource::load_profile
                          ? "the recorded loads of " + e.workload.path + ", each layer a draw"
+                     : e.workload.source == WorkloadSource::trace
+                         ? "the recorded routing of " + e.workload.path + ", each batch (a router trace: each layer) a draw"
                          : "the experiment's router on its " + std::string(to_string(e.workload.source)) + " workload";
   if (row.routing == "model" && row.redundant_experts > 0) note += "; EPLB planned from earlier batches";
   return note;

@@ -16,6 +16,8 @@
 #include "src/pipeline/run_internal.hpp"
 #include "src/workload/load_distribution.hpp"
 #include "src/workload/load_profile.hpp"
+#include "src/workload/megatron_loads.hpp"
+#include "src/workload/trace_replay.hpp"
 #include "src/pipeline/run_experiment.hpp"
 #include "src/workload/logits_batches.hpp"
 
@@ -39,6 +41,8 @@ constexpr int kMaxRows = 10000;
 // kStepDraws measured ones; at most kStepRoutedTokens tokens routed a batch, the loads scaled to the step's.
 constexpr int kStepWarmup = 4, kStepDraws = 2;
 constexpr int64_t kStepRoutedTokens = 65536;
+// A trace's recorded batches taken as draws, at most.
+constexpr size_t kStepTraceDraws = 64;
 
 constexpr StepQuantity kQuantities[] = {
     StepQuantity::layer_ms,     StepQuantity::step_ms,      StepQuantity::dispatch_ms,
@@ -317,9 +321,35 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
     }
     return out;
   }
+  // model, a trace: each recorded batch's kept assignments (a Megatron-LM router trace: each layer's, summed over its
+  // forwards) scaled to the step's is one draw, at most kStepTraceDraws of them spread evenly over the trace; each
+  // planned from its own record when the step has redundant experts.
+  if (base.workload.source == WorkloadSource::trace) {
+    const std::string path = resolve_workload_path(base);
+    std::vector<std::vector<int64_t>> counts;
+    if (is_megatron_router_trace_file(path)) {
+      counts = read_megatron_router_trace(path, E, k).counts;
+    } else {
+      const FlatTrace t = read_flat_trace_file(path, E);
+      const size_t n = t.num_batches(), stride = std::max<size_t>(1, n / kStepTraceDraws);
+      for (size_t b = 0; b < n && counts.size() < kStepTraceDraws; b += stride) {
+        const TraceBatch batch = t.batch(b);
+        std::vector<int64_t> l(static_cast<size_t>(E), 0);
+        for (size_t a = 0; a < batch.expert.size(); ++a)
+          if (batch.kept.empty() || batch.kept[a]) ++l[static_cast<size_t>(batch.expert[a])];
+        counts.push_back(l);
+      }
+    }
+    for (const std::vector<int64_t>& c : counts) {
+      out.loads.push_back(scale_loads(c, tokens * k));
+      if (with_plan) out.plan_loads.push_back(out.loads.back());
+    }
+    if (out.loads.empty()) throw InputError(path + ": expected at least one recorded batch for the step's loads, got none");
+    return out;
+  }
   // model: the config's own workload (synthetic), routed at up to kStepRoutedTokens tokens a batch.
   if (base.workload.source != WorkloadSource::synthetic)
-    throw InputError("routing model: expected a model config with a synthetic or load_profile workload, got " +
+    throw InputError("routing model: expected a model config with a synthetic, load_profile or trace workload, got " +
                      std::string(to_string(base.workload.source)) + " in " + row.model);
   Experiment e = base;
   e.router.capacity_factor = 0;

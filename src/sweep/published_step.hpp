@@ -106,7 +106,8 @@ struct StepRouting {
 };
 // Routes a row's loads at `tokens` tokens: balanced, power_law:ALPHA draws, the experiment's router on its
 // synthetic workload (at most 65,536 tokens routed a batch, scaled; with_plan adds 4 warm-up batches for EPLB), or
-// a load_profile workload's recorded layers (each a draw, scaled, planned from its own record).
+// a load_profile workload's recorded layers or a trace workload's recorded batches (each a draw, scaled, planned
+// from its own record).
 StepRouting route_loads(const StepRow& row, const Experiment& e, int64_t tokens, bool with_plan);
 // The tokens a row's step runs over every GPU.
 int64_t step_tokens(const StepRow& row);

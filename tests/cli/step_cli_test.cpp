@@ -91,6 +91,24 @@ TEST(StepCli, ALoadProfileGivesEachRecordedLayerAsADraw) {
   EXPECT_GT(j["erosion"]["skew_compute_ms"].get<double>() + j["erosion"]["skew_communication_ms"].get<double>(), 0);
 }
 
+TEST(StepCli, ATraceGivesEachRecordedBatchAsADraw) {
+  const std::string dir = testing::make_temp_dir();
+  const CliResult dump = run_cli("run --no-execute --set workload.batches=3 --dump-routing " + dir + "/r.trace");
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  const std::string step = "step --set workload.source=trace --set workload.path=" + dir +
+                           "/r.trace --set placement.kind=expert_parallel --set placement.devices=4 "
+                           "--requests-per-gpu 16 --format json";
+  const CliResult r = run_cli(step);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["routing_note"].get<std::string>().find("recorded routing"), std::string::npos);
+  EXPECT_GT(j["step_ms"].get<double>(), 0);
+  // The trace's routing, not the balanced loads: the same step with --routing balanced differs.
+  const CliResult b = run_cli(step + " --routing balanced");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(nlohmann::json::parse(b.out)["balancedness"].get<double>(), j["balancedness"].get<double>());
+}
+
 TEST(StepCli, BadOptionsExitTwoWithOneLine) {
   for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill"}) {
     const CliResult r = run_cli(kDeepSeek + bad);

@@ -2,6 +2,7 @@
 // of `run` (src/cost/all_to_all.hpp), the per-family fit and the leave-one-table-out validation (see
 // published_comm.hpp). Deterministic. Host only. Covered by tests/sweep/published_comm_test.cpp.
 #include "src/sweep/published_comm.hpp"
+#include "src/sweep/table_cells.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,37 +22,6 @@ const char* to_string(CommPhase p) { return p == CommPhase::dispatch ? "dispatch
 
 namespace {
 
-struct Cell {
-  const std::string& origin;
-  int line;
-  [[noreturn]] void fail(const char* column, const std::string& expected, const std::string& got) const {
-    throw InputError(origin + ":" + std::to_string(line) + ": " + column + ": expected " + expected + ", got '" +
-                     got + "'");
-  }
-  int64_t integer(const char* column, const std::string& s, int64_t lo, int64_t hi) const {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != s.size() || v < lo || v > hi)
-      fail(column, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi), s);
-    return v;
-  }
-};
-
-template <class E, int N>
-E parse_choice(const Cell& c, const char* column, const std::string& s, const E (&values)[N]) {
-  std::string list;
-  for (E v : values) {
-    if (s == to_string(v)) return v;
-    list += (list.empty() ? "" : ", ") + std::string(to_string(v));
-  }
-  c.fail(column, "one of " + list, s);
-}
-
 }  // namespace
 
 CommTable parse_comm_csv(const std::string& text, const std::string& origin) {
@@ -64,7 +34,7 @@ CommTable parse_comm_csv(const std::string& text, const std::string& origin) {
   while (std::getline(in, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const Cell c{origin, number};
+    const TableCell c{origin, number};
     if (number == 1) {
       if (line != kCommHeader) c.fail("header", std::string("the columns ") + kCommHeader, line.substr(0, 80));
       continue;
@@ -75,7 +45,7 @@ CommTable parse_comm_csv(const std::string& text, const std::string& origin) {
     CommPoint p;
     p.line = number;
     static const CommPhase kPhases[] = {CommPhase::dispatch, CommPhase::combine};
-    p.phase = parse_choice(c, "phase", f[0], kPhases);
+    p.phase = table_choice(c, "phase", f[0], kPhases);
     if (gpu.empty()) {
       table.hardware = published_table_profile(origin, number, f[1], table.profile_ref);
       gpu = f[1];
@@ -83,14 +53,14 @@ CommTable parse_comm_csv(const std::string& text, const std::string& origin) {
       c.fail("gpu", "'" + gpu + "' as on the table's first row (one GPU per table)", f[1]);
     }
     static const A2aKernel kKernels[] = {A2aKernel::simple, A2aKernel::normal, A2aKernel::low_latency};
-    p.kernel = parse_choice(c, "kernel", f[2], kKernels);
+    p.kernel = table_choice(c, "kernel", f[2], kKernels);
     p.ep = static_cast<int>(c.integer("ep", f[3], 2, kCommMaxDevices));
     p.tokens_per_rank = c.integer("tokens_per_rank", f[4], 1, kPublishedMaxBatch);
     p.hidden = c.integer("hidden", f[5], 1, int64_t(1) << 20);
     p.experts = static_cast<int>(c.integer("experts", f[7], 1, 65536));
     p.top_k = static_cast<int>(c.integer("top_k", f[6], 1, std::min(p.experts, kPublishedMaxTopK)));
     static const A2aDtype kDtypes[] = {A2aDtype::fp8, A2aDtype::bf16, A2aDtype::fp16, A2aDtype::fp32};
-    p.dtype = parse_choice(c, "dtype", f[8], kDtypes);
+    p.dtype = table_choice(c, "dtype", f[8], kDtypes);
     if (f[9] == "uniform_random") p.fanout = A2aFanout::random;
     else if (f[9] == "balanced") p.fanout = A2aFanout::spread;
     else c.fail("routing", "uniform_random or balanced", f[9]);

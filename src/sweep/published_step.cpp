@@ -1,5 +1,6 @@
 // Published serving-step measurements against the step model (see published_step.hpp).
 #include "src/sweep/published_step.hpp"
+#include "src/sweep/table_cells.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -34,7 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kStepDir = "data/serving-step/";
-constexpr const char* kConfigDir = "configs/";
 constexpr int kColumns = 27;
 constexpr int kMaxRows = 10000;
 // Routed draws of a "model" row: kStepWarmup batches the EPLB plan is made from (placement.plan_from past), then
@@ -50,79 +50,12 @@ constexpr StepQuantity kQuantities[] = {
     StepQuantity::dense_ms,     StepQuantity::sync_ms,      StepQuantity::output_tokens_per_s_per_gpu,
     StepQuantity::input_tokens_per_s_per_gpu, StepQuantity::balancedness};
 
-struct Where {
-  const std::string& origin;
-  int line;
-  [[noreturn]] void fail(const std::string& column, const std::string& expected, const std::string& got) const {
-    throw InputError(origin + ":" + std::to_string(line) + ": " + column + ": expected " + expected + ", got '" +
-                     got + "'");
-  }
-};
-
-int64_t cell_int(const Where& w, const char* column, const std::string& s, int64_t lo, int64_t hi, bool may_be_empty) {
-  if (s.empty() && may_be_empty) return 0;
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size() || v < lo || v > hi)
-    w.fail(column, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + (may_be_empty ? " (or empty)" : ""), s);
-  return v;
-}
-
-double cell_double(const Where& w, const char* column, const std::string& s, double lo, double hi, bool may_be_empty) {
-  if (s.empty() && may_be_empty) return 0;
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::ostringstream range;
-  range << "a number from " << lo << " to " << hi;
-  if (used == 0 || used != s.size() || !std::isfinite(v) || v < lo || v > hi)
-    w.fail(column, range.str() + (may_be_empty ? " (or empty)" : ""), s);
-  return v;
-}
-
-template <class E, std::size_t N>
-E cell_enum(const Where& w, const char* column, const std::string& s, const E (&values)[N]) {
-  std::string list;
-  for (E e : values) {
-    if (s == to_string(e)) return e;
-    list += (list.empty() ? "" : ", ") + std::string(to_string(e));
-  }
-  w.fail(column, "one of " + list, s);
-}
-
 const char* unit_of(StepQuantity q) {
   switch (q) {
     case StepQuantity::output_tokens_per_s_per_gpu:
     case StepQuantity::input_tokens_per_s_per_gpu: return "tokens/s";
     case StepQuantity::balancedness: return "";
     default: return "ms";
-  }
-}
-
-// The model a row names: a shipped config, or (for a table on disk) a model YAML relative to the table.
-Experiment row_experiment(const std::string& origin, int line, const std::string& cell) {
-  const auto& files = embedded_files();
-  const auto it = files.find(kConfigDir + cell + ".yaml");
-  if (it != files.end()) return load_experiment_text(it->second, it->first, {});
-  const fs::path path(cell);
-  const bool yaml = path.extension() == ".yaml" || path.extension() == ".yml";
-  const Where w{origin, line};
-  if (!yaml || origin.rfind(kStepDir, 0) == 0)
-    w.fail("model", "a shipped model config (configs/NAME.yaml) or a model .yaml file relative to the table", cell);
-  const std::string resolved = path.is_absolute() ? cell : (fs::path(origin).parent_path() / path).string();
-  try {
-    return load_experiment_file(resolved, {});
-  } catch (const ConfigError& e) {
-    throw InputError(origin + ":" + std::to_string(line) + ": model: " + e.what());
   }
 }
 
@@ -169,7 +102,7 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
       continue;
     }
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const Where w{origin, number};
+    const TableCell w{origin, number};
     if (static_cast<int>(t.rows.size()) >= kMaxRows)
       w.fail("rows", "at most " + std::to_string(kMaxRows) + " rows", std::to_string(kMaxRows + 1));
     const std::vector<std::string> c = split_csv_line(line);
@@ -178,40 +111,40 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
     StepRow r;
     r.line = number;
     const StepPhase phases[] = {StepPhase::decode, StepPhase::prefill};
-    r.phase = cell_enum(w, "phase", c[0], phases);
+    r.phase = table_choice(w, "phase", c[0], phases);
     if (c[1].empty()) w.fail("model", "a shipped model config name or a model .yaml file", c[1]);
     r.model = c[1];
     if (c[2].empty()) w.fail("gpu", "a hardware profile name or file", c[2]);
     r.gpu = c[2];
-    r.gpus = static_cast<int>(cell_int(w, "gpus", c[3], 1, 4096, false));
-    r.devices_per_node = static_cast<int>(cell_int(w, "devices_per_node", c[4], 1, 1024, false));
-    r.ep = static_cast<int>(cell_int(w, "ep", c[5], 1, 4096, false));
-    r.attention_dp = static_cast<int>(cell_int(w, "attention_dp", c[6], 1, 4096, false));
-    r.tp = static_cast<int>(cell_int(w, "tp", c[7], 1, 256, false));
-    r.requests_per_gpu = cell_int(w, "requests_per_gpu", c[8], 1, 1 << 20, true);
-    r.tokens_per_gpu = cell_int(w, "tokens_per_gpu", c[9], 1, 1 << 22, true);
-    r.isl = cell_int(w, "isl", c[10], 1, 1 << 22, true);
-    r.osl = cell_int(w, "osl", c[11], 1, 1 << 22, true);
-    r.kv_len = cell_int(w, "kv_len", c[12], 1, 1 << 22, true);
-    r.mtp_draft = static_cast<int>(cell_int(w, "mtp_draft", c[13], 0, 16, true));
-    r.mtp_accept = cell_double(w, "mtp_accept", c[14], 0, 1, true);
+    r.gpus = static_cast<int>(w.integer("gpus", c[3], 1, 4096, false));
+    r.devices_per_node = static_cast<int>(w.integer("devices_per_node", c[4], 1, 1024, false));
+    r.ep = static_cast<int>(w.integer("ep", c[5], 1, 4096, false));
+    r.attention_dp = static_cast<int>(w.integer("attention_dp", c[6], 1, 4096, false));
+    r.tp = static_cast<int>(w.integer("tp", c[7], 1, 256, false));
+    r.requests_per_gpu = w.integer("requests_per_gpu", c[8], 1, 1 << 20, true);
+    r.tokens_per_gpu = w.integer("tokens_per_gpu", c[9], 1, 1 << 22, true);
+    r.isl = w.integer("isl", c[10], 1, 1 << 22, true);
+    r.osl = w.integer("osl", c[11], 1, 1 << 22, true);
+    r.kv_len = w.integer("kv_len", c[12], 1, 1 << 22, true);
+    r.mtp_draft = static_cast<int>(w.integer("mtp_draft", c[13], 0, 16, true));
+    r.mtp_accept = w.real("mtp_accept", c[14], 0, 1, true);
     const A2aOverlap overlaps[] = {A2aOverlap::none, A2aOverlap::two_batch};
-    r.overlap = c[15].empty() ? A2aOverlap::none : cell_enum(w, "overlap", c[15], overlaps);
+    r.overlap = c[15].empty() ? A2aOverlap::none : table_choice(w, "overlap", c[15], overlaps);
     const A2aKernel kernels[] = {A2aKernel::simple, A2aKernel::normal, A2aKernel::low_latency};
-    r.a2a_kernel = c[16].empty() ? A2aKernel::normal : cell_enum(w, "a2a_kernel", c[16], kernels);
+    r.a2a_kernel = c[16].empty() ? A2aKernel::normal : table_choice(w, "a2a_kernel", c[16], kernels);
     const A2aDtype dtypes[] = {A2aDtype::model, A2aDtype::fp8, A2aDtype::bf16, A2aDtype::fp16, A2aDtype::fp32};
     // NVFP4 copies (4 bits a value, an FP8 scale a block of 16): the all-to-all model has no 4-bit copy, so they
     // are costed as fp8 ones (twice the payload), and the row says so.
     r.dispatch_nvfp4 = c[17] == "nvfp4";
     r.dispatch_dtype = c[17].empty() ? A2aDtype::model
                        : r.dispatch_nvfp4 ? A2aDtype::fp8
-                                          : cell_enum(w, "dispatch_dtype (or nvfp4)", c[17], dtypes);
-    r.combine_dtype = c[18].empty() ? A2aDtype::model : cell_enum(w, "combine_dtype", c[18], dtypes);
+                                          : table_choice(w, "dispatch_dtype (or nvfp4)", c[17], dtypes);
+    r.combine_dtype = c[18].empty() ? A2aDtype::model : table_choice(w, "combine_dtype", c[18], dtypes);
     static const char* const kWeights[] = {"", "bf16", "fp16", "fp8", "int4", "mxfp4", "nvfp4"};
     if (std::find(std::begin(kWeights), std::end(kWeights), c[19]) == std::end(kWeights))
       w.fail("weight_dtype", "one of bf16, fp16, fp8, int4, mxfp4, nvfp4 (or empty: the model's)", c[19]);
     r.weight_dtype = c[19];
-    r.redundant_experts = static_cast<int>(cell_int(w, "redundant_experts", c[20], 0, 4096, true));
+    r.redundant_experts = static_cast<int>(w.integer("redundant_experts", c[20], 0, 4096, true));
     r.routing = c[21];
     if (r.routing != "balanced" && r.routing != "model") {
       double alpha = 0;
@@ -227,8 +160,8 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
       }();
       if (!ok) w.fail("routing", "balanced, model or power_law:ALPHA (ALPHA in (0, 10], not 1)", r.routing);
     }
-    r.quantity = cell_enum(w, "quantity", c[22], kQuantities);
-    r.measured = cell_double(w, "measured", c[23], 1e-9, 1e12, false);
+    r.quantity = table_choice(w, "quantity", c[22], kQuantities);
+    r.measured = w.real("measured", c[23], 1e-9, 1e12, false);
     if (r.quantity == StepQuantity::balancedness && r.measured > 1)
       w.fail("measured", "a balancedness from 0 to 1", c[23]);
     r.unit = c[24];
@@ -378,7 +311,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
 }
 
 ServingStepInput step_input(const StepRow& row, const std::string& origin) {
-  const Experiment e = row_experiment(origin, row.line, row.model);
+  const Experiment e = table_model(TableCell{origin, row.line}, row.model, kStepDir);
   std::string ref;
   return step_input_for(row, e, published_table_profile(origin, row.line, row.gpu, ref));
 }
@@ -491,6 +424,14 @@ ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const H
   return in;
 }
 
+ServingStep model_row(const ServingStepInput& in, const std::string& origin, int line) {
+  try {
+    return model_serving_step(in);
+  } catch (const ConfigError& e) {
+    throw InputError(origin + ":" + std::to_string(line) + ": " + e.what());
+  }
+}
+
 double step_quantity(const ServingStep& s, StepQuantity q) {
   switch (q) {
     case StepQuantity::layer_ms: return s.moe_layer.layer_s * 1e3;
@@ -513,6 +454,7 @@ namespace {
 // One configuration of the tables (the rows that share every column before quantity), routed once.
 struct Config {
   ServingStepInput input;
+  std::string origin;        // the table's
   std::vector<size_t> rows;  // indices into StepValidation::rows
   std::string approximation;
 };
@@ -543,7 +485,7 @@ double objective(const std::vector<Config>& configs, const std::vector<StepResul
     if (!any) continue;
     ServingStepInput in = c.input;
     in.figures = f;
-    const ServingStep s = model_serving_step(in);
+    const ServingStep s = model_row(in, c.origin, rows[c.rows.front()].row.line);
     for (size_t i : c.rows) {
       const StepRow& r = rows[i].row;
       const size_t t = static_cast<size_t>(std::find(tables.begin(), tables.end(), r.table) - tables.begin());
@@ -613,6 +555,7 @@ StepValidation validate_steps(const std::vector<StepTable>& tables) {
       if (it == by_key.end()) {
         Config c;
         c.input = step_input(r, t.origin);
+        c.origin = t.origin;
         if (r.weight_dtype == "nvfp4") c.approximation = "nvfp4 GEMMs costed in fp8";
         if (r.dispatch_nvfp4)
           c.approximation += std::string(c.approximation.empty() ? "" : "; ") + "nvfp4 dispatch costed as fp8 copies";
@@ -636,7 +579,7 @@ StepValidation validate_steps(const std::vector<StepTable>& tables) {
         const size_t t = static_cast<size_t>(std::find(v.tables.begin(), v.tables.end(), v.rows[i].row.table) -
                                              v.tables.begin());
         if (!only[t]) continue;
-        if (!s) s = model_serving_step(in);
+        if (!s) s = model_row(in, c.origin, v.rows[i].row.line);
         (held ? v.rows[i].held_out : v.rows[i].model) = step_quantity(*s, v.rows[i].row.quantity);
       }
     }

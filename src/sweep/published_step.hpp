@@ -115,6 +115,9 @@ int64_t step_tokens(const StepRow& row);
 // instead of routing again; null: routes.
 ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw,
                                 const StepRouting* routed = nullptr);
+// model_serving_step on a row's input; a configuration the model refuses (EPLB's divisibility, the heads over tp)
+// is an InputError naming the table's line.
+ServingStep model_row(const ServingStepInput& in, const std::string& origin, int line);
 // The row's quantity in a modeled step.
 double step_quantity(const ServingStep& s, StepQuantity q);
 

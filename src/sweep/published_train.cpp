@@ -1,5 +1,6 @@
 // Published training-step tables against the training step (see published_train.hpp).
 #include "src/sweep/published_train.hpp"
+#include "src/sweep/table_cells.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kTrainingDir = "data/training-step/";
-constexpr const char* kConfigDir = "configs/";
 constexpr int kRequiredColumns = 23;
 // The fit's coordinate search: sweeps over the figures, golden-section steps per figure (0.618^16: 5e-4 of a
 // figure's range).
@@ -64,32 +64,6 @@ E cell_enum(const Where& w, const char* column, const std::string& s, const E (&
     list += (list.empty() ? "" : ", ") + std::string(to_string(e));
   }
   w.fail(column, "one of " + list + (empty_as.empty() ? "" : " (empty: " + empty_as + ")"), s);
-}
-
-bool is_builtin(const std::string& origin) { return origin.rfind(kTrainingDir, 0) == 0; }
-
-// The model a row names: a shipped config, or (for a table on disk) a model YAML relative to the table.
-Experiment row_experiment(const Where& w, const std::string& cell) {
-  const auto& files = embedded_files();
-  const auto it = files.find(kConfigDir + cell + ".yaml");
-  if (it != files.end()) return load_experiment_text(it->second, it->first, {});
-  const fs::path path(cell);
-  const bool yaml = path.extension() == ".yaml" || path.extension() == ".yml";
-  std::string names;
-  for (const auto& [p, text] : files) {
-    if (p.rfind(kConfigDir, 0) != 0 || p.find('/', std::string(kConfigDir).size()) != std::string::npos) continue;
-    const std::string stem = fs::path(p).stem().string();
-    if (stem == "quickstart") continue;
-    names += (names.empty() ? "" : ", ") + stem;
-  }
-  if (!yaml || is_builtin(w.origin))
-    w.fail("model", "a shipped model config (" + names + ") or a model .yaml file relative to the table", cell);
-  const std::string resolved = path.is_absolute() ? cell : (fs::path(w.origin).parent_path() / path).string();
-  try {
-    return load_experiment_file(resolved, {});
-  } catch (const ConfigError& e) {
-    throw InputError(w.origin + ":" + std::to_string(w.line) + ": model: " + e.what());
-  }
 }
 
 }  // namespace
@@ -255,7 +229,7 @@ std::unique_ptr<TrainingSample> make_sample(const TrainingTable& table, int t, c
   std::string ref;
   s->hw = published_table_profile(table.origin, p.line, p.gpu, ref);
   if (p.devices_per_node > 0) s->hw.devices_per_node = p.devices_per_node;
-  Experiment e = row_experiment(w, p.model);
+  Experiment e = table_model(TableCell{w.origin, w.line}, p.model, kTrainingDir);
   e.train = p.train;
   e.router.capacity_factor = p.capacity_factor;
   e.router.layout = Layout::dropless;

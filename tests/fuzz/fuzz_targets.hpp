@@ -267,7 +267,7 @@ inline void fuzz_serving_step(const uint8_t* data, size_t size) {
       if (r.gpus > 16 || r.requests_per_gpu > 64 || r.tokens_per_gpu > 4096 || r.routing == "model" || modeled >= 2)
         continue;
       ++modeled;
-      const ServingStep s = model_serving_step(step_input(r, name));
+      const ServingStep s = model_row(step_input(r, name), name, r.line);
       if (!(s.step_s > 0) || !std::isfinite(s.step_s)) finding("a step time that is not positive and finite");
       const StepErosion& x = s.erosion;
       const double sum = x.attention_imbalance_s + x.skew_compute_s + x.skew_communication_s + x.overlap_s;

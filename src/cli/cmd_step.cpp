@@ -203,6 +203,10 @@ StepRow row_for(const Experiment& e, const HardwareProfile& hw, const StepOption
     row.isl = o.isl > 0 ? positive("--isl", o.isl, int64_t{1} << 22) : std::min(row.kv_len, row.tokens_per_gpu);
   }
   row.lengths = parse_request_lengths(o.lengths, "--lengths");
+  if (const std::string too_big = step_size_error(row); !too_big.empty())
+    throw InputError(std::string(row.phase == StepPhase::decode ? "--requests-per-gpu" : "--tokens-per-gpu") +
+                     ": expected " + too_big + " on placement.devices " + std::to_string(row.gpus) + ", got " +
+                     std::to_string(row.phase == StepPhase::decode ? row.requests_per_gpu : row.tokens_per_gpu));
   row.overlap = e.placement.overlap;
   row.a2a_kernel = e.placement.a2a_kernel;
   row.dispatch_dtype = e.placement.dispatch_dtype;

@@ -180,6 +180,9 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
       w.fail("tokens_per_gpu", "the prompt tokens a GPU runs (prefill rows)", c[9]);
     if (r.phase == StepPhase::prefill && r.isl <= 0 && r.requests_per_gpu <= 0)
       w.fail("isl", "the prompt length, or requests_per_gpu (prefill rows)", c[10]);
+    if (const std::string too_big = step_size_error(r); !too_big.empty())
+      w.fail(r.phase == StepPhase::decode ? "requests_per_gpu" : "tokens_per_gpu", too_big,
+             r.phase == StepPhase::decode ? c[8] : c[9]);
     if (r.attention_dp * r.tp != r.gpus)
       w.fail("attention_dp", "gpus / tp = " + std::to_string(r.gpus / std::max(1, r.tp)), c[6]);
     if (r.ep != r.gpus) w.fail("ep", "gpus (" + std::to_string(r.gpus) + "): every GPU an expert-parallel rank", c[5]);
@@ -313,7 +316,25 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
 ServingStepInput step_input(const StepRow& row, const std::string& origin) {
   const Experiment e = table_model(TableCell{origin, row.line}, row.model, kStepDir);
   std::string ref;
-  return step_input_for(row, e, published_table_profile(origin, row.line, row.gpu, ref));
+  const HardwareProfile hw = published_table_profile(origin, row.line, row.gpu, ref);
+  try {
+    return step_input_for(row, e, hw);
+  } catch (const ConfigError& x) {
+    throw InputError(origin + ":" + std::to_string(row.line) + ": " + x.what());
+  } catch (const InputError& x) {
+    throw InputError(origin + ":" + std::to_string(row.line) + ": " + x.what());
+  }
+}
+
+std::string step_size_error(const StepRow& row) {
+  const int64_t gpus = static_cast<int64_t>(row.tp) * row.attention_dp;
+  if (row.phase == StepPhase::decode && row.requests_per_gpu * gpus > kMaxStepSequences)
+    return "at most " + std::to_string(kMaxStepSequences) + " requests over the " + std::to_string(gpus) +
+           " GPUs (" + std::to_string(kMaxStepSequences / gpus) + " a GPU)";
+  if (row.phase == StepPhase::prefill && row.tokens_per_gpu * gpus > kMaxStepTokens)
+    return "at most " + std::to_string(kMaxStepTokens) + " prompt tokens over the " + std::to_string(gpus) +
+           " GPUs (" + std::to_string(kMaxStepTokens / gpus) + " a GPU)";
+  return "";
 }
 
 int64_t step_tokens(const StepRow& row) {
@@ -395,6 +416,10 @@ ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const H
         next = (r + 1) % ranks;
       }
       if (r < 0) break;
+      if (static_cast<int64_t>(in.sequences.size()) >= kMaxStepSequences)
+        throw InputError("--lengths (a table's lengths column): expected prompts of at least " + std::to_string(tokens / kMaxStepSequences + 1) +
+                         " tokens on average (at most " + std::to_string(kMaxStepSequences) +
+                         " prompts a step), got " + row.lengths.spec);
       StepSequence s;
       s.query_tokens = std::min(row.lengths.draw(isl, seed, q), left[static_cast<size_t>(r)]);
       s.context_tokens = cached + s.query_tokens;

@@ -109,6 +109,11 @@ struct StepRouting {
 // a load_profile workload's recorded layers or a trace workload's recorded batches (each a draw, scaled, planned
 // from its own record).
 StepRouting route_loads(const StepRow& row, const Experiment& e, int64_t tokens, bool with_plan);
+// The most sequences and prompt tokens one step models (every GPU's): a step of more is refused, not slowed to a crawl.
+constexpr int64_t kMaxStepSequences = int64_t{1} << 22;
+constexpr int64_t kMaxStepTokens = int64_t{1} << 28;
+// Why a row's step is too large to model ("" when it is not): decode requests or prefill tokens over every GPU.
+std::string step_size_error(const StepRow& row);
 // The tokens a row's step runs over every GPU.
 int64_t step_tokens(const StepRow& row);
 // `routed` (the same routing of the same experiment's router and workload, any size) is scaled to the row's tokens

@@ -110,7 +110,8 @@ TEST(StepCli, ATraceGivesEachRecordedBatchAsADraw) {
 }
 
 TEST(StepCli, BadOptionsExitTwoWithOneLine) {
-  for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill"}) {
+  for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill",
+                          " --requests-per-gpu 1048576", " --lengths uniform:9:3"}) {
     const CliResult r = run_cli(kDeepSeek + bad);
     EXPECT_EQ(r.exit_code, 2) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

@@ -274,6 +274,14 @@ bool read_bool(const YAML::Node& n, const std::string& path, const std::string& 
 std::string read_string(const YAML::Node& n, const std::string& path, const std::string& where) {
   if (n.IsNull()) return "";
   if (!n.IsScalar()) fail_expected(where, path, "a string", describe(n));
+  // A control character (a carriage return at the end of a file, say) would not survive moesim config's
+  // re-emission: YAML reads it back as a line break. No name, path or key of an experiment holds one.
+  for (unsigned char c : n.Scalar())
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "0x%02x", c);
+      fail_expected(where, path, "a string without control characters", std::string("one (byte ") + code + ")");
+    }
   return n.Scalar();
 }
 

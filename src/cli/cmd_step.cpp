@@ -125,7 +125,7 @@ std::string table_text(const Experiment& e, const StepRow& row, const ServingSte
     std::snprintf(line, sizeof line, "%-30s %12s %12s\n", name, ms(v.first).c_str(), ms(v.second).c_str());
     os << line;
   }
-  const int moe = e.model.moe_layers > 0 ? e.model.moe_layers : e.model.layers;
+  const int moe = moe_layer_count(e.model);
   os << "\nstep: " << ms(s.step_s) << " ms (" << moe << " MoE layers";
   if (e.model.layers > moe)
     os << ", " << e.model.layers - moe << " dense layers of " << ms(s.dense_layer_s) << " ms";
@@ -364,7 +364,7 @@ int cmd_step(int argc, char** argv) {
     std::vector<std::string> lines;
     std::istringstream in(table.substr(0, table.find("\n\n")));
     for (std::string l; std::getline(in, l);) lines.push_back(l);
-    const int moe = e.model.moe_layers > 0 ? e.model.moe_layers : e.model.layers;
+    const int moe = moe_layer_count(e.model);
     emit(opts, format_step_html("moesim step: " + e.model.name, lines, s, moe, e.model.layers - moe));
     return kExitOk;
   }

@@ -183,8 +183,8 @@ RunCost run_placed(const HardwareProfile& hw, const ExpertRoofline& rm, const Ex
   return r;
 }
 
-// `assignments` spread evenly over `experts` of the layer's experts (floor/ceil, the first ones one more), the
-// others idle: [num_experts]. experts == nullptr: over every expert (the `balanced` gating's loads, uncapped).
+}  // namespace
+
 std::vector<int64_t> even_loads(int num_experts, int64_t assignments, const std::vector<char>* experts) {
   std::vector<int64_t> out(num_experts, 0);
   int count = num_experts;
@@ -198,6 +198,8 @@ std::vector<int64_t> even_loads(int num_experts, int64_t assignments, const std:
   }
   return out;
 }
+
+namespace {
 
 // Dropless rows `loads` [num_experts], experts only (shared experts on their tokens): on one device, or on
 // `plan` (expert parallel) with the loads re-split over its replicas.

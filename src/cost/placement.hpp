@@ -101,6 +101,10 @@ struct LayerCostInput {
   static constexpr int kTilePhasePoints = 16;
 };
 
+// `assignments` spread evenly over the experts (floor/ceil, the first ones one more): [num_experts], the `balanced`
+// gating's loads, uncapped. experts (when given, [num_experts] of 0/1): over the marked experts only, the others idle.
+std::vector<int64_t> even_loads(int num_experts, int64_t assignments, const std::vector<char>* experts = nullptr);
+
 // Assignments a routing owed and did not deliver: max(dropped, top_k x tokens_unrouted). Token-choice
 // drops count every lost assignment (an unrouted token's k among them); expert choice drops nothing
 // it was asked for, but leaves tokens with no expert, each owed k.

@@ -30,7 +30,7 @@ RankAttention attention_over_ranks(const HardwareProfile& hw, const AttentionSha
                                    const std::vector<RankShare>& shares, bool decode) {
   MOESIM_REQUIRE(!shares.empty(), "attention_over_ranks needs at least one rank");
   RankAttention a;
-  double sum = 0, token_sum = 0, token_max = 0;
+  double sum = 0;
   for (const RankShare& s : shares) {
     CostBreakdown c;  // a rank without sequences runs no attention
     if (s.sequences > 0)
@@ -39,14 +39,21 @@ RankAttention attention_over_ranks(const HardwareProfile& hw, const AttentionSha
     a.rank_s.push_back(c.quantized_s);
     if (a.rank_s.size() == 1 || c.quantized_s > a.slowest.quantized_s) a.slowest = c;
     sum += c.quantized_s;
+  }
+  a.mean_s = sum / static_cast<double>(shares.size());
+  a.wait_s = a.slowest.quantized_s - a.mean_s;
+  a.balance_ratio = rank_balance_ratio(shares, decode);
+  return a;
+}
+
+double rank_balance_ratio(const std::vector<RankShare>& shares, bool decode) {
+  double token_sum = 0, token_max = 0;
+  for (const RankShare& s : shares) {
     const double tokens = static_cast<double>(decode ? s.context_tokens : s.query_tokens);
     token_sum += tokens;
     token_max = std::max(token_max, tokens);
   }
-  a.mean_s = sum / static_cast<double>(shares.size());
-  a.wait_s = a.slowest.quantized_s - a.mean_s;
-  a.balance_ratio = token_max > 0 ? token_sum / static_cast<double>(shares.size()) / token_max : 1.0;
-  return a;
+  return token_max > 0 ? token_sum / static_cast<double>(shares.size()) / token_max : 1.0;
 }
 
 }  // namespace moesim

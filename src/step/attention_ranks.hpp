@@ -46,6 +46,10 @@ struct RankAttention {
   // prefill); 1 = even.
   double balance_ratio = 1;
 };
+// TensorRT-LLM's balance ratio of the shares: mean over max KV tokens per rank in decode (query tokens in prefill);
+// 1 when every rank is empty.
+double rank_balance_ratio(const std::vector<RankShare>& shares, bool decode);
+
 RankAttention attention_over_ranks(const HardwareProfile& hw, const AttentionShape& shape,
                                    const std::vector<RankShare>& shares, bool decode);
 

@@ -205,14 +205,6 @@ class RankKernels {
   int64_t v_dim_ = 0;
 };
 
-// The balanced gating's loads: N k over E experts, floor or ceil, the first N k mod E one more.
-std::vector<int64_t> balanced_loads(int64_t tokens, int experts, int top_k) {
-  const int64_t a = tokens * top_k;
-  std::vector<int64_t> l(static_cast<size_t>(experts), a / experts);
-  for (int64_t e = 0; e < a % experts; ++e) ++l[static_cast<size_t>(e)];
-  return l;
-}
-
 // Each rank's share of a micro-batch of m: sequences split, the rank's tokens and positions divided.
 RankShare micro_share(const RankShare& s, int m) {
   if (m == 1) return s;
@@ -273,7 +265,7 @@ class StepModel {
     {
       LayerCostInput li = in_.moe;
       li.num_tokens = mb_tokens;
-      li.load = balanced_loads(mb_tokens, li.num_experts, li.top_k);
+      li.load = even_loads(li.num_experts, mb_tokens * li.top_k);
       li.placement_load.clear();
       li.shared_experts = 0;
       li.tile_phase_points = 1;
@@ -310,8 +302,7 @@ class StepModel {
       parts.other_s = mean_of(other);
       std::vector<double> experts(pre.size());
       for (int d = 0; d < devices_; ++d) {
-        experts[d] = slow * (lc.device_time_s.empty() ? lc.actual.quantized_s
-                                              : lc.device_time_s[static_cast<size_t>(d / std::max(1, in_.moe.placement.tensor_parallel)) % lc.device_time_s.size()]);
+        experts[d] = slow * device_experts_s(lc, d);
         s.post_s[d] = experts[d] + dense_post[d];
       }
       parts.experts_s = mean_of(experts);
@@ -321,8 +312,7 @@ class StepModel {
       add_scaled(r.even_attn, layer_breakdown(s, parts, ov), w);
       std::vector<double> bexperts(pre.size());
       for (int d = 0; d < devices_; ++d) {
-        bexperts[d] = slow * (bal.device_time_s.empty() ? bal.actual.quantized_s
-                                                : bal.device_time_s[static_cast<size_t>(d / std::max(1, in_.moe.placement.tensor_parallel)) % bal.device_time_s.size()]);
+        bexperts[d] = slow * device_experts_s(bal, d);
         s.post_s[d] = bexperts[d] + dense_post[d];
       }
       LayerParts bparts = parts;
@@ -335,9 +325,10 @@ class StepModel {
     return r;
   }
 
-  // One dense layer: each rank's attention, projections, other kernels and the dense MLP, the slowest rank's
-  // (no all-to-all; the ranks meet at the next MoE layer's dispatch). even: every rank at the mean.
-  double dense_layer(const std::vector<RankShare>& shares, bool even) const {
+  // One dense layer on each rank: its attention, projections, other kernels and the dense MLP (no all-to-all; the
+  // ranks meet at the next MoE layer's dispatch, so the layer takes the slowest rank's, or with balanced attention
+  // the mean).
+  std::vector<double> dense_layer(const std::vector<RankShare>& shares) const {
     std::vector<double> t;
     const int64_t ffn = in_.model.dense_ffn > 0 ? in_.model.dense_ffn : in_.model.ffn;
     for (const RankShare& s : shares) {
@@ -345,7 +336,7 @@ class StepModel {
       t.push_back(k_.core(s, in_.phase) + k_.projections(rows, in_.phase) + k_.other(rows) +
                   k_.mlp(rows, (ffn + in_.attention_tp - 1) / in_.attention_tp));
     }
-    return even ? mean_of(t) : max_of(t);
+    return t;
   }
 
   double head(const std::vector<RankShare>& shares) const {
@@ -353,6 +344,14 @@ class StepModel {
     for (const RankShare& s : shares)
       t = std::max(t, k_.head(in_.phase == StepPhase::decode ? s.query_tokens : s.sequences));
     return t;
+  }
+
+  // GPU d's experts in a modeled layer: its expert-parallel device's grouped kernels (a device is a group of
+  // placement.tensor_parallel GPUs), or the whole layer on one device.
+  double device_experts_s(const LayerCost& lc, int d) const {
+    if (lc.device_time_s.empty()) return lc.actual.quantized_s;
+    const int per_device = std::max(1, in_.moe.placement.tensor_parallel);
+    return lc.device_time_s[static_cast<size_t>(d / per_device) % lc.device_time_s.size()];
   }
 
   // Under two-batch overlap with kernels that stay resident on the SMs while they transfer (DeepEP's normal
@@ -409,30 +408,23 @@ ServingStep model_serving_step(const ServingStepInput& given) {
   }
   out.tokens_per_rank = tokens / std::max(1, in.attention_dp);
 
-  AttentionShape shape;  // the balance ratio and the wait, as attention_over_ranks defines them
-  shape.hidden = in.model.hidden;
-  shape.heads = in.model.heads;
-  shape.kv_heads = in.model.kv_heads;
-  shape.head_dim = in.model.head_dim;
-  shape.dtype = in.model.dtype;
-  out.attention = attention_over_ranks(in.hw, shape, shares, in.phase == StepPhase::decode);
-  {  // the wait in this model's attention core (MLA included)
-    std::vector<double> core;
-    for (const RankShare& s : shares) core.push_back(model.kernels().core(s, in.phase));
-    out.attention.rank_s = core;
-    out.attention.mean_s = mean_of(core);
-    out.attention.wait_s = max_of(core) - out.attention.mean_s;
-  }
+  // The attention cores over the ranks (MLA included): the slowest, the mean, the wait and the balance ratio.
+  for (const RankShare& s : shares) out.attention.rank_s.push_back(model.kernels().core(s, in.phase));
+  out.attention.slowest.ideal_s = out.attention.slowest.quantized_s = max_of(out.attention.rank_s);
+  out.attention.mean_s = mean_of(out.attention.rank_s);
+  out.attention.wait_s = out.attention.slowest.quantized_s - out.attention.mean_s;
+  out.attention.balance_ratio = rank_balance_ratio(shares, in.phase == StepPhase::decode);
 
   const MoeLayerResult moe = model.moe_layer(shares, tokens);
   out.moe_layer = moe.actual;
   out.balanced_layer = moe.balanced;
   out.balancedness = moe.balancedness;
-  out.dense_layer_s = model.dense_layer(shares, false);
+  const std::vector<double> dense_ranks = model.dense_layer(shares);
+  out.dense_layer_s = max_of(dense_ranks);
   out.head_s = model.head(shares);
 
   const int layers = in.model.layers;
-  const int moe_layers = in.model.moe_layers > 0 ? in.model.moe_layers : layers;
+  const int moe_layers = moe_layer_count(in.model);
   const int dense_layers = layers - moe_layers;
 
   out.tokens_per_request = in.phase == StepPhase::decode ? mtp_tokens_per_request(in.mtp_draft, in.mtp_accept) : 1;
@@ -453,7 +445,7 @@ ServingStep model_serving_step(const ServingStepInput& given) {
 
   const double fixed = out.head_s + out.mtp_s;
   out.step_s = moe_layers * out.moe_layer.layer_s + dense_layers * out.dense_layer_s + fixed;
-  const double dense_even = model.dense_layer(shares, true);
+  const double dense_even = mean_of(dense_ranks);
   StepErosion& x = out.erosion;
   x.actual_s = out.step_s;
   const double s1 = moe_layers * moe.even_attn.layer_s + dense_layers * dense_even + fixed;

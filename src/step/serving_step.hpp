@@ -134,7 +134,9 @@ struct ServingStep {
   double tpot_s = 0;               // step / tokens_per_request (decode)
   double output_tokens_per_s_per_gpu = 0, input_tokens_per_s_per_gpu = 0;
   double tokens_per_s_per_node = 0;   // output (decode) or input (prefill) tokens/s per GPU x devices_per_node
-  RankAttention attention;         // the MoE layers' attention over the ranks (balance ratio, wait)
+  // The attention cores over the ranks (this model's, MLA included): each rank's, the slowest (both columns), the
+  // mean, the wait and the balance ratio.
+  RankAttention attention;
   double balancedness = 1;         // mean / max routed assignments per device, the mean over the draws
   StepErosion erosion;
   int gpus = 1;

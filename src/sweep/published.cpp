@@ -5,6 +5,7 @@
 // aiconfigurator's collector routes `balanced`: one deterministic round-robin.
 // Host only. Covered by tests/sweep/published_test.cpp.
 #include "src/sweep/published.hpp"
+#include "src/sweep/table_cells.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -44,42 +45,20 @@ namespace fs = std::filesystem;
 constexpr uint64_t kStreamPublished = 0x7075626c;  // "publ": the routing draws of one point
 constexpr const char* kValidationDir = "data/validation/";
 
-struct Where {
-  const std::string& origin;
-  int line;
-  [[noreturn]] void fail(const char* column, const std::string& expected, const std::string& got) const {
-    throw InputError(origin + ":" + std::to_string(line) + ": " + column + ": expected " + expected + ", got '" +
-                     got + "'");
-  }
-};
 
-int64_t parse_positive(const Where& w, const char* column, const std::string& s, int64_t max) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size() || v < 1 || v > max)
-    w.fail(column, "an integer from 1 to " + std::to_string(max), s);
-  return v;
-}
-
-
-double parse_time_us(const Where& w, const std::string& s) {
+double parse_time_us(const TableCell& w, const std::string& s) {
   const double v = whole_number(s);
   if (!std::isfinite(v) || v <= 0 || v > 1e9) w.fail("measured_us", "a positive time in microseconds", s);
   return v;
 }
 
-KernelScope parse_scope(const Where& w, const std::string& s) {
+KernelScope parse_scope(const TableCell& w, const std::string& s) {
   for (KernelScope v : {KernelScope::layer, KernelScope::experts, KernelScope::up_gemm, KernelScope::down_gemm})
     if (s == to_string(v)) return v;
   w.fail("scope", "layer, experts, up_gemm or down_gemm", s);
 }
 
-ExpertFormat parse_dtype_cell(const Where& w, const std::string& s) {
+ExpertFormat parse_dtype_cell(const TableCell& w, const std::string& s) {
   for (Dtype d : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::int8})
     if (s == to_string(d)) return d;
   // Weight-only 4-bit kernels (vLLM's Marlin W4A16, the mxfp4 MoE) compute in bf16.
@@ -104,7 +83,7 @@ bool is_builtin_origin(const std::string& origin) { return origin.rfind(kValidat
 
 HardwareProfile published_table_profile(const std::string& origin, int line, const std::string& cell,
                                         std::string& profile_ref) {
-  const Where w{origin, line};
+  const TableCell w{origin, line};
   const auto names = builtin_hardware_names();
   HardwareRef ref;
   if (std::binary_search(names.begin(), names.end(), cell)) {
@@ -213,7 +192,7 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
   while (std::getline(in, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const Where w{origin, number};
+    const TableCell w{origin, number};
     if (number == 1) {
       if (line != kPublishedHeader && line != kPublishedHeaderEp && line != kPublishedHeaderGated &&
           line != kPublishedHeaderFitted)
@@ -236,12 +215,12 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
       w.fail("gpu", "'" + gpu + "' as on the table's first row (one GPU per table)", p.gpu);
     }
     p.format = parse_dtype_cell(w, f[1]);
-    p.experts = static_cast<int>(parse_positive(w, "experts", f[2], 65536));
-    p.n = parse_positive(w, "n", f[3], int64_t(1) << 20);
-    p.k = parse_positive(w, "k", f[4], int64_t(1) << 20);
-    p.top_k = static_cast<int>(parse_positive(w, "top_k", f[5], std::min(p.experts, kPublishedMaxTopK)));
-    p.tp = static_cast<int>(parse_positive(w, "tp", f[6], 1024));
-    p.batch = parse_positive(w, "batch", f[7], kPublishedMaxBatch);
+    p.experts = static_cast<int>(w.integer("experts", f[2], 1, 65536));
+    p.n = w.integer("n", f[3], 1, int64_t(1) << 20);
+    p.k = w.integer("k", f[4], 1, int64_t(1) << 20);
+    p.top_k = static_cast<int>(w.integer("top_k", f[5], 1, std::min(p.experts, kPublishedMaxTopK)));
+    p.tp = static_cast<int>(w.integer("tp", f[6], 1, 1024));
+    p.batch = w.integer("batch", f[7], 1, kPublishedMaxBatch);
     p.measured_s = parse_time_us(w, f[8]) * 1e-6;
     p.source = f[9];
     if (p.source.empty()) w.fail("source", "the measurement's source (owner/repo#PR)", "");
@@ -262,7 +241,7 @@ PublishedTable parse_published_csv(const std::string& text, const std::string& o
     }
     p.scope = parse_scope(w, f[15]);
     if (columns > 16) {
-      p.ep = static_cast<int>(parse_positive(w, "ep", f[16], p.experts));
+      p.ep = static_cast<int>(w.integer("ep", f[16], 1, p.experts));
       if (p.experts % p.ep != 0) w.fail("ep", "a divisor of experts (" + std::to_string(p.experts) + ")", f[16]);
     }
     if (columns > 17) {

@@ -232,8 +232,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
   out.tokens = tokens;
   out.routing = row.routing;
   if (row.routing == "balanced") {
-    std::vector<int64_t> l(static_cast<size_t>(E), tokens * k / E);
-    for (int64_t e = 0; e < tokens * k % E; ++e) ++l[static_cast<size_t>(e)];
+    const std::vector<int64_t> l = even_loads(E, tokens * k);
     out.loads = {l};
     out.plan_loads = {l};
     return out;

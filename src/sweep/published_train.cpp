@@ -31,32 +31,14 @@ constexpr int kRequiredColumns = 23;
 // figure's range).
 constexpr int kFitSweeps = 6, kFitSteps = 16;
 
-struct Where {
-  const std::string& origin;
-  int line;
-  [[noreturn]] void fail(const std::string& column, const std::string& expected, const std::string& got) const {
-    throw InputError(origin + ":" + std::to_string(line) + ": " + column + ": expected " + expected + ", got '" +
-                     got + "'");
-  }
-};
-
 // An integer cell from 1 to max; an empty cell is `empty` when that is > 0.
-int64_t cell_int(const Where& w, const char* column, const std::string& s, int64_t max, int64_t empty = 0) {
+int64_t cell_int(const TableCell& w, const char* column, const std::string& s, int64_t max, int64_t empty = 0) {
   if (s.empty() && empty > 0) return empty;
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size() || v < 1 || v > max)
-    w.fail(column, "an integer from 1 to " + std::to_string(max) + (empty > 0 ? " (or empty)" : ""), s);
-  return v;
+  return w.integer(column, s, 1, max, empty > 0);
 }
 
 template <class E, std::size_t N>
-E cell_enum(const Where& w, const char* column, const std::string& s, const E (&values)[N], const std::string& empty_as) {
+E cell_enum(const TableCell& w, const char* column, const std::string& s, const E (&values)[N], const std::string& empty_as) {
   const std::string v = s.empty() ? empty_as : s;
   std::string list;
   for (E e : values) {
@@ -104,7 +86,7 @@ TrainingTable parse_training_csv(const std::string& text, const std::string& ori
   while (std::getline(in, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const Where w{origin, number};
+    const TableCell w{origin, number};
     if (number == 1) {
       if (line.rfind(kTrainingHeader, 0) != 0 ||
           (line.size() > std::string(kTrainingHeader).size() && line[std::string(kTrainingHeader).size()] != ','))
@@ -222,14 +204,14 @@ namespace {
 using Routers = std::map<std::string, std::unique_ptr<TrainRouter>>;
 
 std::unique_ptr<TrainingSample> make_sample(const TrainingTable& table, int t, const TrainingPoint& p, Routers& routers) {
-  const Where w{table.origin, p.line};
+  const TableCell w{table.origin, p.line};
   auto s = std::make_unique<TrainingSample>();
   s->table = t;
   s->point = &p;
   std::string ref;
   s->hw = published_table_profile(table.origin, p.line, p.gpu, ref);
   if (p.devices_per_node > 0) s->hw.devices_per_node = p.devices_per_node;
-  Experiment e = table_model(TableCell{w.origin, w.line}, p.model, kTrainingDir);
+  Experiment e = table_model(w, p.model, kTrainingDir);
   e.train = p.train;
   e.router.capacity_factor = p.capacity_factor;
   e.router.layout = Layout::dropless;

@@ -43,6 +43,10 @@ json summary_json(const ErrorSummary& e) {
   return {{"median_abs_error", e.median_abs}, {"mean_error", e.mean}, {"worst_error", e.worst}, {"points", e.points}};
 }
 
+// A row marked fitted 0 whose scope is not the step's shows no error (TensorRT-LLM's iteration: only its
+// synchronization share is compared); balancedness rows, routing's figures, always do.
+bool compared(const StepResult& r) { return r.row.fitted || r.row.quantity == StepQuantity::balancedness; }
+
 std::string table_text(const StepValidation& v) {
   std::ostringstream os;
   os << "serving-step tables: one step modeled per configuration (src/step/serving_step); model: the shipped figures "
@@ -58,7 +62,8 @@ std::string table_text(const StepValidation& v) {
       std::snprintf(line, sizeof line, "%-7s %-12s %-11s %-30s %-9s %-28s %10s %10s %8s %10s %8s\n", to_string(r.row.phase),
                     r.row.model.c_str(), r.row.gpu.c_str(), setup_cell(r.row).c_str(), r.row.routing.c_str(),
                     to_string(r.row.quantity), text::real(r.row.measured).c_str(), text::real(r.model).c_str(),
-                    pct(r.error(false)).c_str(), text::real(r.held_out).c_str(), pct(r.error(true)).c_str());
+                    compared(r) ? pct(r.error(false)).c_str() : "-", text::real(r.held_out).c_str(),
+                    compared(r) ? pct(r.error(true)).c_str() : "-");
       os << line;
       if (!r.approximation.empty() && &r == &*std::find_if(v.rows.begin(), v.rows.end(), [&](const StepResult& x) {
             return x.row.table == t && !x.approximation.empty();
@@ -66,7 +71,8 @@ std::string table_text(const StepValidation& v) {
         os << "  (" << r.approximation << ")\n";
     }
   }
-  os << "\nserving-step error by quantity (median |error|, mean signed error; rows marked fitted 0 left out):\n";
+  os << "\nserving-step error by quantity (median |error|, mean signed error; rows marked fitted 0 left out, but for\n"
+        "  balancedness, which is routing's and no fitted figure moves):\n";
   for (const StepQuantitySummary& q : v.quantities) {
     char line[200];
     std::snprintf(line, sizeof line, "  %-28s %3d rows  model %5.1f%% (%+.1f%%)  held_out %5.1f%% (%+.1f%%)\n",
@@ -74,7 +80,7 @@ std::string table_text(const StepValidation& v) {
                   100 * q.held_out.median_abs, 100 * q.held_out.mean);
     os << line;
   }
-  os << "  every fitted row: " << v.model.points << " rows, median |error| model " << text::fixed(100 * v.model.median_abs, 1)
+  os << "  every fitted time and throughput: " << v.model.points << " rows, median |error| model " << text::fixed(100 * v.model.median_abs, 1)
      << "%, held_out " << text::fixed(100 * v.held_out.median_abs, 1) << "%\n";
   if (v.prefill_balance_ratio_measured > 0)
     os << "SGLang prefill, perfect balance over default routing (tokens/s): measured "

@@ -29,7 +29,10 @@ const char* const kStepHeader =
     "mtp_draft,mtp_accept,overlap,a2a_kernel,dispatch_dtype,combine_dtype,weight_dtype,redundant_experts,routing,"
     "quantity,measured,unit,source,notes";
 
+const char* const kBalancednessHeader = "ep,redundant_experts,metric,value,source,notes";
+
 bool is_step_table(const std::string& text) { return text.rfind("phase,model,", 0) == 0; }
+bool is_balancedness_table(const std::string& text) { return text.rfind("ep,redundant_experts,metric,", 0) == 0; }
 
 namespace {
 
@@ -41,6 +44,9 @@ constexpr int kMaxRows = 10000;
 // kStepDraws measured ones; at most kStepRoutedTokens tokens routed a batch, the loads scaled to the step's.
 constexpr int kStepWarmup = 4, kStepDraws = 2;
 constexpr int64_t kStepRoutedTokens = 65536;
+// A balancedness table's setting (data/serving-step/README.md): SGLang's figure routes 256 tokens a GPU, as
+// TensorRT-LLM's local batch of 256 a rank does; DeepSeek-V3 decode, its KV length immaterial to the routing.
+constexpr int64_t kBalancednessTokensPerGpu = 256, kBalancednessKvLen = 2000;
 // A trace's recorded batches taken as draws, at most.
 constexpr size_t kStepTraceDraws = 64;
 
@@ -208,15 +214,74 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
   return t;
 }
 
+StepTable parse_balancedness_csv(const std::string& text, const std::string& origin) {
+  StepTable t;
+  t.origin = origin;
+  t.name = fs::path(origin).stem().string();
+  std::istringstream in(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (number == 1) {
+      if (line.rfind(kBalancednessHeader, 0) != 0 || (line.size() > std::string(kBalancednessHeader).size() &&
+                                                       line[std::string(kBalancednessHeader).size()] != ','))
+        throw InputError(origin + ":1: header: expected '" + std::string(kBalancednessHeader) +
+                         "' (more columns only after notes), got '" + line.substr(0, 200) + "'");
+      continue;
+    }
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const TableCell w{origin, number};
+    if (static_cast<int>(t.rows.size()) >= kMaxRows)
+      w.fail("rows", "at most " + std::to_string(kMaxRows) + " rows", std::to_string(kMaxRows + 1));
+    const std::vector<std::string> c = split_csv_line(line);
+    if (c.size() < 6) w.fail("columns", "at least 6 cells", std::to_string(c.size()));
+    StepRow r;
+    r.line = number;
+    r.phase = StepPhase::decode;
+    r.model = "deepseek-v3";
+    r.gpu = "h100-sxm";
+    r.ep = r.gpus = r.attention_dp = static_cast<int>(w.integer("ep", c[0], 1, 1024, false));
+    r.redundant_experts = static_cast<int>(w.integer("redundant_experts", c[1], 0, 4096, false));
+    r.requests_per_gpu = kBalancednessTokensPerGpu;
+    r.kv_len = kBalancednessKvLen;
+    r.a2a_kernel = A2aKernel::low_latency;
+    r.routing = "model";
+    r.quantity = StepQuantity::balancedness;
+    if (c[2] == "gpu_balancedness") {
+      r.measured = w.real("value", c[3], 1e-6, 1, false);
+    } else if (c[2] == "rank_imbalance_max_minus_mean_over_mean") {
+      // (max - mean) / mean tokens per rank is 1 / balancedness - 1.
+      r.measured = 1.0 / (1.0 + w.real("value", c[3], 0, 1e6, false));
+    } else {
+      w.fail("metric", "gpu_balancedness or rank_imbalance_max_minus_mean_over_mean", c[2]);
+    }
+    r.source = c[4];
+    r.notes = c[5];
+    r.fitted = false;
+    r.table = r.source + " / balancedness";
+    t.rows.push_back(std::move(r));
+  }
+  if (number == 0)
+    throw InputError(origin + ":1: header: expected '" + std::string(kBalancednessHeader) + "', got an empty file");
+  return t;
+}
+
+StepTable parse_step_table(const std::string& text, const std::string& origin) {
+  return is_balancedness_table(text) ? parse_balancedness_csv(text, origin) : parse_step_csv(text, origin);
+}
+
 std::vector<StepTable> load_step_tables(const std::string& spec) {
   std::vector<StepTable> tables;
+  auto ours = [](const std::string& text) { return is_step_table(text) || is_balancedness_table(text); };
   if (spec == "all") {
     for (const auto& [path, text] : embedded_files())
-      if (path.rfind(kStepDir, 0) == 0 && fs::path(path).extension() == ".csv" && is_step_table(text))
-        tables.push_back(parse_step_csv(text, path));
+      if (path.rfind(kStepDir, 0) == 0 && fs::path(path).extension() == ".csv" && ours(text))
+        tables.push_back(parse_step_table(text, path));
   } else {
     for (const PublishedFile& f : published_files(spec))
-      if (is_step_table(f.text)) tables.push_back(parse_step_csv(f.text, f.origin));
+      if (ours(f.text)) tables.push_back(parse_step_table(f.text, f.origin));
   }
   std::sort(tables.begin(), tables.end(), [](const StepTable& a, const StepTable& b) { return a.name < b.name; });
   return tables;
@@ -493,6 +558,12 @@ std::string config_key(const StepRow& r) {
   return k.str();
 }
 
+// Whether a row's error moves with the figures: a fitted row of a time or a throughput (balancedness is routing's).
+bool fit_row(const StepRow& r) { return r.fitted && r.quantity != StepQuantity::balancedness; }
+bool moves_figures(const Config& c, const std::vector<StepResult>& rows) {
+  return std::any_of(c.rows.begin(), c.rows.end(), [&](size_t i) { return fit_row(rows[i].row); });
+}
+
 // The fit's objective: the squared log error of every row the figures move, each table weighted equally
 // (1 / its rows), over the tables `use` says.
 double objective(const std::vector<Config>& configs, const std::vector<StepResult>& rows,
@@ -506,14 +577,14 @@ double objective(const std::vector<Config>& configs, const std::vector<StepResul
       const size_t t = static_cast<size_t>(std::find(tables.begin(), tables.end(), rows[i].row.table) - tables.begin());
       any = any || use[t];
     }
-    if (!any) continue;
+    if (!any || !moves_figures(c, rows)) continue;
     ServingStepInput in = c.input;
     in.figures = f;
     const ServingStep s = model_row(in, c.origin, rows[c.rows.front()].row.line);
     for (size_t i : c.rows) {
       const StepRow& r = rows[i].row;
       const size_t t = static_cast<size_t>(std::find(tables.begin(), tables.end(), r.table) - tables.begin());
-      if (!use[t] || !r.fitted || r.quantity == StepQuantity::balancedness) continue;
+      if (!use[t] || !fit_row(r)) continue;
       const double v = step_quantity(s, r.quantity);
       const double e = std::log(std::max(v, 1e-12) / r.measured);
       sum += e * e / count[r.table];
@@ -614,7 +685,10 @@ StepValidation validate_steps(const std::vector<StepTable>& tables) {
     std::vector<bool> use(v.tables.size(), true), only(v.tables.size(), false);
     use[t] = false;
     only[t] = true;
-    const StepFigures f = v.tables.size() > 1 ? fit_figures(configs, v.rows, v.tables, use) : v.fit;
+    // A table none of whose rows the fit uses (balancedness, rows marked fitted 0) leaves the fit as it is.
+    const bool fitted = std::any_of(v.rows.begin(), v.rows.end(),
+                                    [&](const StepResult& r) { return r.row.table == v.tables[t] && fit_row(r.row); });
+    const StepFigures f = v.tables.size() > 1 && fitted ? fit_figures(configs, v.rows, v.tables, use) : v.refit;
     v.held_out_fits.push_back(f);
     predict(f, true, only);
   }
@@ -622,13 +696,15 @@ StepValidation validate_steps(const std::vector<StepTable>& tables) {
   for (StepQuantity q : kQuantities) {
     std::vector<double> m, h;
     for (const StepResult& r : v.rows)
-      if (r.row.quantity == q && r.row.fitted) {
+      if (r.row.quantity == q && (r.row.fitted || q == StepQuantity::balancedness)) {
         m.push_back(r.error(false));
         h.push_back(r.error(true));
       }
     if (m.empty()) continue;
-    all_m.insert(all_m.end(), m.begin(), m.end());
-    all_h.insert(all_h.end(), h.begin(), h.end());
+    if (q != StepQuantity::balancedness) {
+      all_m.insert(all_m.end(), m.begin(), m.end());
+      all_h.insert(all_h.end(), h.begin(), h.end());
+    }
     v.quantities.push_back({q, summarize_errors(m), summarize_errors(h)});
   }
   v.model = summarize_errors(all_m);

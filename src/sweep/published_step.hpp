@@ -19,6 +19,7 @@ namespace moesim {
 
 // The columns of a step table, in order; more columns may follow notes.
 extern const char* const kStepHeader;
+extern const char* const kBalancednessHeader;
 bool is_step_table(const std::string& text);
 
 enum class StepQuantity {
@@ -61,6 +62,13 @@ struct StepTable {
 
 // Parses one step CSV. Errors: InputError "ORIGIN:LINE: COLUMN: expected WHAT, got 'VALUE'".
 StepTable parse_step_csv(const std::string& text, const std::string& origin);
+// Parses a balancedness table (data/serving-step/deepseek-v3-balancedness.csv: ep, redundant_experts, metric,
+// value, source, notes) as balancedness rows of DeepSeek-V3 decode at 256 tokens a GPU with the config's routing:
+// gpu_balancedness is mean / max tokens per GPU; rank_imbalance_max_minus_mean_over_mean, x, is read as 1 / (1 + x).
+StepTable parse_balancedness_csv(const std::string& text, const std::string& origin);
+// Either reader, by the file's header.
+StepTable parse_step_table(const std::string& text, const std::string& origin);
+bool is_balancedness_table(const std::string& text);
 // The step tables among `spec`'s files ("all": the built-in ones; a folder; one CSV), sorted by name.
 std::vector<StepTable> load_step_tables(const std::string& spec);
 

@@ -261,7 +261,7 @@ inline void fuzz_serving_step(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   const std::string name = "fuzz.csv";
   guarded(name, [&] {
-    const StepTable table = parse_step_csv(text, name);
+    const StepTable table = parse_step_table(text, name);
     int modeled = 0;
     for (const StepRow& r : table.rows) {
       if (r.gpus > 16 || r.requests_per_gpu > 64 || r.tokens_per_gpu > 4096 || r.routing == "model" || modeled >= 2)

@@ -61,12 +61,48 @@ TEST(PublishedStep, BadCellsNameTheLineAndColumn) {
                "t.csv:2: routing");
 }
 
+TEST(PublishedStep, ReadsTheBalancednessTable) {
+  const std::string h = std::string(kBalancednessHeader) + "\n";
+  const StepTable t = parse_balancedness_csv(
+      h + "16,0,gpu_balancedness,0.613,blog,n\n32,32,rank_imbalance_max_minus_mean_over_mean,0.25,other,n\n", "b.csv");
+  ASSERT_EQ(t.rows.size(), 2u);
+  const StepRow& a = t.rows[0];
+  EXPECT_EQ(a.quantity, StepQuantity::balancedness);
+  EXPECT_EQ(a.ep, 16);
+  EXPECT_EQ(a.gpus, 16);
+  EXPECT_EQ(a.attention_dp, 16);
+  EXPECT_EQ(a.requests_per_gpu, 256);
+  EXPECT_EQ(a.routing, "model");
+  EXPECT_FALSE(a.fitted);
+  EXPECT_DOUBLE_EQ(a.measured, 0.613);
+  // (max - mean) / mean = 0.25 is mean / max = 1 / 1.25.
+  EXPECT_DOUBLE_EQ(t.rows[1].measured, 0.8);
+  EXPECT_EQ(t.rows[1].redundant_experts, 32);
+  EXPECT_NE(t.rows[0].table, t.rows[1].table);
+  // parse_step_table tells the two formats apart by their header.
+  EXPECT_EQ(parse_step_table(h + "8,0,gpu_balancedness,0.7,s,n\n", "b.csv").rows.size(), 1u);
+  for (const auto& [text, needle] :
+       std::vector<std::pair<std::string, std::string>>{{h + "8,0,skew,0.7,s,n\n", "b.csv:2: metric"},
+                                                        {h + "8,0,gpu_balancedness,1.5,s,n\n", "b.csv:2: value"},
+                                                        {h + "0,0,gpu_balancedness,0.5,s,n\n", "b.csv:2: ep"},
+                                                        {h + "8,0,gpu_balancedness\n", "b.csv:2: columns"},
+                                                        {"ep,metric\n", "b.csv:1: header"}}) {
+    try {
+      parse_balancedness_csv(text, "b.csv");
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(PublishedStep, ShippedTablesAndTheirFit) {
   const std::vector<StepTable> tables = load_step_tables("all");
-  ASSERT_EQ(tables.size(), 1u);
-  EXPECT_EQ(tables[0].rows.size(), 47u);
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_EQ(tables[0].rows.size(), 10u);  // deepseek-v3-balancedness.csv
+  EXPECT_EQ(tables[1].rows.size(), 47u);  // step-measurements.csv
   const StepValidation v = validate_steps(tables);
-  EXPECT_EQ(v.tables.size(), 5u);
+  EXPECT_EQ(v.tables.size(), 8u);
   for (const StepResult& r : v.rows) {
     EXPECT_TRUE(std::isfinite(r.model) && r.model > 0) << to_string(r.row.quantity) << " line " << r.row.line;
     EXPECT_TRUE(std::isfinite(r.held_out) && r.held_out > 0) << to_string(r.row.quantity) << " line " << r.row.line;
@@ -93,9 +129,16 @@ TEST(PublishedStep, ValidateReportsTheServingStepSection) {
   EXPECT_TRUE(j["serving_step"].contains("prefill_balance_ratio"));
 }
 
+TEST(PublishedStep, ValidateReadsTheStepFolder) {
+  // The folder holds both formats; neither is mistaken for a kernel table.
+  const CliResult r = run_cli(std::string("validate --published ") + MOESIM_SOURCE_DIR + "/data/serving-step --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["serving_step"]["rows"].size(), 57u);
+}
+
 TEST(PublishedStep, ServingDocQuotesTheSummary) {
-  const CliResult r = run_cli(std::string("validate --published ") + MOESIM_SOURCE_DIR +
-                              "/data/serving-step/step-measurements.csv");
+  const CliResult r = run_cli(std::string("validate --published ") + MOESIM_SOURCE_DIR + "/data/serving-step");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string doc = testing::read_text(std::string(MOESIM_SOURCE_DIR) + "/docs/serving.md");
   const std::size_t from = r.out.find("serving-step error by quantity");

@@ -7,7 +7,7 @@
 #   MOESIM_STAGE_<name>_DEPS     stages it may include and link (the arrows)
 #   MOESIM_STAGE_<name>_HEADERS  single headers of a later stage it may include: plain data or declarations
 #                                whose own closure stays inside the stage's arrows
-set(MOESIM_STAGES common config router workload kernels cost step decoder train pipeline report distributed cli)
+set(MOESIM_STAGES common config router workload kernels cost step serve decoder train pipeline report distributed cli)
 
 set(MOESIM_STAGE_common_DIRS src/common)
 set(MOESIM_STAGE_common_DEPS "")
@@ -24,6 +24,9 @@ set(MOESIM_STAGE_cost_DEPS common config)
 # The serving step as ranks run it (attention over data-parallel ranks), above the cost model.
 set(MOESIM_STAGE_step_DIRS src/step)
 set(MOESIM_STAGE_step_DEPS common config cost)
+# Serving over time (docs/serve.md): a request stream scheduled onto the ranks, each step costed by the step model.
+set(MOESIM_STAGE_serve_DIRS src/serve)
+set(MOESIM_STAGE_serve_DEPS common config cost step)
 set(MOESIM_STAGE_decoder_DIRS src/decoder)
 set(MOESIM_STAGE_decoder_DEPS common config router workload kernels)
 # The training step (docs/training.md): above the cost model's kernels and all-to-all, routing its own micro-batches.
@@ -32,12 +35,12 @@ set(MOESIM_STAGE_train_DEPS common config router workload cost)
 set(MOESIM_STAGE_pipeline_DIRS src/pipeline src/sweep)
 set(MOESIM_STAGE_pipeline_DEPS common config router workload kernels cost step decoder train)
 set(MOESIM_STAGE_report_DIRS src/report)
-set(MOESIM_STAGE_report_DEPS common config router cost step)
+set(MOESIM_STAGE_report_DEPS common config router cost step serve)
 set(MOESIM_STAGE_report_HEADERS src/pipeline/results.hpp src/pipeline/run_experiment.hpp src/decoder/decoder_shape.hpp
     src/sweep/run_sweep.hpp src/sweep/sweep.hpp src/sweep/validate.hpp src/sweep/knee.hpp
     src/sweep/published.hpp src/sweep/published_comm.hpp src/train/train_input.hpp src/train/train_routing.hpp
     src/train/train_step.hpp src/sweep/published_train.hpp src/sweep/published_step.hpp)
 set(MOESIM_STAGE_distributed_DIRS src/distributed)
-set(MOESIM_STAGE_distributed_DEPS common config router workload kernels cost step decoder train pipeline report)
+set(MOESIM_STAGE_distributed_DEPS common config router workload kernels cost step serve decoder train pipeline report)
 set(MOESIM_STAGE_cli_DIRS src/cli)
-set(MOESIM_STAGE_cli_DEPS common config router workload kernels cost step decoder train pipeline report distributed)
+set(MOESIM_STAGE_cli_DEPS common config router workload kernels cost step serve decoder train pipeline report distributed)

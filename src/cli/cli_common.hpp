@@ -178,5 +178,6 @@ int cmd_import(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_step(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace moesim::cli

@@ -16,6 +16,8 @@ constexpr uint64_t kStreamNoise = 1;        // noisy_top_k: index = token * num_
 constexpr uint64_t kStreamRandomGate = 2;   // random gating: index = token * 2 * top_k + draw
 constexpr uint64_t kStreamRandomDrop = 3;   // drop_policy random: index = assignment
 constexpr uint64_t kStreamRequestLength = 4;  // a serving step's request lengths: index = request
+constexpr uint64_t kStreamRequestArrival = 5;  // a request stream's Poisson arrival gaps: index = request
+constexpr uint64_t kStreamRequestOutput = 6;   // a request stream's output lengths (seeds their draws): index 0
 constexpr uint64_t kStreamHashBase = 16;    // hash gating: stream = kStreamHashBase + slot, index = token id
 // Hash gating is a fixed function of the token id (Hash Layers): it uses this key, never the request seed.
 constexpr uint64_t kHashGatingKey = 0x6d6f6573696d4831ull;

@@ -382,7 +382,12 @@ ServingStep model_serving_step(const ServingStepInput& given) {
   ServingStep out;
   out.gpus = model.devices();
   std::vector<RankShare> shares;
-  if (in.sequence_rank.empty()) {
+  if (!in.shares.empty()) {
+    if (static_cast<int>(in.shares.size()) != in.attention_dp)
+      throw ConfigError("shares: expected one share per attention rank (" + std::to_string(in.attention_dp) + "), got " +
+                        std::to_string(in.shares.size()));
+    shares = in.shares;
+  } else if (in.sequence_rank.empty()) {
     shares = spread_requests(in.sequences, in.attention_dp, in.request_balance);
   } else {
     if (in.sequence_rank.size() != in.sequences.size())

@@ -114,6 +114,9 @@ struct ServingStepInput {
   // Each sequence's rank when the caller placed them (prefill filling each rank's token budget); empty: spread by
   // request_balance.
   std::vector<int> sequence_rank;
+  // The ranks' shares as given (a share per attention rank; moesim serve's balanced-attention counterfactual gives
+  // every rank the mean); when not empty, sequences and sequence_rank are not read.
+  std::vector<RankShare> shares;
   int mtp_draft = 0;        // draft tokens a request verifies each step
   double mtp_accept = 0;    // the chance each draft token is accepted, given the ones before it were
   int devices_per_node = 8; // GPUs a node (tokens/s per node)

@@ -31,6 +31,7 @@
 #include "src/sweep/published_train.hpp"
 #include "src/sweep/published_comm.hpp"
 #include "src/sweep/published_step.hpp"
+#include "src/serve/request_stream.hpp"
 #include "src/step/request_lengths.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
@@ -46,7 +47,8 @@ inline const std::vector<std::string>& target_names() {
   static const std::vector<std::string> names = {"config", "npy",       "csv",      "baseline",
                                                  "trace",  "load_profile", "published", "hf_config",
                                                  "megatron_npz", "megatron_router_trace", "published_comm",
-                                                 "training", "serving_step", "request_lengths"};
+                                                 "training", "serving_step", "request_lengths",
+                                                 "request_stream"};
   return names;
 }
 
@@ -290,6 +292,25 @@ inline void fuzz_request_lengths(const uint8_t* data, size_t size) {
   });
 }
 
+// ---- request files: a serving run's requests (src/serve/request_stream.hpp) --------------------------------------
+// A file parses or names its line; the requests are at least one and at most kMaxStreamRequests, numbered 0..n-1 in
+// arrival order, every arrival finite and >= 0, every length in [1, kMaxRequestLength].
+inline void fuzz_request_stream(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] {
+    const std::vector<Request> r = parse_request_file(text, name);
+    if (r.empty() || static_cast<int64_t>(r.size()) > kMaxStreamRequests) finding("a request count out of range");
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (r[i].id != static_cast<int64_t>(i)) finding("requests not numbered 0..n-1");
+      if (!std::isfinite(r[i].arrival_s) || r[i].arrival_s < 0) finding("an arrival not finite or negative");
+      if (i > 0 && r[i].arrival_s < r[i - 1].arrival_s) finding("requests not sorted by arrival");
+      for (int64_t v : {r[i].prompt_tokens, r[i].output_tokens})
+        if (v < 1 || v > kMaxRequestLength) finding("a request length out of range accepted");
+    }
+  });
+}
+
 // ---- published kernel tables: moesim validate --published (data/validation/*.csv) --------------------
 // A table parses or names its line; up to 8 of its points small enough to draw quickly (batch x top_k <=
 // 4096) are modeled, and every modeled time must be positive and finite.
@@ -513,6 +534,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "training") return fuzz_training(data, size);
   if (target == "serving_step") return fuzz_serving_step(data, size);
   if (target == "request_lengths") return fuzz_request_lengths(data, size);
+  if (target == "request_stream") return fuzz_request_stream(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
   if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
   if (target == "megatron_router_trace") return fuzz_megatron_router_trace(data, size);

@@ -1,0 +1,275 @@
+// The engine-like scheduler (see scheduler.hpp).
+#include "src/serve/scheduler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+
+#include "src/common/error.hpp"
+
+namespace moesim {
+namespace {
+
+// A request while it is in the system.
+struct Live {
+  int64_t cached = 0;        // KV tokens in its rank's cache
+  int64_t target = 0;        // tokens its (re)prefill must cache: the prompt, plus the output so far after a preemption
+  int64_t generated = 0;     // output tokens produced
+};
+
+struct Rank {
+  std::deque<size_t> queue;    // waiting, in order (a preempted request at the front)
+  std::vector<size_t> active;  // admitted, in admission order
+  int64_t reserved = 0;        // KV tokens held or promised: decoding caches and admitted prompts in full
+};
+
+class Scheduler {
+ public:
+  Scheduler(const std::vector<Request>& requests, const SchedulerLimits& limits, const StepCoster& cost)
+      : req_(requests), lim_(limits), cost_(cost), live_(requests.size()), ranks_(static_cast<size_t>(limits.ranks)) {
+    out_.requests.resize(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      RequestTiming& t = out_.requests[i];
+      t.arrival_s = requests[i].arrival_s;
+      t.prompt_tokens = requests[i].prompt_tokens;
+      t.output_tokens = requests[i].output_tokens;
+    }
+  }
+
+  Schedule run() {
+    double now = req_.empty() ? 0.0 : req_.front().arrival_s;
+    if (lim_.concurrency > 0) {
+      now = 0;
+      released_ = std::min(req_.size(), static_cast<size_t>(lim_.concurrency));
+      for (RequestTiming& t : out_.requests) t.arrival_s = 0;
+    } else {
+      released_ = req_.size();
+    }
+    size_t next = 0, finished = 0;
+    while (finished < req_.size()) {
+      while (next < released_ && out_.requests[next].arrival_s <= now) assign(next++);
+      StepBatch batch;
+      ServeStepRecord rec;
+      std::vector<std::vector<size_t>> chunked(ranks_.size());
+      std::vector<std::vector<int64_t>> chunk(ranks_.size());
+      for (size_t r = 0; r < ranks_.size(); ++r) plan_rank(r, batch, rec, chunked[r], chunk[r]);
+      if (batch.sequences.empty()) {
+        if (next >= released_) throw ConfigError("scheduler: requests left that no rank can run");
+        now = std::max(now, out_.requests[next].arrival_s);
+        continue;
+      }
+      batch.prefill = rec.prefill_tokens > 0;
+      rec.start_s = now;
+      rec.time_s = cost_(batch);
+      if (!(rec.time_s > 0) || !std::isfinite(rec.time_s))
+        throw ConfigError("scheduler: expected a positive step time from the cost model, got " +
+                          std::to_string(rec.time_s));
+      rec.balance_ratio = balance_ratio(batch);
+      now += rec.time_s;
+      for (size_t r = 0; r < ranks_.size(); ++r) finished += advance(r, chunked[r], chunk[r], now);
+      double use = 0;
+      for (const Rank& k : ranks_) {
+        int64_t cached = 0;
+        for (size_t i : k.active) cached += live_[i].cached;
+        use = std::max(use, static_cast<double>(cached) / static_cast<double>(lim_.kv_capacity_tokens));
+      }
+      rec.kv_use = use;
+      out_.steps.push_back(rec);
+    }
+    out_.end_s = now;
+    return out_;
+  }
+
+ private:
+  // The rank an arriving request goes to: round robin, or the fewest KV tokens held, promised and queued.
+  void assign(size_t i) {
+    size_t r = 0;
+    if (lim_.balance == RequestBalance::round_robin) {
+      r = static_cast<size_t>(round_robin_++ % ranks_.size());
+    } else {
+      int64_t best = std::numeric_limits<int64_t>::max();
+      for (size_t k = 0; k < ranks_.size(); ++k) {
+        int64_t load = ranks_[k].reserved;
+        for (size_t q : ranks_[k].queue) load += req_[q].prompt_tokens;
+        if (load < best) best = load, r = k;
+      }
+    }
+    out_.requests[i].rank = static_cast<int>(r);
+    live_[i].target = req_[i].prompt_tokens;
+    ranks_[r].queue.push_back(i);
+  }
+
+  // Preempts the latest-admitted requests until the decoding requests' next tokens fit; then picks the prefill
+  // chunks. Appends the rank's sequences to the batch.
+  void plan_rank(size_t r, StepBatch& batch, ServeStepRecord& rec, std::vector<size_t>& chunked, std::vector<int64_t>& chunk) {
+    Rank& k = ranks_[r];
+    auto decoding = [&] {
+      int64_t n = 0;
+      for (size_t i : k.active) n += live_[i].cached >= live_[i].target ? 1 : 0;
+      return n;
+    };
+    bool preempted = false;
+    while (!k.active.empty() && k.reserved + decoding() > lim_.kv_capacity_tokens) {
+      preempt(k);
+      preempted = true;
+    }
+    int64_t budget = lim_.max_num_tokens;
+    for (size_t i : k.active) {
+      const Live& l = live_[i];
+      if (l.cached < l.target) continue;
+      StepSequence s;
+      s.context_tokens = l.cached + 1;
+      s.query_tokens = 1;
+      s.attended_positions = s.context_tokens;
+      batch.sequences.push_back(s);
+      batch.rank.push_back(static_cast<int>(r));
+      ++rec.decode_requests;
+      ++rec.decode_tokens;
+      --budget;
+    }
+    auto add_chunk = [&](size_t i) {
+      const Live& l = live_[i];
+      const int64_t c = std::min(budget, l.target - l.cached);
+      StepSequence s;
+      s.query_tokens = c;
+      s.context_tokens = l.cached + c;
+      s.attended_positions = c * l.cached + c * (c + 1) / 2;
+      batch.sequences.push_back(s);
+      batch.rank.push_back(static_cast<int>(r));
+      rec.prefill_tokens += c;
+      budget -= c;
+      chunked.push_back(i);
+      chunk.push_back(c);
+    };
+    for (size_t i : k.active)
+      if (budget > 0 && live_[i].cached < live_[i].target) add_chunk(i);
+    // No admission on a step that had to preempt: the freed cache is for the requests still decoding.
+    while (!preempted && budget > 0 && !k.queue.empty() && static_cast<int64_t>(k.active.size()) < lim_.max_batch) {
+      const size_t i = k.queue.front();
+      if (k.reserved + live_[i].target > lim_.kv_capacity_tokens) break;
+      k.queue.pop_front();
+      k.active.push_back(i);
+      k.reserved += live_[i].target;
+      add_chunk(i);
+    }
+  }
+
+  void preempt(Rank& k) {
+    const size_t i = k.active.back();
+    k.active.pop_back();
+    Live& l = live_[i];
+    // Decoding, it reserved its cache; prefilling, its whole target.
+    k.reserved -= std::max(l.cached, l.target);
+    l.cached = 0;
+    l.target = req_[i].prompt_tokens + l.generated;
+    k.queue.push_front(i);
+    ++out_.requests[i].preemptions;
+    ++out_.preemptions;
+  }
+
+  // After the step ends at `now`: decoding requests cache one token and produce the next, chunks are cached, a
+  // finished prompt produces its token. Returns the requests that finished.
+  size_t advance(size_t r, const std::vector<size_t>& chunked, const std::vector<int64_t>& chunk, double now) {
+    Rank& k = ranks_[r];
+    size_t finished = 0;
+    for (size_t i : k.active) {
+      Live& l = live_[i];
+      const auto c = std::find(chunked.begin(), chunked.end(), i);
+      if (c != chunked.end()) {
+        l.cached += chunk[static_cast<size_t>(c - chunked.begin())];
+        if (l.cached < l.target) continue;
+      } else if (l.cached >= l.target) {
+        ++l.cached;  // the decoding token's KV
+        ++k.reserved;
+      } else {
+        continue;  // prefilling, no chunk this step
+      }
+      ++l.generated;
+      if (l.generated == 1) out_.requests[i].first_token_s = now;
+    }
+    std::vector<size_t> kept;
+    for (size_t i : k.active) {
+      Live& l = live_[i];
+      if (l.generated >= req_[i].output_tokens) {
+        out_.requests[i].finish_s = now;
+        if (released_ < req_.size() && lim_.concurrency > 0) out_.requests[released_++].arrival_s = now;
+        k.reserved -= l.cached;
+        l.cached = 0;
+        ++finished;
+      } else {
+        kept.push_back(i);
+      }
+    }
+    k.active = std::move(kept);
+    return finished;
+  }
+
+  double balance_ratio(const StepBatch& b) const {
+    std::vector<RankShare> shares(ranks_.size());
+    for (size_t s = 0; s < b.sequences.size(); ++s) {
+      RankShare& x = shares[static_cast<size_t>(b.rank[s])];
+      ++x.sequences;
+      x.context_tokens += b.sequences[s].context_tokens;
+      x.query_tokens += b.sequences[s].query_tokens;
+      x.attended_positions += b.sequences[s].attended_positions;
+    }
+    return rank_balance_ratio(shares, !b.prefill);
+  }
+
+  const std::vector<Request>& req_;
+  SchedulerLimits lim_;
+  const StepCoster& cost_;
+  std::vector<Live> live_;
+  std::vector<Rank> ranks_;
+  Schedule out_;
+  uint64_t round_robin_ = 0;
+  size_t released_ = 0;  // requests whose arrival is known (all of an open stream's)
+};
+
+}  // namespace
+
+Schedule schedule_requests(const std::vector<Request>& requests, const SchedulerLimits& limits, const StepCoster& cost) {
+  if (limits.ranks < 1) throw ConfigError("ranks: expected at least 1 attention data-parallel rank, got " +
+                                          std::to_string(limits.ranks));
+  if (limits.concurrency < 0)
+    throw ConfigError("concurrency: expected 0 (arrivals as given) or more clients, got " +
+                      std::to_string(limits.concurrency));
+  if (limits.max_batch < 1)
+    throw ConfigError("max_batch: expected at least 1 request a rank, got " + std::to_string(limits.max_batch));
+  if (limits.max_num_tokens < limits.max_batch)
+    throw ConfigError("max_num_tokens: expected at least max_batch (" + std::to_string(limits.max_batch) +
+                      ") tokens a rank and step, got " + std::to_string(limits.max_num_tokens));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& q = requests[i];
+    if (limits.concurrency == 0 && i > 0 && q.arrival_s < requests[i - 1].arrival_s)
+      throw ConfigError("requests: expected arrivals in order, got request " + std::to_string(i) + " before " +
+                        std::to_string(i - 1));
+    if (q.prompt_tokens + q.output_tokens > limits.kv_capacity_tokens)
+      throw ConfigError("kv_capacity: expected a rank's KV cache (" + std::to_string(limits.kv_capacity_tokens) +
+                        " tokens) to hold request " + std::to_string(i) + "'s prompt and output (" +
+                        std::to_string(q.prompt_tokens + q.output_tokens) + " tokens), got less");
+  }
+  return Scheduler(requests, limits, cost).run();
+}
+
+LatencySummary summarize_latency(std::vector<double> v) {
+  LatencySummary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos));
+    const size_t hi = std::min(v.size() - 1, lo + 1);
+    return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+  };
+  s.p50 = at(0.5);
+  s.p90 = at(0.9);
+  s.p99 = at(0.99);
+  return s;
+}
+
+}  // namespace moesim

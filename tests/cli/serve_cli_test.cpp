@@ -1,0 +1,92 @@
+// Tests `moesim serve`: the JSON's stable keys, the throughput and latency figures consistent with the run's own
+// counts, balanced routing costing nothing against itself, a request file read in the Azure trace's format, the
+// closed loop, and bad options exiting 2 with one line naming the option. Host only.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+using testing::CliResult;
+using testing::run_cli;
+
+const std::string kDeepSeek = std::string("serve ") + MOESIM_SOURCE_DIR +
+                              "/configs/deepseek-v3.yaml --set placement.devices=16 --requests 96 --isl 512 --osl 32 "
+                              "--max-batch 8 --max-num-tokens 1024";
+
+TEST(ServeCli, JsonKeysAndTheirArithmetic) {
+  const CliResult r = run_cli(kDeepSeek + " --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* k : {"output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms",
+                        "tpot_ms", "e2e_ms", "balance_ratio", "counterfactual", "kv_capacity_tokens_per_gpu"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  for (const char* k : {"mean", "p50", "p90", "p99"}) {
+    EXPECT_TRUE(j["ttft_ms"].contains(k)) << k;
+    EXPECT_TRUE(j["tpot_ms"].contains(k)) << k;
+  }
+  EXPECT_TRUE(j["balance_ratio"].contains("mean"));
+  EXPECT_TRUE(j["counterfactual"]["balanced_routing"].contains("output_tokens_per_s_per_gpu"));
+  EXPECT_TRUE(j["counterfactual"]["balanced_attention"].contains("output_tokens_per_s_per_gpu"));
+  // 96 requests of 32 output tokens over the run's duration and 16 GPUs.
+  EXPECT_EQ(j["output_tokens"].get<int64_t>(), 96 * 32);
+  EXPECT_NEAR(j["output_tokens_per_s_per_gpu"].get<double>(), 96.0 * 32 / j["duration_s"].get<double>() / 16, 1e-6);
+  EXPECT_NEAR(j["total_tokens_per_s_per_gpu"].get<double>(), 96.0 * (512 + 32) / j["duration_s"].get<double>() / 16,
+              1e-6);
+  const auto& t = j["tpot_ms"];
+  EXPECT_LE(t["p50"].get<double>(), t["p90"].get<double>());
+  EXPECT_LE(t["p90"].get<double>(), t["p99"].get<double>());
+  // The configured skew slows the run: balanced routing is faster.
+  EXPECT_GT(j["counterfactual"]["balanced_routing"]["output_tokens_per_s_per_gpu"].get<double>(),
+            j["output_tokens_per_s_per_gpu"].get<double>());
+}
+
+TEST(ServeCli, BalancedRoutingIsItsOwnCounterfactual) {
+  const CliResult r = run_cli(kDeepSeek + " --routing balanced --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["counterfactual"]["balanced_routing"]["output_tokens_per_s_per_gpu"].get<double>(),
+              j["output_tokens_per_s_per_gpu"].get<double>(), 1e-9);
+}
+
+TEST(ServeCli, ReadsAnAzureTraceAndRunsAClosedLoop) {
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/azure.csv",
+                      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                      "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.2000000,879,31\n");
+  const CliResult r = run_cli(kDeepSeek + " --requests-file " + dir + "/azure.csv --format json --no-counterfactuals");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["requests"].get<int64_t>(), 3);
+  EXPECT_EQ(j["output_tokens"].get<int64_t>(), 44 + 109 + 31);
+  EXPECT_FALSE(j.contains("counterfactual"));
+  // The trace spans 4.5 s of arrivals: the run lasts at least that long.
+  EXPECT_GT(j["duration_s"].get<double>(), 4.5);
+  const CliResult c = run_cli(kDeepSeek + " --concurrency 4 --format json --no-counterfactuals");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const nlohmann::json k = nlohmann::json::parse(c.out);
+  EXPECT_EQ(k["requests"].get<int64_t>(), 96);
+  // Four clients keep at most four requests in flight: a request waits for no other's prefill beyond them, so the
+  // first token comes sooner than when all 96 arrive at once.
+  EXPECT_LT(k["ttft_ms"]["p90"].get<double>(), nlohmann::json::parse(run_cli(kDeepSeek + " --format json --no-counterfactuals").out)["ttft_ms"]["p90"].get<double>());
+}
+
+TEST(ServeCli, BadOptionsExit2WithOneLine) {
+  for (const std::string& bad :
+       {std::string(" --scheduler fastest"), std::string(" --kv-dtype int2"), std::string(" --tp 3"),
+        std::string(" --max-num-tokens 4"), std::string(" --isl 0"), std::string(" --osl lognormal:x:1"),
+        std::string(" --concurrency 4 --rate 2"), std::string(" --requests-file /nonexistent.csv"),
+        std::string(" --mem-fraction 0.05")}) {
+    const CliResult r = run_cli(kDeepSeek + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << bad << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace moesim

@@ -33,13 +33,14 @@ set(MOESIM_STAGE_decoder_DEPS common config router workload kernels)
 set(MOESIM_STAGE_train_DIRS src/train)
 set(MOESIM_STAGE_train_DEPS common config router workload cost)
 set(MOESIM_STAGE_pipeline_DIRS src/pipeline src/sweep)
-set(MOESIM_STAGE_pipeline_DEPS common config router workload kernels cost step decoder train)
+set(MOESIM_STAGE_pipeline_DEPS common config router workload kernels cost step serve decoder train)
 set(MOESIM_STAGE_report_DIRS src/report)
 set(MOESIM_STAGE_report_DEPS common config router cost step serve)
 set(MOESIM_STAGE_report_HEADERS src/pipeline/results.hpp src/pipeline/run_experiment.hpp src/decoder/decoder_shape.hpp
     src/sweep/run_sweep.hpp src/sweep/sweep.hpp src/sweep/validate.hpp src/sweep/knee.hpp
     src/sweep/published.hpp src/sweep/published_comm.hpp src/train/train_input.hpp src/train/train_routing.hpp
-    src/train/train_step.hpp src/sweep/published_train.hpp src/sweep/published_step.hpp)
+    src/train/train_step.hpp src/sweep/published_train.hpp src/sweep/published_step.hpp
+    src/sweep/published_serve.hpp)
 set(MOESIM_STAGE_distributed_DIRS src/distributed)
 set(MOESIM_STAGE_distributed_DEPS common config router workload kernels cost step serve decoder train pipeline report)
 set(MOESIM_STAGE_cli_DIRS src/cli)

@@ -1,7 +1,7 @@
 // `moesim serve [FILE] [--requests N] [--rate R | --concurrency C] [--isl L] [--osl L] [--requests-file F]
 // [--max-batch B] [--max-num-tokens T] [--tp T] [--scheduler round_robin|kv_balanced] [--mem-fraction F]
 // [--kv-dtype bf16|fp8] [--routing model|balanced|power_law:ALPHA] [--no-counterfactuals] [--set KEY=VALUE]...
-// [--format table|json|csv|markdown]`: a request stream served by the experiment's model on its expert-parallel
+// [--format table|json|csv|markdown|html]`: a request stream served by the experiment's model on its expert-parallel
 // GPUs (placement.devices, attention DP = devices / tp), scheduled as an engine does (src/serve/scheduler.hpp), each
 // step costed by the step model; TTFT, TPOT, end-to-end latency, tokens/s per GPU and per user, the ranks' balance,
 // and the same stream with balanced routing and with balanced attention (docs/serve.md).
@@ -16,10 +16,11 @@
 #include "src/cli/cli_common.hpp"
 #include "src/common/error.hpp"
 #include "src/cost/hardware_profile.hpp"
+#include "src/report/serve_report.hpp"
 #include "src/report/text_format.hpp"
 #include "src/serve/serve_memory.hpp"
 #include "src/serve/serve_run.hpp"
-#include "src/sweep/published_step.hpp"
+#include "src/sweep/published_serve.hpp"
 
 namespace moesim::cli {
 namespace {
@@ -167,10 +168,13 @@ int cmd_serve(int argc, char** argv) {
       "no-counterfactuals", po::bool_switch(&o.no_counterfactuals),
       "skip the balanced-routing and balanced-attention runs");
   desc.add_options()("set", po::value(&opts.overrides)->composing(), "override a config key: KEY=VALUE (repeatable)")(
-      "format", po::value(&opts.format)->default_value("table"), "table|json|csv|markdown")(
+      "format", po::value(&opts.format)->default_value("table"),
+      "table|json|csv|markdown|html (a page with the batch, KV use, step time and balance over time, and the latency "
+      "distributions)")(
       "out", po::value(&opts.out), "write the report to this file (atomically) instead of stdout");
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
-  const ReportFormat format = parse_report_format(opts.format);
+  const bool html = opts.format == "html";
+  const ReportFormat format = html ? ReportFormat::table : parse_report_format(opts.format);
 
   const Experiment e = load_experiment_for(opts);
   const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
@@ -178,7 +182,7 @@ int cmd_serve(int argc, char** argv) {
   const int gpus = ep ? e.placement.devices : 1;
   if (o.tp < 1 || gpus % o.tp != 0)
     throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
-                     std::to_string(o.tp));
+                     std::to_string(o.tp));  // before the stream is drawn
   if (o.scheduler != "round_robin" && o.scheduler != "kv_balanced")
     throw InputError("--scheduler: expected round_robin or kv_balanced, got '" + o.scheduler + "'");
   if (o.kv_dtype != "bf16" && o.kv_dtype != "fp8")
@@ -214,51 +218,44 @@ int cmd_serve(int argc, char** argv) {
             : o.rate > 0     ? ", Poisson arrivals at " + fixed(o.rate, 2) + " a second"
                              : ", all arriving at the start";
 
-  // The step model's template: a decode row at the largest step (max_num_tokens a rank), routed once at that size.
-  StepRow row;
-  row.phase = StepPhase::decode;
-  row.gpus = row.ep = gpus;
-  row.tp = o.tp;
-  row.attention_dp = gpus / o.tp;
-  row.devices_per_node = hw.devices_per_node > 0 ? hw.devices_per_node : gpus;
-  row.requests_per_gpu = 1;
-  row.kv_len = 1;
-  row.overlap = e.placement.overlap;
-  row.a2a_kernel = e.placement.a2a_kernel;
-  row.dispatch_dtype = e.placement.dispatch_dtype;
-  row.combine_dtype = e.placement.combine_dtype;
-  row.redundant_experts = ep ? e.placement.replicas : 0;
-  row.routing = o.routing;
-  const StepRouting routed = route_loads(row, e, o.max_num_tokens * row.attention_dp * row.tp, row.redundant_experts > 0);
-
-  ServeInput in;
-  in.step = step_input_for(row, e, hw, &routed);
-  in.step.request_balance = o.scheduler == "kv_balanced" ? RequestBalance::kv_tokens : RequestBalance::round_robin;
-  in.requests = std::move(requests);
-  in.limits.max_batch = o.max_batch;
-  in.limits.max_num_tokens = o.max_num_tokens;
-  in.limits.concurrency = o.concurrency;
-  in.limits.balance = in.step.request_balance;
-  const KvCapacity kv = kv_capacity(in.step.model, hw.memory_bytes, o.mem_fraction, gpus, row.redundant_experts, o.tp,
-                                    o.kv_dtype == "fp8" ? 1.0 : 2.0, o.max_num_tokens, o.max_batch, false);
-  // Each of a rank's tp GPUs holds its part of every token (MLA: the whole latent), so the rank holds a GPU's tokens.
-  in.limits.kv_capacity_tokens = kv.tokens;
+  ServeSetup setup;
+  setup.attention_tp = o.tp;
+  setup.routing = o.routing;
+  setup.kv_bytes = o.kv_dtype == "fp8" ? 1.0 : 2.0;
+  setup.mem_fraction = o.mem_fraction;
+  setup.limits.max_batch = o.max_batch;
+  setup.limits.max_num_tokens = o.max_num_tokens;
+  setup.limits.concurrency = o.concurrency;
+  setup.limits.balance = o.scheduler == "kv_balanced" ? RequestBalance::kv_tokens : RequestBalance::round_robin;
+  ServeModelInput model = serve_input_for(e, hw, setup, std::move(requests));
+  ServeInput& in = model.input;
+  const KvCapacity& kv = model.kv;
+  const int redundant = ep ? e.placement.replicas : 0;
+  const int dp = gpus / o.tp;
   in.counterfactuals = !o.no_counterfactuals;
   const ServeResult r = run_serve(in);
 
   std::ostringstream head;
-  head << "moesim serve: " << e.model.name << " on " << gpus << " x " << hw.name << " (attention DP " << row.attention_dp
+  head << "moesim serve: " << e.model.name << " on " << gpus << " x " << hw.name << " (attention DP " << dp
        << (o.tp > 1 ? " x TP " + std::to_string(o.tp) : std::string()) << ", EP " << gpus
-       << (row.redundant_experts > 0 ? " + " + std::to_string(row.redundant_experts) + " redundant" : std::string())
-       << ", " << to_string(row.a2a_kernel) << " all-to-all, overlap " << to_string(row.overlap) << ")\n"
+       << (redundant > 0 ? " + " + std::to_string(redundant) + " redundant" : std::string()) << ", "
+       << to_string(e.placement.a2a_kernel) << " all-to-all, overlap " << to_string(e.placement.overlap) << ")\n"
        << "  " << stream << "\n  scheduler: " << o.scheduler << ", max batch " << o.max_batch << " and "
        << o.max_num_tokens << " tokens a rank, chunked prefill; routing: " << o.routing << "\n";
+  if (html) {
+    const std::string table = table_text(e, head.str(), kv, r, in.counterfactuals);
+    std::vector<std::string> lines;
+    std::istringstream is(table.substr(0, table.find("\n\n")));
+    for (std::string l; std::getline(is, l);) lines.push_back(l);
+    emit(opts, format_serve_html("moesim serve: " + e.model.name, lines, r, in.counterfactuals));
+    return kExitOk;
+  }
   std::string text;
   switch (format) {
     case ReportFormat::json: {
       json j = metrics_json(r.metrics);
       j["gpus"] = r.gpus;
-      j["attention_dp"] = row.attention_dp;
+      j["attention_dp"] = dp;
       j["tp"] = o.tp;
       j["scheduler"] = o.scheduler;
       j["routing"] = o.routing;

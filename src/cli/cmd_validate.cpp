@@ -31,6 +31,8 @@
 #include "src/sweep/published_comm.hpp"
 #include "src/sweep/published_step.hpp"
 #include "src/report/step_validation_report.hpp"
+#include "src/report/serve_validation_report.hpp"
+#include "src/sweep/published_serve.hpp"
 #include "src/sweep/validate.hpp"
 #include "src/report/validate_report.hpp"
 #include "src/report/train_validation_report.hpp"
@@ -166,7 +168,9 @@ int cmd_validate(int argc, char** argv) {
     const std::vector<CommTable> comm_tables = load_published_comm(published);
     const std::vector<TrainingTable> training_tables = load_training_tables(published);
     const std::vector<StepTable> step_tables = load_step_tables(published);
-    if (kernel_tables.empty() && comm_tables.empty() && training_tables.empty() && step_tables.empty())
+    const std::vector<ServeTable> serve_tables = load_serve_tables(published);
+    if (kernel_tables.empty() && comm_tables.empty() && training_tables.empty() && step_tables.empty() &&
+        serve_tables.empty())
       throw InputError("--published " + published + ": expected at least one table, got none");
     if (gate && *column == PublishedColumn::ideal && kernel_tables.empty())
       throw InputError("--column ideal: the communication and training tables have no ideal column; expected model or "
@@ -179,8 +183,10 @@ int cmd_validate(int argc, char** argv) {
     if (!training_tables.empty()) tv = validate_training(training_tables);
     std::optional<StepValidation> sv;
     if (!step_tables.empty()) sv = validate_steps(step_tables);
+    std::optional<ServeValidation> rv;
+    if (!serve_tables.empty()) rv = validate_serving(serve_tables);
     std::string text;
-    if (!tv && !sv) {
+    if (!tv && !sv && !rv) {
       text = format_published(v ? &*v : nullptr, cv ? &*cv : nullptr, format);
     } else if (format == ReportFormat::json) {
       // The training tables' report is the `training` key beside the others'.
@@ -190,6 +196,7 @@ int cmd_validate(int argc, char** argv) {
                                                   {"provenance", provenance_json()}};
       if (tv) j["training"] = training_validation_json(*tv);
       if (sv) j["serving_step"] = step_validation_json(*sv);
+      if (rv) j["serving"] = serve_validation_json(*rv);
       text = j.dump(2) + "\n";
     } else {
       // Text: the kernel tables, the training tables, then the communication tables, each section (csv: each set of
@@ -197,6 +204,7 @@ int cmd_validate(int argc, char** argv) {
       for (const std::string& part : {v ? format_published(&*v, nullptr, format) : std::string(),
                                       tv ? format_training_validation(*tv, format) : std::string(),
                                       sv ? format_step_validation(*sv, format) : std::string(),
+                                      rv ? format_serve_validation(*rv, format) : std::string(),
                                       cv ? format_published(nullptr, &*cv, format) : std::string()})
         if (!part.empty()) text += (text.empty() ? "" : "\n") + part;
     }
@@ -211,6 +219,7 @@ int cmd_validate(int argc, char** argv) {
         held.push_back({"training tables'", *column == PublishedColumn::model ? tv->model : tv->held_out});
       if (sv && *column != PublishedColumn::ideal)
         held.push_back({"serving-step tables'", *column == PublishedColumn::model ? sv->model : sv->held_out});
+      if (rv && *column != PublishedColumn::ideal) held.push_back({"serving tables'", rv->model});
       bool failed = false;
       for (const auto& [what, e] : held) {
         if (e.points == 0) throw InputError("--column " + column_text + ": no point has that column");

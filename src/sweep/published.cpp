@@ -5,6 +5,7 @@
 // aiconfigurator's collector routes `balanced`: one deterministic round-robin.
 // Host only. Covered by tests/sweep/published_test.cpp.
 #include "src/sweep/published.hpp"
+#include "src/sweep/published_serve.hpp"
 #include "src/sweep/published_step.hpp"
 #include "src/sweep/table_cells.hpp"
 
@@ -267,7 +268,7 @@ std::vector<PublishedTable> load_published(const std::string& spec) {
   std::vector<PublishedTable> tables;
   for (const PublishedFile& f : published_files(spec))
     if (!is_comm_table(f.text) && !is_training_table(f.text) && !is_step_table(f.text) &&
-        !is_balancedness_table(f.text))
+        !is_balancedness_table(f.text) && !is_serve_table(f.text))
       tables.push_back(parse_published_csv(f.text, f.origin));
   if (tables.empty()) return tables;  // a communication table alone (load_published_comm) is not an error here
   std::size_t points = 0;

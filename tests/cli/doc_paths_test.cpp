@@ -102,7 +102,7 @@ std::vector<Citation> citations() {
   static const std::regex doc_re(R"((^|[^A-Za-z0-9_./-])([A-Z][A-Z0-9_-]*\.md)\b)");
   // Other projects' files under a folder name this repository also has.
   static const std::vector<std::string> foreign = {"src/transformers", "src/sglang", "src/vllm", "src/megatron",
-                                                   "tests/unit_tests", "scripts/ci",
+                                                   "tests/unit_tests", "scripts/ci", "docs/source" /* NVIDIA/TensorRT-LLM's */,
                                                    "scripts/run_routing_analysis.py" /* allenai/OLMoE's */};
   std::vector<Citation> out;
   for (const fs::path& file : citing_files()) {

@@ -76,6 +76,16 @@ TEST(ServeCli, ReadsAnAzureTraceAndRunsAClosedLoop) {
   EXPECT_LT(k["ttft_ms"]["p90"].get<double>(), nlohmann::json::parse(run_cli(kDeepSeek + " --format json --no-counterfactuals").out)["ttft_ms"]["p90"].get<double>());
 }
 
+TEST(ServeCli, HtmlIsAPageWithItsCharts) {
+  const CliResult r = run_cli(kDeepSeek + " --format html");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("<!DOCTYPE html>", 0), 0u);
+  for (const char* id : {"id=\"batch\"", "id=\"kv-use\"", "id=\"step-time\"", "id=\"balance\"", "id=\"ttft\"",
+                         "id=\"tpot\""})
+    EXPECT_NE(r.out.find(id), std::string::npos) << id;
+  EXPECT_NE(r.out.find("moesim serve: deepseek-v3"), std::string::npos);
+}
+
 TEST(ServeCli, BadOptionsExit2WithOneLine) {
   for (const std::string& bad :
        {std::string(" --scheduler fastest"), std::string(" --kv-dtype int2"), std::string(" --tp 3"),

@@ -32,6 +32,7 @@
 #include "src/sweep/published_comm.hpp"
 #include "src/sweep/published_step.hpp"
 #include "src/serve/request_stream.hpp"
+#include "src/sweep/published_serve.hpp"
 #include "src/step/request_lengths.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
@@ -48,7 +49,7 @@ inline const std::vector<std::string>& target_names() {
                                                  "trace",  "load_profile", "published", "hf_config",
                                                  "megatron_npz", "megatron_router_trace", "published_comm",
                                                  "training", "serving_step", "request_lengths",
-                                                 "request_stream"};
+                                                 "request_stream", "serving_table"};
   return names;
 }
 
@@ -311,6 +312,31 @@ inline void fuzz_request_stream(const uint8_t* data, size_t size) {
   });
 }
 
+// ---- serving tables: moesim validate --published (data/serving/*.csv) -----------------------------------------
+// A table parses or names its line; its rows keep the reader's invariants, and one small enough to run quickly is
+// run through moesim serve: every modeled figure positive and finite.
+inline void fuzz_serving_table(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string name = "fuzz.csv";
+  guarded(name, [&] {
+    const ServeTable t = parse_serve_csv(text, name);
+    for (const ServeRow& r : t.rows) {
+      if (r.gpus % r.attention_dp != 0 || r.ep != r.gpus) finding("a serving row's parallel layout accepted unchecked");
+      if (r.max_num_tokens < r.max_batch_size || r.requests < 1) finding("a serving row's limits accepted unchecked");
+      if (!(r.measured > 0) || !std::isfinite(r.measured)) finding("a serving row's measurement not positive");
+    }
+    for (const ServeRow& r : t.rows) {
+      if (r.gpus > 8 || r.requests > 16 || r.isl > 512 || r.osl > 64 || r.max_num_tokens > 2048 || r.disaggregated)
+        continue;
+      ServeTable one = t;
+      one.rows = {r};
+      for (const ServeResultRow& m : validate_serving({one}).rows)
+        if (!(m.model > 0) || !std::isfinite(m.model)) finding("a serving figure that is not positive and finite");
+      break;
+    }
+  });
+}
+
 // ---- published kernel tables: moesim validate --published (data/validation/*.csv) --------------------
 // A table parses or names its line; up to 8 of its points small enough to draw quickly (batch x top_k <=
 // 4096) are modeled, and every modeled time must be positive and finite.
@@ -535,6 +561,7 @@ inline void run_target(const std::string& target, const uint8_t* data, size_t si
   if (target == "serving_step") return fuzz_serving_step(data, size);
   if (target == "request_lengths") return fuzz_request_lengths(data, size);
   if (target == "request_stream") return fuzz_request_stream(data, size);
+  if (target == "serving_table") return fuzz_serving_table(data, size);
   if (target == "hf_config") return fuzz_hf_config(data, size);
   if (target == "megatron_npz") return fuzz_megatron_npz(data, size);
   if (target == "megatron_router_trace") return fuzz_megatron_router_trace(data, size);

@@ -178,6 +178,13 @@ TEST(JsonSchema, EveryFieldIsDocumented) {
   const auto sv = run_cli("validate --published " MOESIM_SOURCE_DIR "/data/serving-step/step-measurements.csv --format json");
   ASSERT_EQ(sv.exit_code, 0) << sv.err;
   expect_documented("validate --published, serving-step tables", nlohmann::json::parse(sv.out), {}, {});
+  const auto rv = run_cli("validate --published " MOESIM_SOURCE_DIR "/data/serving --format json");
+  ASSERT_EQ(rv.exit_code, 0) << rv.err;
+  expect_documented("validate --published, serving tables", nlohmann::json::parse(rv.out), {}, {});
+  expect_documented("serve", json_of("serve " MOESIM_SOURCE_DIR "/configs/deepseek-v3.yaml --set placement.devices=8 "
+                                     "--set hardware=h200 --requests 32 --isl 256 --osl 16 --max-batch 8 "
+                                     "--max-num-tokens 512"),
+                    {"moesim serve"}, {"counterfactuals"});
   expect_documented("step", json_of("step " MOESIM_SOURCE_DIR "/configs/deepseek-v3.yaml --set placement.devices=8 "
                                     "--requests-per-gpu 16 --kv-len 512"),
                     {"moesim step"}, {});

@@ -364,4 +364,10 @@ void add_dump_options(po::options_description& desc, std::string& path, bool& gi
             "with logits is re-routed on replay, not replayed as recorded)");
 }
 
+void check_route_once_key(const std::string& key, const std::string& command) {
+  if (key.rfind("placement.", 0) == 0 || key == "hardware" || key.rfind("hardware.", 0) == 0) return;
+  throw InputError("--vary " + key + ": expected a placement.* or hardware key (keys that leave the routing as it is: "
+                   "moesim " + command + " routes once and costs every point); run once per value of a routing key");
+}
+
 }  // namespace moesim::cli

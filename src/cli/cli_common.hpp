@@ -163,6 +163,10 @@ class RoutingDump {
 void add_dump_options(po::options_description& desc, std::string& path, bool& given, bool& with_logits,
                       const char* what);
 
+// A --vary key of a command that routes once and costs every point (step, serve --search) must leave the routing as
+// it is: a placement.* or hardware key; otherwise an InputError naming the key.
+void check_route_once_key(const std::string& key, const std::string& command);
+
 // Subcommands: each returns the process exit code.
 int cmd_run(int argc, char** argv);
 int cmd_compare(int argc, char** argv);

@@ -19,8 +19,10 @@
 #include "src/report/serve_report.hpp"
 #include "src/report/text_format.hpp"
 #include "src/serve/serve_memory.hpp"
+#include "src/serve/serve_search.hpp"
 #include "src/serve/serve_run.hpp"
 #include "src/sweep/published_serve.hpp"
+#include "src/sweep/sweep.hpp"
 
 namespace moesim::cli {
 namespace {
@@ -34,6 +36,11 @@ struct ServeOptions {
               routing = "model";
   int tp = 1;
   bool no_counterfactuals = false;
+  bool search = false;
+  std::vector<std::string> varies;
+  std::string batches = "1..256*2";
+  double tpot_ms = 0, ttft_ms = 0;
+  int top = 5;
 };
 
 // A length option: an integer (every request that long) or a lengths spec (uniform:LO:HI, lognormal:M:S, file:P).
@@ -133,6 +140,189 @@ std::string csv_row(const char* run, const ServeMetrics& m) {
   return os.str();
 }
 
+std::string point_cells(const SteadyPoint& p) {
+  char line[200];
+  std::snprintf(line, sizeof line, "%7lld %10s %10s %10s %10s", static_cast<long long>(p.batch),
+                fixed(p.output_tokens_per_s_per_gpu, 1).c_str(), fixed(p.tokens_per_s_per_user, 2).c_str(),
+                fixed(p.tpot_s * 1e3, 2).c_str(), fixed(p.ttft_s * 1e3, 1).c_str());
+  return line;
+}
+
+json point_json(const SteadyPoint& p) {
+  return {{"batch", p.batch},
+          {"output_tokens_per_s_per_gpu", p.output_tokens_per_s_per_gpu},
+          {"tokens_per_s_per_user", p.tokens_per_s_per_user},
+          {"tpot_ms", p.tpot_s * 1e3},
+          {"ttft_ms", p.ttft_s * 1e3},
+          {"step_ms", p.step_s * 1e3},
+          {"fits", p.fits}};
+}
+
+int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, ReportFormat format) {
+  if (html) throw InputError("--format html: expected without --search (the search prints tables, JSON or CSV)");
+  if (o.varies.empty()) throw InputError("--search: expected at least one --vary KEY=VALUES (the layouts to search)");
+  if (!o.requests_file.empty() || o.concurrency != 0 || o.rate != 0)
+    throw InputError("--search: expected without --requests-file, --concurrency or --rate (the steady state of a "
+                     "closed loop of --isl/--osl requests)");
+  if (o.top < 1) throw InputError("--top: expected at least 1, got " + std::to_string(o.top));
+  if (o.tpot_ms < 0 || o.ttft_ms < 0) throw InputError("--tpot-ms, --ttft-ms: expected 0 (none) or a target in ms");
+  int64_t isl = 0, osl = 0;
+  const RequestLengths il = length_option("--isl", o.isl, isl), ol = length_option("--osl", o.osl, osl);
+  if (il.kind != LengthKind::fixed || ol.kind != LengthKind::fixed)
+    throw InputError("--search: expected fixed --isl and --osl lengths (the steady state of one request shape)");
+  std::vector<int64_t> batches;
+  for (const std::string& v : expand_sweep_values(o.batches, "--batches " + o.batches)) {
+    char* end = nullptr;
+    const long long b = std::strtoll(v.c_str(), &end, 10);
+    if (*end != '\0' || b < 1 || b > o.max_batch)
+      throw InputError("--batches: expected requests a rank from 1 to --max-batch (" + std::to_string(o.max_batch) +
+                       "), got '" + v + "'");
+    batches.push_back(b);
+  }
+  const std::vector<SweepAxis> axes = parse_varies(o.varies);
+  for (const SweepAxis& a : axes)
+    for (const std::string& k : a.keys) check_route_once_key(k, "serve --search");
+  const std::vector<SweepPoint> points = sweep_points(axes);
+  ServeSetup setup;
+  setup.attention_tp = o.tp;
+  setup.routing = o.routing;
+  setup.kv_bytes = o.kv_dtype == "fp8" ? 1.0 : 2.0;
+  setup.mem_fraction = o.mem_fraction;
+  setup.limits.max_batch = o.max_batch;
+  setup.limits.max_num_tokens = o.max_num_tokens;
+  // Route once, at the largest layout's step: every layout scales those loads to its own tokens.
+  std::vector<Experiment> exps;
+  std::vector<HardwareProfile> hws;
+  std::vector<SweepPoint> kept;
+  std::vector<std::string> skipped;  // layouts the config refuses (EPLB's divisibility), each with its reason
+  int most = 1;
+  bool plan = false;
+  for (const SweepPoint& p : points) {
+    CommonOptions po = opts;
+    po.overrides.insert(po.overrides.end(), p.settings.begin(), p.settings.end());
+    try {
+      exps.push_back(load_experiment_for(po));
+    } catch (const ConfigError& x) {
+      skipped.push_back(x.what());
+      continue;
+    }
+    kept.push_back(p);
+    hws.push_back(load_hardware_profile(exps.back().hardware, exps.back().source_file));
+    const PlacementConfig& pc = exps.back().placement;
+    most = std::max(most, pc.kind == PlacementKind::expert_parallel ? pc.devices : 1);
+    plan = plan || (pc.kind == PlacementKind::expert_parallel && pc.replicas > 0);
+  }
+  if (exps.empty())
+    throw InputError("--search: expected at least one layout the config accepts, got none (" + skipped.front() + ")");
+  StepRow row;
+  row.routing = o.routing;
+  row.redundant_experts = plan ? 1 : 0;
+  const StepRouting routed = route_loads(row, exps.front(), o.max_num_tokens * most, plan);
+  std::vector<SearchLayout> layouts;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    std::string label;
+    for (const std::string& x : kept[i].settings)  // placement.devices=16 reads devices=16
+      label += (label.empty() ? "" : " ") + (x.rfind("placement.", 0) == 0 ? x.substr(10) : x);
+    ServeModelInput m;
+    try {
+      m = serve_input_for(exps[i], hws[i], setup, {}, &routed);
+    } catch (const ConfigError& x) {
+      skipped.push_back(label + ": " + x.what());  // the weights do not fit, or the shape is refused
+      continue;
+    }
+    const ServingStepInput balanced = with_balanced_routing(m.input.step);
+    SearchLayout l;
+    l.label = label;
+    for (int64_t b : batches) {
+      l.actual.push_back(steady_state(m.input.step, b, isl, osl, o.max_num_tokens, m.kv.tokens));
+      l.balanced.push_back(steady_state(balanced, b, isl, osl, o.max_num_tokens, m.kv.tokens));
+    }
+    layouts.push_back(std::move(l));
+  }
+  if (layouts.empty())
+    throw InputError("--search: expected at least one layout the model fits, got none (" + skipped.front() + ")");
+  const auto best = best_under_targets(layouts, o.tpot_ms * 1e-3, o.ttft_ms * 1e-3, static_cast<size_t>(o.top));
+  const auto front = pareto_front(layouts, false), bfront = pareto_front(layouts, true);
+  std::string text;
+  if (format == ReportFormat::json) {
+    json ls = json::array();
+    for (const SearchLayout& l : layouts) {
+      json a = json::array(), b = json::array();
+      for (const SteadyPoint& p : l.actual) a.push_back(point_json(p));
+      for (const SteadyPoint& p : l.balanced) b.push_back(point_json(p));
+      ls.push_back({{"settings", l.label}, {"actual", a}, {"balanced", b}});
+    }
+    auto pairs = [&](const std::vector<std::pair<size_t, size_t>>& v, bool bal) {
+      json out = json::array();
+      for (const auto& [li, pi] : v)
+        out.push_back({{"settings", layouts[li].label},
+                       {"point", point_json(bal ? layouts[li].balanced[pi] : layouts[li].actual[pi])}});
+      return out;
+    };
+    text = json{{"isl", isl},
+                {"skipped", skipped},
+                {"osl", osl},
+                {"tpot_ms_target", o.tpot_ms},
+                {"ttft_ms_target", o.ttft_ms},
+                {"layouts", ls},
+                {"best", pairs(best, false)},
+                {"front", {{"actual", pairs(front, false)}, {"balanced", pairs(bfront, true)}}}}
+               .dump(2) + "\n";
+  } else if (format == ReportFormat::csv) {
+    std::ostringstream os;
+    os << "settings,batch,routing,output_tokens_per_s_per_gpu,tokens_per_s_per_user,tpot_ms,ttft_ms,step_ms,fits\n";
+    for (const SearchLayout& l : layouts)
+      for (int bal = 0; bal < 2; ++bal)
+        for (const SteadyPoint& p : bal ? l.balanced : l.actual)
+          os << text::csv_cell(l.label) << "," << p.batch << "," << (bal ? "balanced" : "actual") << ","
+             << text::real(p.output_tokens_per_s_per_gpu) << "," << text::real(p.tokens_per_s_per_user) << ","
+             << text::real(p.tpot_s * 1e3) << "," << text::real(p.ttft_s * 1e3) << "," << text::real(p.step_s * 1e3)
+             << "," << (p.fits ? 1 : 0) << "\n";
+    text = os.str();
+  } else {
+    std::ostringstream os;
+    const Experiment& e = exps.front();
+    os << "moesim serve --search: " << e.model.name << ", " << layouts.size() << " layouts x " << batches.size()
+       << " batches, routed once; the steady state of a closed loop of " << isl << "/" << osl << "-token requests, "
+       << o.max_num_tokens << " tokens a rank a step\n";
+    if (!skipped.empty())
+      os << "  skipped " << skipped.size() << " layout(s) the config refuses, e.g. " << skipped.front() << "\n";
+    os << "best layouts";
+    if (o.tpot_ms > 0) os << " with TPOT <= " << fixed(o.tpot_ms, 1) << " ms";
+    if (o.ttft_ms > 0) os << (o.tpot_ms > 0 ? " and" : " with") << " TTFT <= " << fixed(o.ttft_ms, 1) << " ms";
+    os << " (output tokens/s a GPU; balanced: the same layout and batch with balanced routing):\n";
+    char line[400];
+    std::snprintf(line, sizeof line, "  %-72s %7s %10s %10s %10s %10s %10s %8s\n", "layout", "batch", "tok/s/GPU",
+                  "tok/s/user", "TPOT ms", "TTFT ms", "balanced", "skew %");
+    os << line;
+    if (best.empty()) os << "  (no layout meets the targets at these batches)\n";
+    for (const auto& [li, pi] : best) {
+      const SteadyPoint& a = layouts[li].actual[pi];
+      const SteadyPoint& b = layouts[li].balanced[pi];
+      const double loss = b.output_tokens_per_s_per_gpu > 0 ? 1 - a.output_tokens_per_s_per_gpu / b.output_tokens_per_s_per_gpu : 0;
+      std::snprintf(line, sizeof line, "  %-72s %s %10s %8s\n", layouts[li].label.c_str(),
+                    point_cells(a).c_str(), fixed(b.output_tokens_per_s_per_gpu, 1).c_str(), fixed(100 * loss, 1).c_str());
+      os << line;
+    }
+    for (int bal = 0; bal < 2; ++bal) {
+      os << "\nthe front of output tokens/s a GPU against tokens/s a user, " << (bal ? "balanced routing" : "actual routing")
+         << ":\n";
+      std::snprintf(line, sizeof line, "  %-72s %7s %10s %10s %10s %10s\n", "layout", "batch", "tok/s/GPU", "tok/s/user",
+                    "TPOT ms", "TTFT ms");
+      os << line;
+      for (const auto& [li, pi] : bal ? bfront : front) {
+        std::snprintf(line, sizeof line, "  %-72s %s\n", layouts[li].label.c_str(),
+                      point_cells(bal ? layouts[li].balanced[pi] : layouts[li].actual[pi]).c_str());
+        os << line;
+      }
+    }
+    text = os.str();
+    if (format == ReportFormat::markdown) text = "```text\n" + text + "```\n";
+  }
+  emit(opts, text);
+  return kExitOk;
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -166,7 +356,18 @@ int cmd_serve(int argc, char** argv) {
       "routing", po::value(&o.routing)->default_value("model"),
       "model (the experiment's router and workload), balanced, or power_law:ALPHA")(
       "no-counterfactuals", po::bool_switch(&o.no_counterfactuals),
-      "skip the balanced-routing and balanced-attention runs");
+      "skip the balanced-routing and balanced-attention runs")(
+      "search", po::bool_switch(&o.search),
+      "instead: the steady state of a closed loop of --isl/--osl requests over every --vary layout and --batches "
+      "requests a rank (routed once): the best layouts under --tpot-ms/--ttft-ms and the front of tokens/s a GPU "
+      "against tokens/s a user, balanced routing beside actual")(
+      "vary", po::value(&o.varies)->composing(),
+      "with --search: KEY=v1,v2 over a placement.* or hardware key (repeatable: the cartesian product)")(
+      "batches", po::value(&o.batches)->default_value("1..256*2"),
+      "with --search: requests a rank, values and ranges as in sweep --vary (at most --max-batch)")(
+      "tpot-ms", po::value(&o.tpot_ms)->default_value(0.0), "with --search: the TPOT target (0: none)")(
+      "ttft-ms", po::value(&o.ttft_ms)->default_value(0.0), "with --search: the TTFT target (0: none)")(
+      "top", po::value(&o.top)->default_value(5), "with --search: the layouts listed");
   desc.add_options()("set", po::value(&opts.overrides)->composing(), "override a config key: KEY=VALUE (repeatable)")(
       "format", po::value(&opts.format)->default_value("table"),
       "table|json|csv|markdown|html (a page with the batch, KV use, step time and balance over time, and the latency "
@@ -176,6 +377,9 @@ int cmd_serve(int argc, char** argv) {
   const bool html = opts.format == "html";
   const ReportFormat format = html ? ReportFormat::table : parse_report_format(opts.format);
 
+  if (o.search) return serve_search(opts, o, html, format);
+  if (!o.varies.empty() || o.tpot_ms != 0 || o.ttft_ms != 0 || o.batches != "1..256*2" || o.top != 5)
+    throw InputError("--vary, --batches, --tpot-ms, --ttft-ms, --top: expected with --search only");
   const Experiment e = load_experiment_for(opts);
   const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;

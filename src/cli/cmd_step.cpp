@@ -229,13 +229,6 @@ std::string routing_note(const Experiment& e, const StepRow& row) {
   return note;
 }
 
-// A --vary key must leave the routing as it is (route once, cost many): the placement and the hardware.
-void check_vary_key(const std::string& key) {
-  if (key.rfind("placement.", 0) == 0 || key == "hardware" || key.rfind("hardware.", 0) == 0) return;
-  throw InputError("--vary " + key + ": expected a placement.* or hardware key (keys that leave the routing as it is: "
-                   "the step routes once and costs every point); run once per value of a routing key");
-}
-
 std::string sweep_text(const std::vector<SweepAxis>& axes, const std::vector<SweepPoint>& points,
                        const std::vector<StepRow>& rows, const std::vector<ServingStep>& steps) {
   std::ostringstream os;
@@ -304,7 +297,7 @@ int cmd_step(int argc, char** argv) {
   if (!varies.empty()) {
     const std::vector<SweepAxis> axes = parse_varies(varies);
     for (const SweepAxis& a : axes)
-      for (const std::string& k : a.keys) check_vary_key(k);
+      for (const std::string& k : a.keys) check_route_once_key(k, "step");
     const std::vector<SweepPoint> points = sweep_points(axes);
     std::vector<Experiment> exps;
     std::vector<HardwareProfile> hws;

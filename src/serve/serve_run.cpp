@@ -40,6 +40,8 @@ StepCoster step_coster(const ServingStepInput& base, Counterfactual cf) {
   };
 }
 
+}  // namespace
+
 ServingStepInput with_balanced_routing(const ServingStepInput& in) {
   ServingStepInput out = in;
   for (std::vector<int64_t>& l : out.loads) l = even_loads(in.model.experts, std::accumulate(l.begin(), l.end(), int64_t{0}));
@@ -47,8 +49,6 @@ ServingStepInput with_balanced_routing(const ServingStepInput& in) {
     l = even_loads(in.model.experts, std::accumulate(l.begin(), l.end(), int64_t{0}));
   return out;
 }
-
-}  // namespace
 
 ServeMetrics serve_metrics(const Schedule& s, int gpus) {
   ServeMetrics m;

@@ -47,6 +47,9 @@ struct ServeResult {
 // The metrics of a schedule on `gpus` GPUs.
 ServeMetrics serve_metrics(const Schedule& s, int gpus);
 
+// The same input with every draw's loads (and the loads its plan is made from) even over the experts.
+ServingStepInput with_balanced_routing(const ServingStepInput& in);
+
 // Runs the stream (and its counterfactuals). Throws ConfigError as schedule_requests and model_serving_step do.
 ServeResult run_serve(const ServeInput& in);
 

@@ -50,7 +50,7 @@ const char* to_string(ServeQuantity q) {
 }
 
 ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, const ServeSetup& s,
-                                std::vector<Request> requests) {
+                                std::vector<Request> requests, const StepRouting* routed) {
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
   const int gpus = ep ? e.placement.devices : 1;
   if (s.attention_tp < 1 || gpus % s.attention_tp != 0)
@@ -71,12 +71,15 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
   row.weight_dtype = s.weight_dtype;
   row.redundant_experts = ep ? e.placement.replicas : 0;
   row.routing = s.routing;
-  const StepRouting routed =
-      route_loads(row, e, s.limits.max_num_tokens * row.attention_dp * row.tp, row.redundant_experts > 0);
+  StepRouting own;
+  if (!routed) {
+    own = route_loads(row, e, s.limits.max_num_tokens * row.attention_dp * row.tp, row.redundant_experts > 0);
+    routed = &own;
+  }
   ServeModelInput out;
   out.gpus = gpus;
   ServeInput& in = out.input;
-  in.step = step_input_for(row, e, hw, &routed);
+  in.step = step_input_for(row, e, hw, routed);
   in.step.request_balance = s.limits.balance;
   in.requests = std::move(requests);
   in.limits = s.limits;

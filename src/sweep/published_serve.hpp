@@ -16,6 +16,7 @@
 #include "src/serve/serve_memory.hpp"
 #include "src/serve/serve_run.hpp"
 #include "src/sweep/published.hpp"
+#include "src/sweep/published_step.hpp"
 
 namespace moesim {
 
@@ -38,8 +39,9 @@ struct ServeModelInput {
 // The step model's template (a decode row at the largest step, max_num_tokens a rank, routed once at that size and
 // scaled to each step's tokens), the KV capacity from memory, and the limits. Throws ConfigError or InputError
 // naming the setting.
+// `routed`: loads of the same routing at any size (a search routes once for every layout); null: routes here.
 ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, const ServeSetup& s,
-                                std::vector<Request> requests);
+                                std::vector<Request> requests, const StepRouting* routed = nullptr);
 
 extern const char* const kServeHeader;
 bool is_serve_table(const std::string& text);

@@ -1,0 +1,116 @@
+// Tests src/serve/serve_search: the steady state's cycle worked by hand (a cycle of osl steps when the budget holds
+// every prompt, a longer one when it does not; the KV fit), the front of tokens/s a GPU against tokens/s a user and
+// the best layouts under targets on hand-made points, and `moesim serve --search` end to end. Host only.
+#include "src/serve/serve_search.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "src/config/load_config.hpp"
+#include "src/cost/hardware_profile.hpp"
+#include "src/sweep/published_serve.hpp"
+#include "tests/support/run_cli.hpp"
+
+namespace moesim {
+namespace {
+
+ServingStepInput deepseek_on_16() {
+  Experiment e = load_experiment_file(std::string(MOESIM_SOURCE_DIR) + "/configs/deepseek-v3.yaml", {});
+  e.placement.devices = 16;
+  e.placement.replicas = 0;
+  const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
+  ServeSetup s;
+  s.limits.max_batch = 64;
+  s.limits.max_num_tokens = 1024;
+  return serve_input_for(e, hw, s, {}).input.step;
+}
+
+TEST(ServeSearch, ACycleOfOslStepsWhenTheBudgetHoldsEveryPrompt) {
+  const ServingStepInput step = deepseek_on_16();
+  // 4 requests a rank of 8 + 4 tokens, 64 tokens a step: S = max(4, ceil(4 x 12 / 64)) = 4 steps a cycle, each 4
+  // decode tokens and 8 prompt tokens. TPOT is the step; a rank of 1 GPU makes 4 tokens a step.
+  const SteadyPoint p = steady_state(step, 4, 8, 4, 64, 1000);
+  EXPECT_GT(p.step_s, 0);
+  EXPECT_DOUBLE_EQ(p.tpot_s, p.step_s);
+  EXPECT_DOUBLE_EQ(p.output_tokens_per_s_per_gpu, 4 / p.step_s);
+  EXPECT_DOUBLE_EQ(p.tokens_per_s_per_user, 1 / p.step_s);
+  EXPECT_GT(p.ttft_s, 0);
+  EXPECT_TRUE(p.fits);  // 4 x 12 <= 1000
+}
+
+TEST(ServeSearch, ALongerCycleWhenTheBudgetCannotHoldThePrompts) {
+  const ServingStepInput step = deepseek_on_16();
+  // 4 requests of 100 + 4 tokens, 16 tokens a step: S = max(4, ceil(4 x 104 / 16)) = 26 steps for 4 tokens each:
+  // TPOT = 26 / 4 steps, and the rank makes 16 output tokens in 26 steps.
+  const SteadyPoint p = steady_state(step, 4, 100, 4, 16, 400);
+  EXPECT_NEAR(p.tpot_s, 6.5 * p.step_s, 1e-12);
+  EXPECT_NEAR(p.output_tokens_per_s_per_gpu, 16 / (26 * p.step_s), 1e-9);
+  EXPECT_FALSE(p.fits);  // 4 x 104 > 400
+  // The prompt of 100 takes ceil(100 / (16 - 1)) = 7 steps of its own chunk: TTFT is several steps.
+  EXPECT_GT(p.ttft_s, 5 * p.step_s);
+}
+
+SteadyPoint point(double gpu, double user, double tpot_ms, bool fits = true) {
+  SteadyPoint p;
+  p.output_tokens_per_s_per_gpu = gpu;
+  p.tokens_per_s_per_user = user;
+  p.tpot_s = tpot_ms * 1e-3;
+  p.fits = fits;
+  return p;
+}
+
+TEST(ServeSearch, TheFrontAndTheBestUnderATarget) {
+  // Layout a: (100 tok/s/GPU, 50 /user), (300, 20); layout b: (200, 40), (250, 10), and (900, 90) that does not fit.
+  std::vector<SearchLayout> l(2);
+  l[0].actual = {point(100, 50, 20), point(300, 20, 50)};
+  l[1].actual = {point(200, 40, 25), point(250, 10, 100), point(900, 90, 11, false)};
+  l[0].balanced = l[0].actual;
+  l[1].balanced = {point(400, 40, 25), point(250, 10, 100), point(900, 90, 11, false)};
+  // Front: (100, 50) and (200, 40) and (300, 20); (250, 10) is beaten by (300, 20). By tokens/s a user, ascending.
+  const auto f = pareto_front(l, false);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0], std::make_pair(size_t{0}, size_t{1}));
+  EXPECT_EQ(f[1], std::make_pair(size_t{1}, size_t{0}));
+  EXPECT_EQ(f[2], std::make_pair(size_t{0}, size_t{0}));
+  // Balanced, b's (400, 40) beats a's (300, 20): the front is (400, 40), (100, 50).
+  const auto fb = pareto_front(l, true);
+  ASSERT_EQ(fb.size(), 2u);
+  EXPECT_EQ(fb[0], std::make_pair(size_t{1}, size_t{0}));
+  // TPOT <= 30 ms: a's best is (100) at 20 ms, b's (200) at 25 ms: b first.
+  const auto best = best_under_targets(l, 0.030, 0, 5);
+  ASSERT_EQ(best.size(), 2u);
+  EXPECT_EQ(best[0], std::make_pair(size_t{1}, size_t{0}));
+  EXPECT_EQ(best[1], std::make_pair(size_t{0}, size_t{0}));
+  EXPECT_EQ(best_under_targets(l, 0.030, 0, 1).size(), 1u);
+  EXPECT_TRUE(best_under_targets(l, 0.005, 0, 5).empty());
+  // No target: each layout's most tokens/s a GPU that fits (a: 300, b: 250).
+  const auto any = best_under_targets(l, 0, 0, 5);
+  ASSERT_EQ(any.size(), 2u);
+  EXPECT_EQ(any[0], std::make_pair(size_t{0}, size_t{1}));
+}
+
+TEST(ServeSearch, TheCommandRoutesOnceAndSkipsLayoutsTheConfigRefuses) {
+  const auto r = testing::run_cli(std::string("serve ") + MOESIM_SOURCE_DIR +
+                                  "/configs/deepseek-v3.yaml --search --vary placement.devices=16,32,64 --vary "
+                                  "placement.replicas=0,32 --isl 256 --osl 64 --batches 4,16 --max-num-tokens 1024 "
+                                  "--tpot-ms 200 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layouts"].size(), 5u);  // 64 devices do not divide 256 + 32 slots
+  EXPECT_EQ(j["skipped"].size(), 1u);
+  EXPECT_EQ(j["layouts"][0]["actual"].size(), 2u);
+  EXPECT_FALSE(j["best"].empty());
+  EXPECT_FALSE(j["front"]["actual"].empty());
+  EXPECT_FALSE(j["front"]["balanced"].empty());
+  const auto bad = testing::run_cli(std::string("serve --search --vary router.top_k=2,4"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--vary router.top_k"), std::string::npos) << bad.err;
+  const auto lone = testing::run_cli(std::string("serve --tpot-ms 5"));
+  EXPECT_EQ(lone.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace moesim

@@ -37,6 +37,7 @@ struct ServeOptions {
   int tp = 1;
   bool no_counterfactuals = false;
   bool search = false;
+  std::string disaggregated;
   std::vector<std::string> varies;
   std::string batches = "1..256*2";
   double tpot_ms = 0, ttft_ms = 0;
@@ -355,6 +356,9 @@ int cmd_serve(int argc, char** argv) {
       "kv-dtype", po::value(&o.kv_dtype)->default_value("bf16"), "the KV cache's dtype: bf16 or fp8")(
       "routing", po::value(&o.routing)->default_value("model"),
       "model (the experiment's router and workload), balanced, or power_law:ALPHA")(
+      "disaggregated", po::value(&o.disaggregated),
+      "P:D: prefill on P GPUs and decode on D (each expert-parallel over itself; placement.devices unread), the "
+      "prompts' KV cache moved over the scale-out link")(
       "no-counterfactuals", po::bool_switch(&o.no_counterfactuals),
       "skip the balanced-routing and balanced-attention runs")(
       "search", po::bool_switch(&o.search),
@@ -384,7 +388,7 @@ int cmd_serve(int argc, char** argv) {
   const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
   const int gpus = ep ? e.placement.devices : 1;
-  if (o.tp < 1 || gpus % o.tp != 0)
+  if (o.disaggregated.empty() && (o.tp < 1 || gpus % o.tp != 0))
     throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
                      std::to_string(o.tp));  // before the stream is drawn
   if (o.scheduler != "round_robin" && o.scheduler != "kv_balanced")
@@ -431,17 +435,39 @@ int cmd_serve(int argc, char** argv) {
   setup.limits.max_num_tokens = o.max_num_tokens;
   setup.limits.concurrency = o.concurrency;
   setup.limits.balance = o.scheduler == "kv_balanced" ? RequestBalance::kv_tokens : RequestBalance::round_robin;
+  if (!o.disaggregated.empty()) {
+    const size_t colon = o.disaggregated.find(':');
+    auto count = [&](const std::string& v) {
+      const bool digits = !v.empty() && v.size() <= 5 &&
+                          std::all_of(v.begin(), v.end(), [](unsigned char c) { return std::isdigit(c); });
+      const int n = digits ? std::stoi(v) : 0;
+      if (n < 1 || n > 4096)
+        throw InputError("--disaggregated: expected P:D, prefill and decode GPUs from 1 to 4096, got '" +
+                         o.disaggregated + "'");
+      return n;
+    };
+    if (colon == std::string::npos) count("");
+    setup.prefill_gpus = count(o.disaggregated.substr(0, colon));
+    setup.decode_gpus = count(o.disaggregated.substr(colon + 1));
+    if (o.concurrency > 0)
+      throw InputError("--disaggregated: expected arrivals (--rate or a file), not --concurrency (a closed loop over "
+                       "two stages is not modeled)");
+  }
   ServeModelInput model = serve_input_for(e, hw, setup, std::move(requests));
   ServeInput& in = model.input;
   const KvCapacity& kv = model.kv;
   const int redundant = ep ? e.placement.replicas : 0;
-  const int dp = gpus / o.tp;
+  const int dp = in.step.attention_dp;
   in.counterfactuals = !o.no_counterfactuals;
   const ServeResult r = run_serve(in);
 
   std::ostringstream head;
-  head << "moesim serve: " << e.model.name << " on " << gpus << " x " << hw.name << " (attention DP " << dp
-       << (o.tp > 1 ? " x TP " + std::to_string(o.tp) : std::string()) << ", EP " << gpus
+  head << "moesim serve: " << e.model.name << " on " << model.gpus << " x " << hw.name;
+  if (in.disaggregated)
+    head << ": prefill on " << setup.prefill_gpus << ", decode on " << setup.decode_gpus << ", the KV cache moved at "
+         << fixed(in.kv_transfer_s_per_token * 1e6, 3) << " us a token";
+  head << " (attention DP " << dp << (o.tp > 1 ? " x TP " + std::to_string(o.tp) : std::string()) << ", EP "
+       << (in.disaggregated ? setup.decode_gpus : gpus)
        << (redundant > 0 ? " + " + std::to_string(redundant) + " redundant" : std::string()) << ", "
        << to_string(e.placement.a2a_kernel) << " all-to-all, overlap " << to_string(e.placement.overlap) << ")\n"
        << "  " << stream << "\n  scheduler: " << o.scheduler << ", max batch " << o.max_batch << " and "
@@ -459,6 +485,8 @@ int cmd_serve(int argc, char** argv) {
     case ReportFormat::json: {
       json j = metrics_json(r.metrics);
       j["gpus"] = r.gpus;
+      if (in.disaggregated) j["disaggregated"] = {{"prefill_gpus", setup.prefill_gpus}, {"decode_gpus", setup.decode_gpus},
+                                                  {"kv_transfer_us_per_token", in.kv_transfer_s_per_token * 1e6}};
       j["attention_dp"] = dp;
       j["tp"] = o.tp;
       j["scheduler"] = o.scheduler;

@@ -16,6 +16,7 @@ struct Live {
   int64_t cached = 0;        // KV tokens in its rank's cache
   int64_t target = 0;        // tokens its (re)prefill must cache: the prompt, plus the output so far after a preemption
   int64_t generated = 0;     // output tokens produced
+  bool prefilled = false;    // arrived with its prompt's KV and first token (disaggregated decode), not yet admitted
 };
 
 struct Rank {
@@ -97,6 +98,7 @@ class Scheduler {
     }
     out_.requests[i].rank = static_cast<int>(r);
     live_[i].target = req_[i].prompt_tokens;
+    live_[i].prefilled = lim_.arrive_prefilled;
     ranks_[r].queue.push_back(i);
   }
 
@@ -113,6 +115,18 @@ class Scheduler {
     while (!k.active.empty() && k.reserved + decoding() > lim_.kv_capacity_tokens) {
       preempt(k);
       preempted = true;
+    }
+    // Requests that arrive with their KV join the decoding ones while the rank has room (their next token's too).
+    while (!preempted && !k.queue.empty() && static_cast<int64_t>(k.active.size()) < lim_.max_batch) {
+      const size_t i = k.queue.front();
+      Live& l = live_[i];
+      if (!l.prefilled || k.reserved + l.target + decoding() + 1 > lim_.kv_capacity_tokens) break;
+      k.queue.pop_front();
+      k.active.push_back(i);
+      k.reserved += l.target;
+      l.cached = l.target;
+      l.generated = std::max<int64_t>(l.generated, 1);
+      l.prefilled = false;
     }
     int64_t budget = lim_.max_num_tokens;
     for (size_t i : k.active) {
@@ -147,7 +161,7 @@ class Scheduler {
     // No admission on a step that had to preempt: the freed cache is for the requests still decoding.
     while (!preempted && budget > 0 && !k.queue.empty() && static_cast<int64_t>(k.active.size()) < lim_.max_batch) {
       const size_t i = k.queue.front();
-      if (k.reserved + live_[i].target > lim_.kv_capacity_tokens) break;
+      if (live_[i].prefilled || k.reserved + live_[i].target > lim_.kv_capacity_tokens) break;
       k.queue.pop_front();
       k.active.push_back(i);
       k.reserved += live_[i].target;
@@ -163,6 +177,7 @@ class Scheduler {
     k.reserved -= std::max(l.cached, l.target);
     l.cached = 0;
     l.target = req_[i].prompt_tokens + l.generated;
+    l.prefilled = false;  // it recomputes here
     k.queue.push_front(i);
     ++out_.requests[i].preemptions;
     ++out_.preemptions;
@@ -245,6 +260,9 @@ Schedule schedule_requests(const std::vector<Request>& requests, const Scheduler
     if (limits.concurrency == 0 && i > 0 && q.arrival_s < requests[i - 1].arrival_s)
       throw ConfigError("requests: expected arrivals in order, got request " + std::to_string(i) + " before " +
                         std::to_string(i - 1));
+    if (limits.arrive_prefilled && q.output_tokens < 2)
+      throw ConfigError("requests: expected more than one output token for a disaggregated decode, got request " +
+                        std::to_string(i) + " with " + std::to_string(q.output_tokens));
     if (q.prompt_tokens + q.output_tokens > limits.kv_capacity_tokens)
       throw ConfigError("kv_capacity: expected a rank's KV cache (" + std::to_string(limits.kv_capacity_tokens) +
                         " tokens) to hold request " + std::to_string(i) + "'s prompt and output (" +

@@ -36,6 +36,10 @@ struct SchedulerLimits {
   // A closed loop of this many clients (a benchmark's max concurrency): the first `concurrency` requests arrive at
   // the start and each finish releases the next, the stream's arrival times unread; 0: arrivals as the stream gives.
   int64_t concurrency = 0;
+  // Disaggregated decode: every request arrives with its prompt's KV cache and its first token (from the prefill
+  // GPUs), and joins the decoding requests without a prefill while the rank has room; one preempted later recomputes
+  // as any other. Requests here must have more than one output token.
+  bool arrive_prefilled = false;
 };
 
 // One step as the cost model takes it: every rank's sequences and whether any prompt runs (a prefill step:

@@ -21,6 +21,14 @@ struct ServeInput {
   std::vector<Request> requests;
   SchedulerLimits limits;  // limits.ranks is step.attention_dp
   bool counterfactuals = true;
+  // Disaggregated serving: `step` and `limits` are the decode GPUs'; the prefill GPUs run every prompt (and its first
+  // token) on their own step model and limits, and the prompt's KV cache moves to a decode rank over the scale-out
+  // link in kv_transfer_s_per_token x prompt tokens + kv_transfer_latency_s. The request's first token reaches the
+  // user when its KV has arrived.
+  bool disaggregated = false;
+  ServingStepInput prefill_step;
+  SchedulerLimits prefill_limits;
+  double kv_transfer_s_per_token = 0, kv_transfer_latency_s = 0;
 };
 
 struct ServeMetrics {
@@ -36,7 +44,8 @@ struct ServeMetrics {
 };
 
 struct ServeResult {
-  Schedule schedule;
+  Schedule schedule;          // colocated: the run; disaggregated: every request's timing and the decode GPUs' steps
+  Schedule prefill_schedule;  // disaggregated: the prefill GPUs' run (each request to its first token)
   ServeMetrics metrics;
   // The same stream with balanced routing (every draw's loads even over the experts), and with the ranks'
   // attention at their mean share each step (routing as run). Empty (steps 0) without counterfactuals.
@@ -49,6 +58,12 @@ ServeMetrics serve_metrics(const Schedule& s, int gpus);
 
 // The same input with every draw's loads (and the loads its plan is made from) even over the experts.
 ServingStepInput with_balanced_routing(const ServingStepInput& in);
+
+// A disaggregated run's timing from its two stages: the prefill GPUs' schedule (every request to its first token)
+// and the decode GPUs' (every request of more than one output token, arriving prefilled after its KV transfer, in
+// the order of `decoded`: indices into the prefill schedule's requests).
+Schedule join_stages(const Schedule& prefill, const Schedule& decode, const std::vector<size_t>& decoded,
+                     const std::vector<double>& transfer_s);
 
 // Runs the stream (and its counterfactuals). Throws ConfigError as schedule_requests and model_serving_step do.
 ServeResult run_serve(const ServeInput& in);

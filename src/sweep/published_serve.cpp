@@ -49,12 +49,20 @@ const char* to_string(ServeQuantity q) {
   return "?";
 }
 
-ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, const ServeSetup& s,
-                                std::vector<Request> requests, const StepRouting* routed) {
+namespace {
+
+// One group of GPUs' step model and KV capacity: the experiment's placement over `gpus` expert-parallel GPUs.
+struct GroupInput {
+  ServingStepInput step;
+  KvCapacity kv;
+  int ranks = 1;
+};
+
+GroupInput group_input(const Experiment& e, const HardwareProfile& hw, const ServeSetup& s, int gpus,
+                       const StepRouting* routed) {
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
-  const int gpus = ep ? e.placement.devices : 1;
   if (s.attention_tp < 1 || gpus % s.attention_tp != 0)
-    throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
+    throw InputError("--tp: expected a divisor of the expert-parallel GPUs (" + std::to_string(gpus) + "), got " +
                      std::to_string(s.attention_tp));
   StepRow row;
   row.phase = StepPhase::decode;
@@ -76,18 +84,57 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
     own = route_loads(row, e, s.limits.max_num_tokens * row.attention_dp * row.tp, row.redundant_experts > 0);
     routed = &own;
   }
+  Experiment pe = e;
+  pe.placement.kind = gpus > 1 ? PlacementKind::expert_parallel : PlacementKind::single;
+  pe.placement.devices = gpus;
+  GroupInput g;
+  g.step = step_input_for(row, pe, hw, routed);
+  g.step.request_balance = s.limits.balance;
+  g.ranks = row.attention_dp;
+  g.kv = kv_capacity(g.step.model, hw.memory_bytes, s.mem_fraction, gpus, row.redundant_experts, s.attention_tp,
+                     s.kv_bytes, s.limits.max_num_tokens, s.limits.max_batch, false);
+  return g;
+}
+
+}  // namespace
+
+ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, const ServeSetup& s,
+                                std::vector<Request> requests, const StepRouting* routed) {
+  const bool ep = e.placement.kind == PlacementKind::expert_parallel;
+  const bool split = s.prefill_gpus > 0 || s.decode_gpus > 0;
+  if (split && (s.prefill_gpus < 1 || s.decode_gpus < 1))
+    throw InputError("--disaggregated: expected prefill and decode GPUs, each at least 1");
+  const int gpus = split ? s.decode_gpus : ep ? e.placement.devices : 1;
+  const GroupInput d = group_input(e, hw, s, gpus, routed);
   ServeModelInput out;
   out.gpus = gpus;
+  out.kv = d.kv;
   ServeInput& in = out.input;
-  in.step = step_input_for(row, e, hw, routed);
-  in.step.request_balance = s.limits.balance;
+  in.step = d.step;
   in.requests = std::move(requests);
   in.limits = s.limits;
-  in.limits.ranks = row.attention_dp;
-  out.kv = kv_capacity(in.step.model, hw.memory_bytes, s.mem_fraction, gpus, row.redundant_experts, s.attention_tp,
-                       s.kv_bytes, s.limits.max_num_tokens, s.limits.max_batch, false);
+  in.limits.ranks = d.ranks;
   // Each of a rank's tp GPUs holds its part of every token (MLA: the whole latent), so a rank holds a GPU's tokens.
-  in.limits.kv_capacity_tokens = out.kv.tokens;
+  in.limits.kv_capacity_tokens = d.kv.tokens;
+  if (split) {
+    const GroupInput p = group_input(e, hw, s, s.prefill_gpus, routed);
+    in.disaggregated = true;
+    in.prefill_step = p.step;
+    in.prefill_limits = s.limits;
+    in.prefill_limits.ranks = p.ranks;
+    in.prefill_limits.kv_capacity_tokens = p.kv.tokens;
+    // A prompt's KV moves from its prefill rank to its decode rank, each GPU of the rank sending its part over its
+    // scale-out NIC (the scale-up link when the profile has none) at the link's latency.
+    const double bw = hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_bandwidth_bytes_per_s
+                                                              : hw.link_bandwidth_bytes_per_s;
+    if (!(bw > 0))
+      throw ConfigError("hardware.inter_node_bandwidth_gbs: expected a link to move the KV cache between the prefill "
+                        "and decode GPUs, got none");
+    in.kv_transfer_s_per_token = d.kv.bytes_per_token / bw;
+    in.kv_transfer_latency_s =
+        hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_latency_s : hw.link_latency_s;
+    out.gpus += s.prefill_gpus;
+  }
   return out;
 }
 
@@ -220,6 +267,10 @@ ServeModelInput row_input(const ServeRow& r, const std::string& origin) {
   e.placement.devices = r.ep;
   ServeSetup s;
   s.attention_tp = r.gpus / r.attention_dp;
+  if (r.disaggregated) {
+    s.prefill_gpus = r.prefill_gpus;
+    s.decode_gpus = r.decode_gpus;
+  }
   s.weight_dtype = r.weight_dtype;
   s.kv_bytes = r.kv_dtype == "fp8" ? 1 : 2;
   s.limits.max_batch = r.max_batch_size;
@@ -266,14 +317,15 @@ ServeValidation validate_serving(const std::vector<ServeTable>& tables) {
       if (r.weight_dtype == "nvfp4") res.approximation = "nvfp4 GEMMs costed in fp8";
       if (r.mtp_draft > 0)
         res.approximation += std::string(res.approximation.empty() ? "" : "; ") + "MTP not in the schedule";
-      if (r.disaggregated) res.not_modeled = "disaggregated serving is not modeled yet";
+      if (r.disaggregated && r.concurrency > 0)
+        res.not_modeled = "a closed loop over disaggregated prefill and decode is not modeled";
       v.rows.push_back(res);
       if (std::find(v.tables.begin(), v.tables.end(), r.table) == v.tables.end()) v.tables.push_back(r.table);
     }
   std::vector<double> errors;
   for (size_t c = 0; c < configs.size(); ++c) {
     const ServeRow& first = v.rows[configs[c].second.front()].row;
-    if (first.disaggregated) continue;
+    if (!v.rows[configs[c].second.front()].not_modeled.empty()) continue;
     ServeModelInput in = row_input(first, origins[c]);
     in.input.counterfactuals = false;
     ServeMetrics m;

@@ -28,12 +28,15 @@ struct ServeSetup {
   double kv_bytes = 2;                  // a KV value's bytes (bf16 2, fp8 1)
   double mem_fraction = 0.9;
   SchedulerLimits limits;               // max_batch, max_num_tokens, concurrency, balance (ranks and KV are set here)
+  // Disaggregated serving: the prefill and the decode GPUs, each group expert-parallel over itself (the experiment's
+  // placement.devices unread); 0 and 0: colocated on placement.devices.
+  int prefill_gpus = 0, decode_gpus = 0;
 };
 
 struct ServeModelInput {
   ServeInput input;
-  KvCapacity kv;
-  int gpus = 1;
+  KvCapacity kv;  // the decode GPUs' (colocated: every GPU's)
+  int gpus = 1;   // every GPU of the deployment
 };
 
 // The step model's template (a decode row at the largest step, max_num_tokens a rank, routed once at that size and

@@ -86,12 +86,28 @@ TEST(ServeCli, HtmlIsAPageWithItsCharts) {
   EXPECT_NE(r.out.find("moesim serve: deepseek-v3"), std::string::npos);
 }
 
+TEST(ServeCli, DisaggregatedCountsBothGroupsOfGpus) {
+  const CliResult r = run_cli(std::string("serve ") + MOESIM_SOURCE_DIR +
+                              "/configs/deepseek-v3.yaml --disaggregated 16:16 --requests 64 --rate 20 --isl 512 "
+                              "--osl 32 --max-batch 8 --max-num-tokens 1024 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gpus"].get<int>(), 32);
+  EXPECT_EQ(j["disaggregated"]["prefill_gpus"].get<int>(), 16);
+  EXPECT_GT(j["disaggregated"]["kv_transfer_us_per_token"].get<double>(), 0);
+  EXPECT_EQ(j["output_tokens"].get<int64_t>(), 64 * 32);
+  EXPECT_NEAR(j["output_tokens_per_s_per_gpu"].get<double>(), 64.0 * 32 / j["duration_s"].get<double>() / 32, 1e-6);
+  // Decode on its own GPUs: every request's tokens come at the decode step's pace.
+  EXPECT_GT(j["tpot_ms"]["p50"].get<double>(), 0);
+}
+
 TEST(ServeCli, BadOptionsExit2WithOneLine) {
   for (const std::string& bad :
        {std::string(" --scheduler fastest"), std::string(" --kv-dtype int2"), std::string(" --tp 3"),
         std::string(" --max-num-tokens 4"), std::string(" --isl 0"), std::string(" --osl lognormal:x:1"),
         std::string(" --concurrency 4 --rate 2"), std::string(" --requests-file /nonexistent.csv"),
-        std::string(" --mem-fraction 0.05")}) {
+        std::string(" --mem-fraction 0.05"), std::string(" --disaggregated 16"), std::string(" --disaggregated 0:8"),
+        std::string(" --disaggregated 16:16 --concurrency 4")}) {
     const CliResult r = run_cli(kDeepSeek + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << bad << ": " << r.err;

@@ -2,6 +2,7 @@
 // ranks with chunked prefill; a KV cache that fills and preempts; a closed loop of clients), the limits refused
 // with the option named, and the latency percentiles. Host only.
 #include "src/serve/scheduler.hpp"
+#include "src/serve/serve_run.hpp"
 
 #include <gtest/gtest.h>
 
@@ -161,6 +162,62 @@ TEST(Scheduler, LatencyPercentilesInterpolate) {
   EXPECT_NEAR(s.p90, 3.7, 1e-12);
   EXPECT_NEAR(s.p99, 3.97, 1e-12);
   EXPECT_DOUBLE_EQ(summarize_latency({}).p99, 0.0);
+}
+
+}  // namespace
+}  // namespace moesim
+
+namespace moesim {
+namespace {
+
+// The two stages of a disaggregated run at 1 s a step: the prefill rank runs one 4-token prompt a step (1 request/s,
+// the arrival rate); each KV moves in 0.5 s; the decode rank runs `batch` requests of `osl` output tokens.
+Schedule disaggregated(int n, int64_t osl, int64_t batch) {
+  std::vector<Request> prompts, requests;
+  for (int i = 0; i < n; ++i) requests.push_back(request(i, i, 4, osl));
+  prompts = requests;
+  for (Request& q : prompts) q.output_tokens = 1;
+  SchedulerLimits p;
+  p.max_batch = 1;
+  p.max_num_tokens = 4;
+  p.kv_capacity_tokens = 100;
+  const StepCoster second = [](const StepBatch&) { return 1.0; };
+  const Schedule pre = schedule_requests(prompts, p, second);
+  std::vector<double> transfer(requests.size(), 0.5);
+  std::vector<Request> decode;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request q = requests[i];
+    q.arrival_s = pre.requests[i].first_token_s + transfer[i];
+    decode.push_back(q);
+    order.push_back(i);
+  }
+  SchedulerLimits d;
+  d.max_batch = batch;
+  d.max_num_tokens = 8;
+  d.kv_capacity_tokens = 100;
+  d.arrive_prefilled = true;
+  return join_stages(pre, schedule_requests(decode, d, second), order, transfer);
+}
+
+TEST(Scheduler, DisaggregatedStagesAtEqualRequestRates) {
+  // Prefill: request i arrives at i and has its first token at i + 1; its KV reaches the decode rank at i + 1.5.
+  // Decode of 2 output tokens (1 step) a request, 1 at a time: 1 request/s, the prefill's rate: every request ends
+  // at i + 2.5, TTFT 1.5 s, TPOT 1 s, and no queue builds.
+  const Schedule s = disaggregated(20, 2, 1);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_NEAR(s.requests[i].first_token_s, i + 1.5, 1e-12) << i;
+    EXPECT_NEAR(s.requests[i].finish_s, i + 2.5, 1e-12) << i;
+  }
+  EXPECT_EQ(s.requests[5].output_tokens, 2);
+  // 3 output tokens (2 steps) a request, 2 at a time: again 1 request/s; every request ends at i + 3.5.
+  const Schedule m = disaggregated(20, 3, 2);
+  for (int i = 0; i < 20; ++i) EXPECT_NEAR(m.requests[i].finish_s, i + 3.5, 1e-12) << i;
+  // 1 at a time, the decode runs 0.5 requests/s: the queue grows a second a request.
+  const Schedule slow = disaggregated(20, 3, 1);
+  EXPECT_NEAR(slow.requests[19].finish_s - slow.requests[19].arrival_s -
+                  (slow.requests[0].finish_s - slow.requests[0].arrival_s),
+              19.0, 1e-9);
 }
 
 }  // namespace

@@ -223,11 +223,7 @@ class Scheduler {
   double balance_ratio(const StepBatch& b) const {
     std::vector<RankShare> shares(ranks_.size());
     for (size_t s = 0; s < b.sequences.size(); ++s) {
-      RankShare& x = shares[static_cast<size_t>(b.rank[s])];
-      ++x.sequences;
-      x.context_tokens += b.sequences[s].context_tokens;
-      x.query_tokens += b.sequences[s].query_tokens;
-      x.attended_positions += b.sequences[s].attended_positions;
+      add_sequence(shares[static_cast<size_t>(b.rank[s])], b.sequences[s]);
     }
     return rank_balance_ratio(shares, !b.prefill);
   }

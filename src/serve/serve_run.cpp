@@ -22,18 +22,16 @@ StepCoster step_coster(const ServingStepInput& base, Counterfactual cf) {
     if (cf == Counterfactual::balanced_attention) {
       // Every rank the mean share (rounded up, so that no rank is left out of the batch's tokens).
       RankShare total;
-      for (const StepSequence& s : b.sequences) {
-        ++total.sequences;
-        total.context_tokens += s.context_tokens;
-        total.query_tokens += s.query_tokens;
-        total.attended_positions += s.attended_positions;
-      }
+      for (const StepSequence& s : b.sequences) add_sequence(total, s);
       const int64_t r = base.attention_dp;
+      auto share = [r](int64_t v) { return (v + r - 1) / r; };
       RankShare mean;
-      mean.sequences = (total.sequences + r - 1) / r;
-      mean.context_tokens = (total.context_tokens + r - 1) / r;
-      mean.query_tokens = (total.query_tokens + r - 1) / r;
-      mean.attended_positions = (total.attended_positions + r - 1) / r;
+      mean.sequences = share(total.sequences);
+      mean.context_tokens = share(total.context_tokens);
+      mean.query_tokens = share(total.query_tokens);
+      mean.attended_positions = share(total.attended_positions);
+      mean.decode_sequences = std::min(mean.sequences, share(total.decode_sequences));
+      mean.decode_context_tokens = std::min(mean.context_tokens, share(total.decode_context_tokens));
       in.shares.assign(static_cast<size_t>(r), mean);
     } else {
       in.sequences = b.sequences;

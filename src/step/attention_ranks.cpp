@@ -17,13 +17,20 @@ std::vector<RankShare> spread_requests(const std::vector<StepSequence>& sequence
       for (std::size_t q = 1; q < shares.size(); ++q)
         if (shares[q].context_tokens < shares[r].context_tokens) r = q;
     }
-    RankShare& s = shares[r];
-    ++s.sequences;
-    s.context_tokens += sequences[i].context_tokens;
-    s.query_tokens += sequences[i].query_tokens;
-    s.attended_positions += sequences[i].attended_positions;
+    add_sequence(shares[r], sequences[i]);
   }
   return shares;
+}
+
+void add_sequence(RankShare& s, const StepSequence& q) {
+  ++s.sequences;
+  s.context_tokens += q.context_tokens;
+  s.query_tokens += q.query_tokens;
+  s.attended_positions += q.attended_positions;
+  if (q.query_tokens == 1) {
+    ++s.decode_sequences;
+    s.decode_context_tokens += q.context_tokens;
+  }
 }
 
 RankAttention attention_over_ranks(const HardwareProfile& hw, const AttentionShape& shape,

@@ -20,6 +20,10 @@ struct RankShare {
   int64_t context_tokens = 0;
   int64_t query_tokens = 0;
   int64_t attended_positions = 0;
+  // Of which decoding, one query token each attending its context: in a step that also runs prompt chunks (a
+  // mixed step), these run the decode attention kernel on their KV cache and the chunks the prefill kernel.
+  int64_t decode_sequences = 0;
+  int64_t decode_context_tokens = 0;
 };
 
 // One sequence of the step, as spread_requests places it.
@@ -28,6 +32,9 @@ struct StepSequence {
   int64_t query_tokens = 0;        // tokens it runs this step (decode 1, prefill its prompt)
   int64_t attended_positions = 0;  // sum over those tokens of the positions each attends to
 };
+
+// Adds one sequence to a rank's share (a sequence of one query token counts as decoding too).
+void add_sequence(RankShare& share, const StepSequence& sequence);
 
 // The sequences over `ranks` ranks, in order: round_robin puts sequence i on rank i mod ranks (SGLang's DP
 // attention default); kv_tokens puts each on the rank with the fewest KV tokens so far (ties: the lower rank),

@@ -158,6 +158,19 @@ class RankKernels {
   // at the profile's bandwidth and bf16 peak times attention_efficiency.
   double core(const RankShare& s, StepPhase phase) const {
     if (s.sequences <= 0) return 0;
+    if (phase == StepPhase::prefill && s.decode_sequences > 0 && s.decode_sequences < s.sequences) {
+      // A mixed step: the decoding sequences on the decode kernel (their KV cache read), the chunks on the prefill
+      // kernel; two launches.
+      RankShare d, p = s;
+      d.sequences = d.query_tokens = s.decode_sequences;
+      d.context_tokens = d.attended_positions = s.decode_context_tokens;
+      p.sequences -= d.sequences;
+      p.query_tokens -= d.query_tokens;
+      p.context_tokens -= d.context_tokens;
+      p.attended_positions -= d.attended_positions;
+      p.decode_sequences = p.decode_context_tokens = 0;
+      return core(d, StepPhase::decode) + core(p, StepPhase::prefill);
+    }
     const double pairs = static_cast<double>(s.attended_positions);
     const double q = static_cast<double>(s.query_tokens);
     double bytes = 0, flops = 0;
@@ -399,11 +412,7 @@ ServingStep model_serving_step(const ServingStepInput& given) {
       if (r < 0 || r >= in.attention_dp)
         throw ConfigError("sequence_rank: expected ranks in [0, " + std::to_string(in.attention_dp) + "), got " +
                           std::to_string(r));
-      RankShare& x = shares[static_cast<size_t>(r)];
-      ++x.sequences;
-      x.context_tokens += in.sequences[i].context_tokens;
-      x.query_tokens += in.sequences[i].query_tokens;
-      x.attended_positions += in.sequences[i].attended_positions;
+      add_sequence(shares[static_cast<size_t>(r)], in.sequences[i]);
     }
   }
   int64_t tokens = 0, requests = 0;

@@ -53,6 +53,40 @@ TEST(ServeSearch, ALongerCycleWhenTheBudgetCannotHoldThePrompts) {
   EXPECT_GT(p.ttft_s, 5 * p.step_s);
 }
 
+TEST(ServeSearch, AMixedStepRunsItsDecodingSequencesOnTheDecodeKernel) {
+  // A rank's share of 8 decoding requests (context 2048 each) beside a 512-token chunk: its attention is the 8
+  // requests' decode core plus the chunk's prefill core, each as a share of its own (launches at the same cost).
+  ServingStepInput in = deepseek_on_16();
+  in.figures.decode_launch_share = 1;
+  RankShare d;
+  d.sequences = d.query_tokens = d.decode_sequences = 8;
+  d.context_tokens = d.attended_positions = d.decode_context_tokens = 8 * 2048;
+  RankShare c;
+  c.sequences = 1;
+  c.query_tokens = 512;
+  c.context_tokens = 512;
+  c.attended_positions = 512 * 513 / 2;
+  RankShare mixed = c;
+  mixed.sequences += d.sequences;
+  mixed.query_tokens += d.query_tokens;
+  mixed.context_tokens += d.context_tokens;
+  mixed.attended_positions += d.attended_positions;
+  mixed.decode_sequences = d.decode_sequences;
+  mixed.decode_context_tokens = d.decode_context_tokens;
+  auto attention = [&](const RankShare& s, StepPhase phase) {
+    ServingStepInput x = in;
+    x.phase = phase;
+    x.shares.assign(static_cast<size_t>(in.attention_dp), s);
+    return model_serving_step(x).attention.rank_s.front();
+  };
+  const double both = attention(mixed, StepPhase::prefill);
+  EXPECT_NEAR(both, attention(d, StepPhase::decode) + attention(c, StepPhase::prefill), 1e-12 * both);
+  // Without the decode part named, the 8 requests' KV cache would not be read.
+  RankShare unnamed = mixed;
+  unnamed.decode_sequences = unnamed.decode_context_tokens = 0;
+  EXPECT_GT(both, attention(unnamed, StepPhase::prefill));
+}
+
 SteadyPoint point(double gpu, double user, double tpot_ms, bool fits = true) {
   SteadyPoint p;
   p.output_tokens_per_s_per_gpu = gpu;

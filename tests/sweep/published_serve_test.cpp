@@ -97,5 +97,12 @@ TEST(PublishedServe, ValidateReportsTheServingSection) {
   EXPECT_EQ(j["serving"]["errors"]["model"]["points"].get<int>(), 5);
 }
 
+TEST(PublishedServe, ServeDocQuotesTheValidation) {
+  const CliResult r = run_cli(std::string("validate --published ") + MOESIM_SOURCE_DIR + "/data/serving");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string doc = testing::read_text(std::string(MOESIM_SOURCE_DIR) + "/docs/serve.md");
+  EXPECT_NE(doc.find(r.out), std::string::npos) << "docs/serve.md does not quote:\n" << r.out;
+}
+
 }  // namespace
 }  // namespace moesim

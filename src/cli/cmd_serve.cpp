@@ -38,6 +38,8 @@ struct ServeOptions {
   bool no_counterfactuals = false;
   bool search = false;
   std::string disaggregated;
+  int64_t rebalance_every = -1, drift_steps = 50;
+  int draws = 16;
   std::vector<std::string> varies;
   std::string batches = "1..256*2";
   double tpot_ms = 0, ttft_ms = 0;
@@ -109,6 +111,19 @@ std::string table_text(const Experiment& e, const std::string& header, const KvC
      << "  tokens/s a user            " << fixed(m.tokens_per_s_per_user, 2) << "\n"
      << "  balance over the DP ranks  " << fixed(m.balance_ratio_mean, 3)
      << " (mean over max tokens a rank, the mean over steps)\n";
+  if (r.static_plan.steps > 0) {
+    const double gain = r.static_plan.output_tokens_per_s_per_gpu > 0
+                            ? m.output_tokens_per_s_per_gpu / r.static_plan.output_tokens_per_s_per_gpu - 1
+                            : 0;
+    os << "\nEPLB over time: " << r.eplb.replans << " re-plans, the busiest GPU receiving " << r.eplb.moved_slots
+       << " expert slots a layer in all, " << fixed(r.eplb.transfer_s, 3) << " s of weight transfer ("
+       << fixed(m.duration_s > 0 ? 100 * r.eplb.transfer_s / m.duration_s : 0.0, 1) << " % of the run)\n"
+       << "  plan made once             " << fixed(r.static_plan.output_tokens_per_s_per_gpu, 1)
+       << " output tokens/s a GPU, TPOT p50 " << fixed(r.static_plan.tpot_s.p50 * 1e3, 2) << " ms\n"
+       << "  re-planned                 " << fixed(m.output_tokens_per_s_per_gpu, 1) << " output tokens/s a GPU ("
+       << (gain >= 0 ? "+" : "") << fixed(100 * gain, 1) << " % net of the transfers)"
+       << (gain <= 0 ? ": re-planning does not pay here" : "") << "\n";
+  }
   if (counterfactuals) {
     const double base = m.output_tokens_per_s_per_gpu;
     auto cost = [&](const ServeMetrics& c) {
@@ -359,6 +374,13 @@ int cmd_serve(int argc, char** argv) {
       "disaggregated", po::value(&o.disaggregated),
       "P:D: prefill on P GPUs and decode on D (each expert-parallel over itself; placement.devices unread), the "
       "prompts' KV cache moved over the scale-out link")(
+      "rebalance-every", po::value(&o.rebalance_every),
+      "EPLB over time (placement.replicas > 0): re-plan every N steps from the loads since the last plan, the moved "
+      "experts' weights costed on the links, against the plan made once (0: only the plan made once)")(
+      "drift-steps", po::value(&o.drift_steps)->default_value(50),
+      "with --rebalance-every: steps each routed batch's loads hold before the next (the routing's drift)")(
+      "draws", po::value(&o.draws)->default_value(16),
+      "with --rebalance-every: routed batches of a synthetic workload in the drift (a trace or profile: its own)")(
       "no-counterfactuals", po::bool_switch(&o.no_counterfactuals),
       "skip the balanced-routing and balanced-attention runs")(
       "search", po::bool_switch(&o.search),
@@ -453,6 +475,11 @@ int cmd_serve(int argc, char** argv) {
       throw InputError("--disaggregated: expected arrivals (--rate or a file), not --concurrency (a closed loop over "
                        "two stages is not modeled)");
   }
+  if (o.rebalance_every < 0 && (o.drift_steps != 50 || o.draws != 16))
+    throw InputError("--drift-steps, --draws: expected with --rebalance-every only");
+  setup.rebalance_every = o.rebalance_every;
+  setup.drift_steps = o.drift_steps;
+  setup.draws = o.draws;
   ServeModelInput model = serve_input_for(e, hw, setup, std::move(requests));
   ServeInput& in = model.input;
   const KvCapacity& kv = model.kv;
@@ -497,6 +524,14 @@ int cmd_serve(int argc, char** argv) {
       if (in.counterfactuals)
         j["counterfactual"] = {{"balanced_routing", metrics_json(r.balanced_routing)},
                                {"balanced_attention", metrics_json(r.balanced_attention)}};
+      if (in.eplb_over_time)
+        j["eplb"] = {{"rebalance_every", in.eplb.rebalance_every},
+                     {"drift_steps", in.eplb.steps_per_draw},
+                     {"draws", static_cast<int64_t>(in.eplb.loads.size())},
+                     {"replans", r.eplb.replans},
+                     {"moved_slots", r.eplb.moved_slots},
+                     {"transfer_s", r.eplb.transfer_s},
+                     {"static_plan", metrics_json(r.static_plan)}};
       text = j.dump(2) + "\n";
       break;
     }

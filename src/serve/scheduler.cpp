@@ -267,6 +267,21 @@ Schedule schedule_requests(const std::vector<Request>& requests, const Scheduler
   return Scheduler(requests, limits, cost).run();
 }
 
+std::vector<RankShare> mean_shares(const StepBatch& b, int ranks) {
+  RankShare total;
+  for (const StepSequence& s : b.sequences) add_sequence(total, s);
+  const int64_t r = std::max(1, ranks);
+  auto share = [r](int64_t v) { return (v + r - 1) / r; };
+  RankShare mean;
+  mean.sequences = share(total.sequences);
+  mean.context_tokens = share(total.context_tokens);
+  mean.query_tokens = share(total.query_tokens);
+  mean.attended_positions = share(total.attended_positions);
+  mean.decode_sequences = std::min(mean.sequences, share(total.decode_sequences));
+  mean.decode_context_tokens = std::min(mean.context_tokens, share(total.decode_context_tokens));
+  return std::vector<RankShare>(static_cast<size_t>(r), mean);
+}
+
 LatencySummary summarize_latency(std::vector<double> v) {
   LatencySummary s;
   if (v.empty()) return s;

@@ -50,6 +50,9 @@ struct StepBatch {
   bool prefill = false;
 };
 using StepCoster = std::function<double(const StepBatch&)>;
+// Every rank the ranks' mean share of a step (rounded up, so that no rank is left out of the batch's tokens): the
+// balanced-attention counterfactual.
+std::vector<RankShare> mean_shares(const StepBatch& b, int ranks);
 
 struct RequestTiming {
   double arrival_s = 0, first_token_s = 0, finish_s = 0;  // arrival: the stream's, or its release in a closed loop

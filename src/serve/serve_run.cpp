@@ -20,19 +20,7 @@ StepCoster step_coster(const ServingStepInput& base, Counterfactual cf) {
     in.phase = b.prefill ? StepPhase::prefill : StepPhase::decode;
     in.mtp_draft = 0;
     if (cf == Counterfactual::balanced_attention) {
-      // Every rank the mean share (rounded up, so that no rank is left out of the batch's tokens).
-      RankShare total;
-      for (const StepSequence& s : b.sequences) add_sequence(total, s);
-      const int64_t r = base.attention_dp;
-      auto share = [r](int64_t v) { return (v + r - 1) / r; };
-      RankShare mean;
-      mean.sequences = share(total.sequences);
-      mean.context_tokens = share(total.context_tokens);
-      mean.query_tokens = share(total.query_tokens);
-      mean.attended_positions = share(total.attended_positions);
-      mean.decode_sequences = std::min(mean.sequences, share(total.decode_sequences));
-      mean.decode_context_tokens = std::min(mean.context_tokens, share(total.decode_context_tokens));
-      in.shares.assign(static_cast<size_t>(r), mean);
+      in.shares = mean_shares(b, base.attention_dp);
     } else {
       in.sequences = b.sequences;
       in.sequence_rank = b.rank;
@@ -164,7 +152,38 @@ Run run_once(const ServeInput& in, const ServingStepInput& step, const ServingSt
 
 }  // namespace
 
+namespace {
+
+ServeResult run_eplb_over_time(const ServeInput& in) {
+  ServeResult out;
+  SchedulerLimits limits = in.limits;
+  limits.ranks = in.step.attention_dp;
+  out.gpus = in.step.attention_dp * in.step.attention_tp;
+  out.schedule = schedule_requests(in.requests, limits, eplb_timeline_coster(in.step, in.eplb, &out.eplb));
+  out.metrics = serve_metrics(out.schedule, out.gpus);
+  EplbTimeline once = in.eplb;
+  once.rebalance_every = 0;
+  out.static_plan =
+      serve_metrics(schedule_requests(in.requests, limits, eplb_timeline_coster(in.step, once, &out.static_eplb)), out.gpus);
+  if (in.counterfactuals) {
+    out.balanced_routing = serve_metrics(
+        schedule_requests(in.requests, limits, step_coster(with_balanced_routing(in.step), Counterfactual::none)),
+        out.gpus);
+    out.balanced_attention = serve_metrics(
+        schedule_requests(in.requests, limits, eplb_timeline_coster(in.step, in.eplb, nullptr, true)), out.gpus);
+  }
+  return out;
+}
+
+}  // namespace
+
 ServeResult run_serve(const ServeInput& in) {
+  if (in.eplb_over_time) {
+    if (in.disaggregated)
+      throw ConfigError("rebalance_every: expected a colocated run (EPLB over time with disaggregated serving is not "
+                        "modeled)");
+    return run_eplb_over_time(in);
+  }
   ServeResult out;
   out.gpus = in.step.attention_dp * in.step.attention_tp +
              (in.disaggregated ? in.prefill_step.attention_dp * in.prefill_step.attention_tp : 0);

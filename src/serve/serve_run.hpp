@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "src/serve/eplb_timeline.hpp"
 #include "src/serve/request_stream.hpp"
 #include "src/serve/scheduler.hpp"
 #include "src/step/serving_step.hpp"
@@ -29,6 +30,10 @@ struct ServeInput {
   ServingStepInput prefill_step;
   SchedulerLimits prefill_limits;
   double kv_transfer_s_per_token = 0, kv_transfer_latency_s = 0;
+  // EPLB over time (colocated runs): each step's loads a draw of eplb.loads under a plan re-made every
+  // eplb.rebalance_every steps (eplb_timeline.hpp); the run is compared with the plan made once.
+  bool eplb_over_time = false;
+  EplbTimeline eplb;
 };
 
 struct ServeMetrics {
@@ -50,6 +55,9 @@ struct ServeResult {
   // The same stream with balanced routing (every draw's loads even over the experts), and with the ranks'
   // attention at their mean share each step (routing as run). Empty (steps 0) without counterfactuals.
   ServeMetrics balanced_routing, balanced_attention;
+  // EPLB over time: the same stream with the plan made once, and the re-plans' count and weight transfers.
+  ServeMetrics static_plan;
+  EplbTally eplb, static_eplb;
   int gpus = 1;
 };
 

@@ -135,6 +135,34 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
         hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_latency_s : hw.link_latency_s;
     out.gpus += s.prefill_gpus;
   }
+  if (s.rebalance_every >= 0) {
+    if (split) throw InputError("--rebalance-every: expected a colocated run, not --disaggregated");
+    const int replicas = ep ? e.placement.replicas : 0;
+    if (replicas <= 0)
+      throw InputError("--rebalance-every: expected placement.replicas > 0 (EPLB's redundant experts), got " +
+                       std::to_string(replicas));
+    if (s.drift_steps < 1 || s.draws < 1 || s.draws > 256)
+      throw InputError("--drift-steps, --draws: expected at least 1 step a draw and 1 to 256 draws");
+    StepRow row;
+    row.ep = gpus;
+    row.routing = s.routing;
+    row.redundant_experts = replicas;
+    const int64_t tokens = s.limits.max_num_tokens * d.ranks * s.attention_tp;
+    const StepRouting timeline = route_loads(row, e, tokens, true, s.draws);
+    in.eplb_over_time = true;
+    EplbTimeline& t = in.eplb;
+    t.loads = timeline.loads;
+    t.initial_plan = timeline.plan_loads.empty() ? std::vector<int64_t>{} : timeline.plan_loads.front();
+    t.steps_per_draw = s.drift_steps;
+    t.rebalance_every = s.rebalance_every;
+    const ModelConfig& m = in.step.model;
+    t.expert_bytes = (m.gated_experts ? 3.0 : 2.0) * static_cast<double>(m.hidden) * static_cast<double>(m.ffn) *
+                     bytes_per_weight(expert_format(m));
+    t.moe_layers = moe_layer_count(m);
+    t.link_bytes_per_s = hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_bandwidth_bytes_per_s
+                                                                 : hw.link_bandwidth_bytes_per_s;
+    t.link_latency_s = hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_latency_s : hw.link_latency_s;
+  }
   return out;
 }
 

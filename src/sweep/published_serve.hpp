@@ -31,6 +31,10 @@ struct ServeSetup {
   // Disaggregated serving: the prefill and the decode GPUs, each group expert-parallel over itself (the experiment's
   // placement.devices unread); 0 and 0: colocated on placement.devices.
   int prefill_gpus = 0, decode_gpus = 0;
+  // EPLB over time: re-plan every this many steps (0: the plan made once, compared alike; -1: off), the routing a
+  // sequence of `draws` routed batches (a recorded workload: its own), each holding `drift_steps` steps.
+  int64_t rebalance_every = -1, drift_steps = 50;
+  int draws = 16;
 };
 
 struct ServeModelInput {

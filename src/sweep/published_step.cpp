@@ -291,7 +291,7 @@ std::vector<StepTable> load_step_tables(const std::string& spec) {
 
 // The row's per-expert loads of `tokens` tokens (every GPU's), draw by draw, and the loads each draw's EPLB plan is
 // made from (with_plan: kStepWarmup earlier batches summed).
-StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t tokens, bool with_plan) {
+StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t tokens, bool with_plan, int draws) {
   const int E = base.model.experts, k = base.model.top_k;
   StepRouting out;
   out.tokens = tokens;
@@ -355,7 +355,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
   e.router.capacity_factor = 0;
   e.router.layout = Layout::dropless;
   e.workload.batch = std::min<int64_t>(tokens, kStepRoutedTokens);
-  e.workload.batches = kStepDraws;
+  e.workload.batches = draws > 0 ? draws : kStepDraws;
   auto loads_of = [&](const std::vector<LogitsBatch>& batches) {
     std::vector<std::vector<int64_t>> loads;
     for (size_t i = 0; i < batches.size(); ++i) {

@@ -116,7 +116,8 @@ struct StepRouting {
 // synthetic workload (at most 65,536 tokens routed a batch, scaled; with_plan adds 4 warm-up batches for EPLB), or
 // a load_profile workload's recorded layers or a trace workload's recorded batches (each a draw, scaled, planned
 // from its own record).
-StepRouting route_loads(const StepRow& row, const Experiment& e, int64_t tokens, bool with_plan);
+// `draws`: the synthetic workload's batches routed (0: 2); a recorded workload gives its own.
+StepRouting route_loads(const StepRow& row, const Experiment& e, int64_t tokens, bool with_plan, int draws = 0);
 // The most sequences and prompt tokens one step models (every GPU's): a step of more is refused, not slowed to a crawl.
 constexpr int64_t kMaxStepSequences = int64_t{1} << 22;
 constexpr int64_t kMaxStepTokens = int64_t{1} << 28;

@@ -101,13 +101,30 @@ TEST(ServeCli, DisaggregatedCountsBothGroupsOfGpus) {
   EXPECT_GT(j["tpot_ms"]["p50"].get<double>(), 0);
 }
 
+TEST(ServeCli, EplbOverTimeAgainstThePlanMadeOnce) {
+  const CliResult r = run_cli(kDeepSeek + " --set placement.replicas=32 --rebalance-every 20 --drift-steps 5 --draws 4 "
+                                          "--rate 50 --format json --no-counterfactuals");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("eplb"));
+  EXPECT_EQ(j["eplb"]["rebalance_every"].get<int64_t>(), 20);
+  EXPECT_EQ(j["eplb"]["draws"].get<int64_t>(), 4);
+  EXPECT_EQ(j["eplb"]["replans"].get<int64_t>(), (j["steps"].get<int64_t>() - 1) / 20);
+  EXPECT_GE(j["eplb"]["transfer_s"].get<double>(), 0);
+  EXPECT_EQ(j["eplb"]["static_plan"]["output_tokens"].get<int64_t>(), j["output_tokens"].get<int64_t>());
+  const CliResult t = run_cli(kDeepSeek + " --set placement.replicas=32 --rebalance-every 20");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("EPLB over time: "), std::string::npos) << t.out;
+}
+
 TEST(ServeCli, BadOptionsExit2WithOneLine) {
   for (const std::string& bad :
        {std::string(" --scheduler fastest"), std::string(" --kv-dtype int2"), std::string(" --tp 3"),
         std::string(" --max-num-tokens 4"), std::string(" --isl 0"), std::string(" --osl lognormal:x:1"),
         std::string(" --concurrency 4 --rate 2"), std::string(" --requests-file /nonexistent.csv"),
         std::string(" --mem-fraction 0.05"), std::string(" --disaggregated 16"), std::string(" --disaggregated 0:8"),
-        std::string(" --disaggregated 16:16 --concurrency 4")}) {
+        std::string(" --disaggregated 16:16 --concurrency 4"), std::string(" --rebalance-every 10"),
+        std::string(" --drift-steps 5")}) {
     const CliResult r = run_cli(kDeepSeek + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << bad << ": " << r.err;

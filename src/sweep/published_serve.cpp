@@ -51,6 +51,16 @@ const char* to_string(ServeQuantity q) {
 
 namespace {
 
+// What a GPU sends weights or KV caches over to another group of GPUs: its scale-out NIC, or the scale-up link on a
+// profile without one.
+struct Link {
+  double bytes_per_s = 0, latency_s = 0;
+};
+Link gpu_link(const HardwareProfile& hw) {
+  if (hw.inter_node_bandwidth_bytes_per_s > 0) return {hw.inter_node_bandwidth_bytes_per_s, hw.inter_node_latency_s};
+  return {hw.link_bandwidth_bytes_per_s, hw.link_latency_s};
+}
+
 // One group of GPUs' step model and KV capacity: the experiment's placement over `gpus` expert-parallel GPUs.
 struct GroupInput {
   ServingStepInput step;
@@ -125,14 +135,12 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
     in.prefill_limits.kv_capacity_tokens = p.kv.tokens;
     // A prompt's KV moves from its prefill rank to its decode rank, each GPU of the rank sending its part over its
     // scale-out NIC (the scale-up link when the profile has none) at the link's latency.
-    const double bw = hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_bandwidth_bytes_per_s
-                                                              : hw.link_bandwidth_bytes_per_s;
-    if (!(bw > 0))
+    const Link link = gpu_link(hw);
+    if (!(link.bytes_per_s > 0))
       throw ConfigError("hardware.inter_node_bandwidth_gbs: expected a link to move the KV cache between the prefill "
                         "and decode GPUs, got none");
-    in.kv_transfer_s_per_token = d.kv.bytes_per_token / bw;
-    in.kv_transfer_latency_s =
-        hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_latency_s : hw.link_latency_s;
+    in.kv_transfer_s_per_token = d.kv.bytes_per_token / link.bytes_per_s;
+    in.kv_transfer_latency_s = link.latency_s;
     out.gpus += s.prefill_gpus;
   }
   if (s.rebalance_every >= 0) {
@@ -159,9 +167,9 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
     t.expert_bytes = (m.gated_experts ? 3.0 : 2.0) * static_cast<double>(m.hidden) * static_cast<double>(m.ffn) *
                      bytes_per_weight(expert_format(m));
     t.moe_layers = moe_layer_count(m);
-    t.link_bytes_per_s = hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_bandwidth_bytes_per_s
-                                                                 : hw.link_bandwidth_bytes_per_s;
-    t.link_latency_s = hw.inter_node_bandwidth_bytes_per_s > 0 ? hw.inter_node_latency_s : hw.link_latency_s;
+    const Link link = gpu_link(hw);
+    t.link_bytes_per_s = link.bytes_per_s;
+    t.link_latency_s = link.latency_s;
   }
   return out;
 }
@@ -170,28 +178,13 @@ ServeTable parse_serve_csv(const std::string& text, const std::string& origin) {
   ServeTable t;
   t.origin = origin;
   t.name = fs::path(origin).stem().string();
-  std::istringstream in(text);
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (number == 1) {
-      const std::string h = kServeHeader;
-      if (line.rfind(h, 0) != 0 || (line.size() > h.size() && line[h.size()] != ','))
-        throw InputError(origin + ":1: header: expected '" + h + "' (more columns only after notes), got '" +
-                         line.substr(0, 200) + "'");
-      continue;
-    }
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const TableCell w{origin, number};
-    if (static_cast<int>(t.rows.size()) >= kMaxRows)
-      w.fail("rows", "at most " + std::to_string(kMaxRows) + " rows", std::to_string(kMaxRows + 1));
+  read_table(text, origin, kServeHeader, kMaxRows, [](const std::vector<std::string>&) {}, [&](const TableCell& w,
+                                                                                              const std::string& line) {
     const std::vector<std::string> c = split_csv_line(line);
     if (static_cast<int>(c.size()) < kColumns)
       w.fail("columns", "at least " + std::to_string(kColumns) + " cells", std::to_string(c.size()));
     ServeRow r;
-    r.line = number;
+    r.line = w.line;
     r.system = c[0];
     if (c[1].empty()) w.fail("model", "a shipped model config name or a model .yaml file", c[1]);
     r.model = c[1];
@@ -243,8 +236,7 @@ ServeTable parse_serve_csv(const std::string& text, const std::string& origin) {
     if (r.requests == 0) r.requests = kServeRequestsPerClient * r.concurrency;
     r.table = r.source;
     t.rows.push_back(std::move(r));
-  }
-  if (number == 0) throw InputError(origin + ":1: header: expected '" + std::string(kServeHeader) + "', got an empty file");
+  });
   return t;
 }
 

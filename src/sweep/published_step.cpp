@@ -88,34 +88,19 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
   StepTable t;
   t.origin = origin;
   t.name = fs::path(origin).stem().string();
-  std::istringstream in(text);
-  std::string line;
-  int number = 0;
   int fitted_column = -1, lengths_column = -1;
-  while (std::getline(in, line)) {
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (number == 1) {
-      if (line.rfind(kStepHeader, 0) != 0 || (line.size() > std::string(kStepHeader).size() &&
-                                               line[std::string(kStepHeader).size()] != ','))
-        throw InputError(origin + ":1: header: expected '" + std::string(kStepHeader) +
-                         "' (more columns only after notes), got '" + line.substr(0, 200) + "'");
-      const std::vector<std::string> h = split_csv_line(line);
-      for (std::size_t i = kColumns; i < h.size(); ++i) {
-        if (h[i] == "fitted") fitted_column = static_cast<int>(i);
-        if (h[i] == "lengths") lengths_column = static_cast<int>(i);
-      }
-      continue;
+  const auto on_header = [&](const std::vector<std::string>& h) {
+    for (std::size_t i = kColumns; i < h.size(); ++i) {
+      if (h[i] == "fitted") fitted_column = static_cast<int>(i);
+      if (h[i] == "lengths") lengths_column = static_cast<int>(i);
     }
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const TableCell w{origin, number};
-    if (static_cast<int>(t.rows.size()) >= kMaxRows)
-      w.fail("rows", "at most " + std::to_string(kMaxRows) + " rows", std::to_string(kMaxRows + 1));
+  };
+  read_table(text, origin, kStepHeader, kMaxRows, on_header, [&](const TableCell& w, const std::string& line) {
     const std::vector<std::string> c = split_csv_line(line);
     if (static_cast<int>(c.size()) < kColumns)
       w.fail("columns", "at least " + std::to_string(kColumns) + " cells", std::to_string(c.size()));
     StepRow r;
-    r.line = number;
+    r.line = w.line;
     const StepPhase phases[] = {StepPhase::decode, StepPhase::prefill};
     r.phase = table_choice(w, "phase", c[0], phases);
     if (c[1].empty()) w.fail("model", "a shipped model config name or a model .yaml file", c[1]);
@@ -209,8 +194,7 @@ StepTable parse_step_csv(const std::string& text, const std::string& origin) {
     }
     r.table = r.source + " / " + to_string(r.phase);
     t.rows.push_back(std::move(r));
-  }
-  if (number == 0) throw InputError(origin + ":1: header: expected '" + std::string(kStepHeader) + "', got an empty file");
+  });
   return t;
 }
 
@@ -218,27 +202,12 @@ StepTable parse_balancedness_csv(const std::string& text, const std::string& ori
   StepTable t;
   t.origin = origin;
   t.name = fs::path(origin).stem().string();
-  std::istringstream in(text);
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (number == 1) {
-      if (line.rfind(kBalancednessHeader, 0) != 0 || (line.size() > std::string(kBalancednessHeader).size() &&
-                                                       line[std::string(kBalancednessHeader).size()] != ','))
-        throw InputError(origin + ":1: header: expected '" + std::string(kBalancednessHeader) +
-                         "' (more columns only after notes), got '" + line.substr(0, 200) + "'");
-      continue;
-    }
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const TableCell w{origin, number};
-    if (static_cast<int>(t.rows.size()) >= kMaxRows)
-      w.fail("rows", "at most " + std::to_string(kMaxRows) + " rows", std::to_string(kMaxRows + 1));
+  read_table(text, origin, kBalancednessHeader, kMaxRows, [](const std::vector<std::string>&) {},
+             [&](const TableCell& w, const std::string& line) {
     const std::vector<std::string> c = split_csv_line(line);
     if (c.size() < 6) w.fail("columns", "at least 6 cells", std::to_string(c.size()));
     StepRow r;
-    r.line = number;
+    r.line = w.line;
     r.phase = StepPhase::decode;
     r.model = "deepseek-v3";
     r.gpu = "h100-sxm";
@@ -262,9 +231,7 @@ StepTable parse_balancedness_csv(const std::string& text, const std::string& ori
     r.fitted = false;
     r.table = r.source + " / balancedness";
     t.rows.push_back(std::move(r));
-  }
-  if (number == 0)
-    throw InputError(origin + ":1: header: expected '" + std::string(kBalancednessHeader) + "', got an empty file");
+  });
   return t;
 }
 

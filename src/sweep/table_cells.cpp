@@ -7,6 +7,7 @@
 
 #include "src/common/embedded.hpp"
 #include "src/config/load_config.hpp"
+#include "src/sweep/published.hpp"
 
 namespace moesim {
 
@@ -40,6 +41,30 @@ double TableCell::real(const char* column, const std::string& s, double lo, doub
     fail(column, range.str(), s);
   }
   return v;
+}
+
+void read_table(const std::string& text, const std::string& origin, const std::string& header, int max_rows,
+                const std::function<void(const std::vector<std::string>&)>& on_header,
+                const std::function<void(const TableCell&, const std::string&)>& on_row) {
+  std::istringstream in(text);
+  std::string line;
+  int number = 0, rows = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (number == 1) {
+      if (line.rfind(header, 0) != 0 || (line.size() > header.size() && line[header.size()] != ','))
+        throw InputError(origin + ":1: header: expected '" + header + "' (more columns only after notes), got '" +
+                         line.substr(0, 200) + "'");
+      on_header(split_csv_line(line));
+      continue;
+    }
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const TableCell w{origin, number};
+    if (++rows > max_rows) w.fail("rows", "at most " + std::to_string(max_rows) + " rows", std::to_string(rows));
+    on_row(w, line);
+  }
+  if (number == 0) throw InputError(origin + ":1: header: expected '" + header + "', got an empty file");
 }
 
 Experiment table_model(const TableCell& c, const std::string& cell, const std::string& builtin_dir) {

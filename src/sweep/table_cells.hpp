@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "src/common/error.hpp"
 #include "src/config/experiment.hpp"
@@ -36,6 +38,14 @@ E table_choice(const TableCell& c, const std::string& column, const std::string&
   }
   c.fail(column, "one of " + list, s);
 }
+
+// Reads a table's lines: the first must start with `header` (more columns only after its last), else an InputError
+// "ORIGIN:1: header: expected 'HEADER' (more columns only after notes), got '...'"; then `on_header` gets the
+// header's cells and `on_row` every non-blank line with its number (a trailing carriage return dropped), at most
+// `max_rows` of them (then "ORIGIN:LINE: rows: expected at most N rows"). An empty file is the header's error.
+void read_table(const std::string& text, const std::string& origin, const std::string& header, int max_rows,
+                const std::function<void(const std::vector<std::string>&)>& on_header,
+                const std::function<void(const TableCell&, const std::string&)>& on_row);
 
 // The experiment a row's model cell names: a shipped model config (configs/NAME.yaml, compiled in), or, for a table
 // read from disk (an origin outside `builtin_dir`), a model .yaml file relative to the table. Fails naming the cell

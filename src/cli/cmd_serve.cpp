@@ -40,6 +40,8 @@ struct ServeOptions {
   std::string disaggregated;
   int64_t rebalance_every = -1, drift_steps = 50;
   int draws = 16;
+  int mtp_draft = 0;
+  double mtp_accept = 0;
   std::vector<std::string> varies;
   std::string batches = "1..256*2";
   double tpot_ms = 0, ttft_ms = 0;
@@ -175,12 +177,13 @@ json point_json(const SteadyPoint& p) {
 }
 
 int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, ReportFormat format) {
-  if (html) throw InputError("--format html: expected without --search (the search prints tables, JSON or CSV)");
   if (o.varies.empty()) throw InputError("--search: expected at least one --vary KEY=VALUES (the layouts to search)");
   if (!o.requests_file.empty() || o.concurrency != 0 || o.rate != 0)
     throw InputError("--search: expected without --requests-file, --concurrency or --rate (the steady state of a "
                      "closed loop of --isl/--osl requests)");
   if (o.top < 1) throw InputError("--top: expected at least 1, got " + std::to_string(o.top));
+  if (o.mtp_draft != 0 || o.mtp_accept != 0)
+    throw InputError("--search: expected without --mtp-draft (the steady state has no draft tokens; a run has them)");
   if (o.tpot_ms < 0 || o.ttft_ms < 0) throw InputError("--tpot-ms, --ttft-ms: expected 0 (none) or a target in ms");
   int64_t isl = 0, osl = 0;
   const RequestLengths il = length_option("--isl", o.isl, isl), ol = length_option("--osl", o.osl, osl);
@@ -260,6 +263,17 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
   const auto best = best_under_targets(layouts, o.tpot_ms * 1e-3, o.ttft_ms * 1e-3, static_cast<size_t>(o.top));
   const auto front = pareto_front(layouts, false), bfront = pareto_front(layouts, true);
   std::string text;
+  if (html) {
+    std::vector<std::string> lines = {"moesim serve --search: " + exps.front().model.name + ", " +
+                                          std::to_string(layouts.size()) + " layouts x " + std::to_string(batches.size()) +
+                                          " batches, routed once; " + std::to_string(isl) + "/" + std::to_string(osl) +
+                                          "-token requests in a closed loop"};
+    if (o.tpot_ms > 0) lines.push_back("TPOT target " + fixed(o.tpot_ms, 1) + " ms");
+    if (o.ttft_ms > 0) lines.push_back("TTFT target " + fixed(o.ttft_ms, 1) + " ms");
+    if (!skipped.empty()) lines.push_back("skipped " + std::to_string(skipped.size()) + " layout(s): " + skipped.front());
+    emit(opts, format_search_html("moesim serve --search: " + exps.front().model.name, lines, layouts, best, front, bfront));
+    return kExitOk;
+  }
   if (format == ReportFormat::json) {
     json ls = json::array();
     for (const SearchLayout& l : layouts) {
@@ -374,6 +388,10 @@ int cmd_serve(int argc, char** argv) {
       "disaggregated", po::value(&o.disaggregated),
       "P:D: prefill on P GPUs and decode on D (each expert-parallel over itself; placement.devices unread), the "
       "prompts' KV cache moved over the scale-out link")(
+      "mtp-draft", po::value(&o.mtp_draft)->default_value(0),
+      "multi-token prediction: draft tokens a decoding request verifies each step")(
+      "mtp-accept", po::value(&o.mtp_accept)->default_value(0.0),
+      "the chance each draft token is accepted, given the ones before it, in [0, 1]")(
       "rebalance-every", po::value(&o.rebalance_every),
       "EPLB over time (placement.replicas > 0): re-plan every N steps from the loads since the last plan, the moved "
       "experts' weights costed on the links, against the plan made once (0: only the plan made once)")(
@@ -477,6 +495,14 @@ int cmd_serve(int argc, char** argv) {
   }
   if (o.rebalance_every < 0 && (o.drift_steps != 50 || o.draws != 16))
     throw InputError("--drift-steps, --draws: expected with --rebalance-every only");
+  if (o.mtp_draft < 0 || o.mtp_draft > 16) throw InputError("--mtp-draft: expected 0 to 16, got " + std::to_string(o.mtp_draft));
+  if (!(o.mtp_accept >= 0 && o.mtp_accept <= 1)) throw InputError("--mtp-accept: expected a chance in [0, 1]");
+  if (o.mtp_draft == 0 && o.mtp_accept != 0) throw InputError("--mtp-accept: expected with --mtp-draft");
+  if (o.max_num_tokens < o.max_batch * (1 + o.mtp_draft))
+    throw InputError("--max-num-tokens: expected at least --max-batch x (1 + --mtp-draft) (" +
+                     std::to_string(o.max_batch * (1 + o.mtp_draft)) + "), got " + std::to_string(o.max_num_tokens));
+  setup.mtp_draft = o.mtp_draft;
+  setup.mtp_accept = o.mtp_accept;
   setup.rebalance_every = o.rebalance_every;
   setup.drift_steps = o.drift_steps;
   setup.draws = o.draws;
@@ -498,7 +524,10 @@ int cmd_serve(int argc, char** argv) {
        << (redundant > 0 ? " + " + std::to_string(redundant) + " redundant" : std::string()) << ", "
        << to_string(e.placement.a2a_kernel) << " all-to-all, overlap " << to_string(e.placement.overlap) << ")\n"
        << "  " << stream << "\n  scheduler: " << o.scheduler << ", max batch " << o.max_batch << " and "
-       << o.max_num_tokens << " tokens a rank, chunked prefill; routing: " << o.routing << "\n";
+       << o.max_num_tokens << " tokens a rank, chunked prefill; routing: " << o.routing;
+  if (o.mtp_draft > 0)
+    head << "; MTP " << o.mtp_draft << " draft token(s) at " << fixed(o.mtp_accept, 2) << " acceptance";
+  head << "\n";
   if (html) {
     const std::string table = table_text(e, head.str(), kv, r, in.counterfactuals);
     std::vector<std::string> lines;

@@ -18,6 +18,7 @@ constexpr uint64_t kStreamRandomDrop = 3;   // drop_policy random: index = assig
 constexpr uint64_t kStreamRequestLength = 4;  // a serving step's request lengths: index = request
 constexpr uint64_t kStreamRequestArrival = 5;  // a request stream's Poisson arrival gaps: index = request
 constexpr uint64_t kStreamRequestOutput = 6;   // a request stream's output lengths (seeds their draws): index 0
+constexpr uint64_t kStreamMtpAccept = 7;       // a serving run's accepted draft tokens: index = request << 32 | tokens
 constexpr uint64_t kStreamHashBase = 16;    // hash gating: stream = kStreamHashBase + slot, index = token id
 // Hash gating is a fixed function of the token id (Hash Layers): it uses this key, never the request seed.
 constexpr uint64_t kHashGatingKey = 0x6d6f6573696d4831ull;

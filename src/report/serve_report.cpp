@@ -425,4 +425,64 @@ std::string format_serve_html(const std::string& title, const std::vector<std::s
   return os.str();
 }
 
+std::string format_search_html(const std::string& title, const std::vector<std::string>& header_lines,
+                               const std::vector<SearchLayout>& layouts,
+                               const std::vector<std::pair<size_t, size_t>>& best,
+                               const std::vector<std::pair<size_t, size_t>>& front,
+                               const std::vector<std::pair<size_t, size_t>>& balanced_front) {
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(title)
+     << "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
+        "table{border-collapse:collapse}th,td{padding:2px 10px;border-bottom:1px solid #ddd}"
+        "td{text-align:right;font-variant-numeric:tabular-nums}th{text-align:left}svg{display:block}</style>"
+        "</head><body>\n<h1>"
+     << html_escape(title) << "</h1>\n";
+  if (!header_lines.empty()) {
+    os << "<pre>";
+    for (size_t i = 0; i < header_lines.size(); ++i) os << (i ? "\n" : "") << html_escape(header_lines[i]);
+    os << "</pre>\n";
+  }
+  os << "<h2>Best layouts</h2>\n";
+  if (best.empty()) {
+    os << "<p>No layout meets the targets at these batches.</p>\n";
+  } else {
+    os << "<table><tr><th>layout</th><th>batch</th><th>output tokens/s a GPU</th><th>tokens/s a user</th>"
+          "<th>TPOT (ms)</th><th>TTFT (ms)</th><th>balanced routing: tokens/s a GPU</th></tr>\n";
+    for (const auto& [l, i] : best) {
+      const SteadyPoint& a = layouts[l].actual[i];
+      os << "<tr><th>" << html_escape(layouts[l].label) << "</th><td>" << a.batch << "</td><td>"
+         << text::fixed(a.output_tokens_per_s_per_gpu, 1) << "</td><td>" << text::fixed(a.tokens_per_s_per_user, 2)
+         << "</td><td>" << ms(a.tpot_s) << "</td><td>" << ms(a.ttft_s) << "</td><td>"
+         << text::fixed(layouts[l].balanced[i].output_tokens_per_s_per_gpu, 1) << "</td></tr>\n";
+    }
+    os << "</table>\n";
+  }
+  Chart c;
+  c.id = "front";
+  c.title = "The front: output tokens/s a GPU against tokens/s a user";
+  c.x_label = "tokens/s a user";
+  c.y_label = "output tokens/s a GPU";
+  auto line = [&](const std::vector<std::pair<size_t, size_t>>& v, bool balanced) {
+    std::vector<Point> pts;
+    for (const auto& [l, i] : v) {
+      const SteadyPoint& p = balanced ? layouts[l].balanced[i] : layouts[l].actual[i];
+      pts.push_back({p.tokens_per_s_per_user, p.output_tokens_per_s_per_gpu});
+    }
+    return pts;
+  };
+  c.lines.push_back({"actual routing", "#4878a8", line(front, false), false});
+  c.lines.push_back({"balanced routing", "#d8a038", line(balanced_front, true), false});
+  double most_x = 0;
+  for (const Line& l : c.lines)
+    for (const Point& p : l.points) most_x = std::max(most_x, p.x);
+  c.x = scale_over(0, most_x);
+  c.y = scale_over(0, highest(c.lines, false));
+  os << "<h2>The front</h2>\n" << line_chart(c)
+     << "<p>Each point is a layout at a batch that no other point beats in both tokens/s a GPU and tokens/s a user; "
+        "the balanced line runs the same layouts with every expert's load even. The steady state of a closed loop "
+        "of fixed lengths (docs/serve.md \"Searching layouts\").</p>\n";
+  os << "</body></html>\n";
+  return os.str();
+}
+
 }  // namespace moesim

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/serve/serve_run.hpp"
+#include "src/serve/serve_search.hpp"
 
 namespace moesim {
 
@@ -16,5 +17,14 @@ namespace moesim {
 // `counterfactuals`: the balanced-routing and balanced-attention columns beside the actual one.
 std::string format_serve_html(const std::string& title, const std::vector<std::string>& header_lines,
                               const ServeResult& r, bool counterfactuals);
+
+// `moesim serve --search --format html`: the best layouts under the targets (a table, balanced routing beside
+// actual) and the fronts of output tokens/s a GPU against tokens/s a user, actual and balanced routing, as one
+// chart. `best`, `front` and `balanced_front` are [layout, point] pairs as serve_search.hpp gives them.
+std::string format_search_html(const std::string& title, const std::vector<std::string>& header_lines,
+                               const std::vector<SearchLayout>& layouts,
+                               const std::vector<std::pair<size_t, size_t>>& best,
+                               const std::vector<std::pair<size_t, size_t>>& front,
+                               const std::vector<std::pair<size_t, size_t>>& balanced_front);
 
 }  // namespace moesim

@@ -71,7 +71,6 @@ StepCoster eplb_timeline_coster(const ServingStepInput& base, const EplbTimeline
     ++st->step;
     ServingStepInput in = st->base;
     in.phase = b.prefill ? StepPhase::prefill : StepPhase::decode;
-    in.mtp_draft = 0;
     if (balanced_attention) {
       in.shares = mean_shares(b, st->base.attention_dp);
     } else {

@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 
+#include "src/common/counter_rng.hpp"
 #include "src/common/error.hpp"
 
 namespace moesim {
@@ -111,8 +112,9 @@ class Scheduler {
       for (size_t i : k.active) n += live_[i].cached >= live_[i].target ? 1 : 0;
       return n;
     };
+    const int64_t per = 1 + lim_.mtp_draft;  // tokens a decoding request runs a step
     bool preempted = false;
-    while (!k.active.empty() && k.reserved + decoding() > lim_.kv_capacity_tokens) {
+    while (!k.active.empty() && k.reserved + per * decoding() > lim_.kv_capacity_tokens) {
       preempt(k);
       preempted = true;
     }
@@ -120,7 +122,7 @@ class Scheduler {
     while (!preempted && !k.queue.empty() && static_cast<int64_t>(k.active.size()) < lim_.max_batch) {
       const size_t i = k.queue.front();
       Live& l = live_[i];
-      if (!l.prefilled || k.reserved + l.target + decoding() + 1 > lim_.kv_capacity_tokens) break;
+      if (!l.prefilled || k.reserved + l.target + per * (decoding() + 1) > lim_.kv_capacity_tokens) break;
       k.queue.pop_front();
       k.active.push_back(i);
       k.reserved += l.target;
@@ -133,14 +135,15 @@ class Scheduler {
       const Live& l = live_[i];
       if (l.cached < l.target) continue;
       StepSequence s;
-      s.context_tokens = l.cached + 1;
-      s.query_tokens = 1;
-      s.attended_positions = s.context_tokens;
+      s.context_tokens = l.cached + per;
+      s.query_tokens = per;
+      s.attended_positions = per * l.cached + per * (per + 1) / 2;
+      s.decoding = true;
       batch.sequences.push_back(s);
       batch.rank.push_back(static_cast<int>(r));
       ++rec.decode_requests;
-      ++rec.decode_tokens;
-      --budget;
+      rec.decode_tokens += per;
+      budget -= per;
     }
     auto add_chunk = [&](size_t i) {
       const Live& l = live_[i];
@@ -195,8 +198,12 @@ class Scheduler {
         l.cached += chunk[static_cast<size_t>(c - chunked.begin())];
         if (l.cached < l.target) continue;
       } else if (l.cached >= l.target) {
-        ++l.cached;  // the decoding token's KV
-        ++k.reserved;
+        // The decoding token and the accepted drafts: their KV kept, each a token out.
+        const int64_t kept = std::min(1 + accepted_drafts(i, l.generated), req_[i].output_tokens - l.generated);
+        l.cached += kept;
+        k.reserved += kept;
+        l.generated += kept;
+        continue;
       } else {
         continue;  // prefilling, no chunk this step
       }
@@ -218,6 +225,16 @@ class Scheduler {
     }
     k.active = std::move(kept);
     return finished;
+  }
+
+  // Draft tokens accepted this step: each with chance mtp_accept given the ones before it.
+  int64_t accepted_drafts(size_t i, int64_t generated) const {
+    int64_t n = 0;
+    const uint64_t index = (static_cast<uint64_t>(i) << 32) ^ static_cast<uint64_t>(generated);
+    while (n < lim_.mtp_draft &&
+           counter_uniform(lim_.seed, kStreamMtpAccept, index * 64 + static_cast<uint64_t>(n)) < lim_.mtp_accept)
+      ++n;
+    return n;
   }
 
   double balance_ratio(const StepBatch& b) const {
@@ -248,9 +265,12 @@ Schedule schedule_requests(const std::vector<Request>& requests, const Scheduler
                       std::to_string(limits.concurrency));
   if (limits.max_batch < 1)
     throw ConfigError("max_batch: expected at least 1 request a rank, got " + std::to_string(limits.max_batch));
-  if (limits.max_num_tokens < limits.max_batch)
-    throw ConfigError("max_num_tokens: expected at least max_batch (" + std::to_string(limits.max_batch) +
-                      ") tokens a rank and step, got " + std::to_string(limits.max_num_tokens));
+  if (limits.mtp_draft < 0 || limits.mtp_draft > 16 || !(limits.mtp_accept >= 0 && limits.mtp_accept <= 1))
+    throw ConfigError("mtp_draft: expected 0 to 16 draft tokens accepted with a chance in [0, 1]");
+  if (limits.max_num_tokens < limits.max_batch * (1 + limits.mtp_draft))
+    throw ConfigError("max_num_tokens: expected at least max_batch x (1 + mtp_draft) (" +
+                      std::to_string(limits.max_batch * (1 + limits.mtp_draft)) + ") tokens a rank and step, got " +
+                      std::to_string(limits.max_num_tokens));
   for (size_t i = 0; i < requests.size(); ++i) {
     const Request& q = requests[i];
     if (limits.concurrency == 0 && i > 0 && q.arrival_s < requests[i - 1].arrival_s)
@@ -259,10 +279,10 @@ Schedule schedule_requests(const std::vector<Request>& requests, const Scheduler
     if (limits.arrive_prefilled && q.output_tokens < 2)
       throw ConfigError("requests: expected more than one output token for a disaggregated decode, got request " +
                         std::to_string(i) + " with " + std::to_string(q.output_tokens));
-    if (q.prompt_tokens + q.output_tokens > limits.kv_capacity_tokens)
+    if (q.prompt_tokens + q.output_tokens + limits.mtp_draft > limits.kv_capacity_tokens)
       throw ConfigError("kv_capacity: expected a rank's KV cache (" + std::to_string(limits.kv_capacity_tokens) +
-                        " tokens) to hold request " + std::to_string(i) + "'s prompt and output (" +
-                        std::to_string(q.prompt_tokens + q.output_tokens) + " tokens), got less");
+                        " tokens) to hold request " + std::to_string(i) + "'s prompt, output and draft tokens (" +
+                        std::to_string(q.prompt_tokens + q.output_tokens + limits.mtp_draft) + " tokens), got less");
   }
   return Scheduler(requests, limits, cost).run();
 }
@@ -279,6 +299,8 @@ std::vector<RankShare> mean_shares(const StepBatch& b, int ranks) {
   mean.attended_positions = share(total.attended_positions);
   mean.decode_sequences = std::min(mean.sequences, share(total.decode_sequences));
   mean.decode_context_tokens = std::min(mean.context_tokens, share(total.decode_context_tokens));
+  mean.decode_query_tokens = std::min(mean.query_tokens, share(total.decode_query_tokens));
+  mean.decode_attended_positions = std::min(mean.attended_positions, share(total.decode_attended_positions));
   return std::vector<RankShare>(static_cast<size_t>(r), mean);
 }
 

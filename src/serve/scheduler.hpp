@@ -40,6 +40,12 @@ struct SchedulerLimits {
   // GPUs), and joins the decoding requests without a prefill while the rank has room; one preempted later recomputes
   // as any other. Requests here must have more than one output token.
   bool arrive_prefilled = false;
+  // Multi-token prediction: each decoding request runs 1 + mtp_draft tokens a step and keeps 1 + the draft tokens
+  // accepted, each accepted with chance mtp_accept given the ones before it (a counter-based draw on `seed`, the
+  // request and its tokens so far); the rejected drafts' KV is dropped.
+  int mtp_draft = 0;
+  double mtp_accept = 0;
+  uint64_t seed = 0;
 };
 
 // One step as the cost model takes it: every rank's sequences and whether any prompt runs (a prefill step:

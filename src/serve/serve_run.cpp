@@ -18,7 +18,6 @@ StepCoster step_coster(const ServingStepInput& base, Counterfactual cf) {
   return [&base, cf](const StepBatch& b) {
     ServingStepInput in = base;
     in.phase = b.prefill ? StepPhase::prefill : StepPhase::decode;
-    in.mtp_draft = 0;
     if (cf == Counterfactual::balanced_attention) {
       in.shares = mean_shares(b, base.attention_dp);
     } else {

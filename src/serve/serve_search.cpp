@@ -26,8 +26,8 @@ SteadyPoint steady_state(const ServingStepInput& base, int64_t batch, int64_t is
   s.context_tokens = decode * context + (prompt > 0 ? isl / 2 + prompt : 0);
   s.query_tokens = decode + prompt;
   s.attended_positions = decode * context + prompt * (isl / 2);
-  s.decode_sequences = decode;
-  s.decode_context_tokens = decode * context;
+  s.decode_sequences = s.decode_query_tokens = decode;
+  s.decode_context_tokens = s.decode_attended_positions = decode * context;
   ServingStepInput step = base;
   step.phase = prompt > 0 ? StepPhase::prefill : StepPhase::decode;
   step.mtp_draft = 0;

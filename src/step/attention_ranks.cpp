@@ -27,9 +27,11 @@ void add_sequence(RankShare& s, const StepSequence& q) {
   s.context_tokens += q.context_tokens;
   s.query_tokens += q.query_tokens;
   s.attended_positions += q.attended_positions;
-  if (q.query_tokens == 1) {
+  if (q.decoding || q.query_tokens == 1) {
     ++s.decode_sequences;
     s.decode_context_tokens += q.context_tokens;
+    s.decode_query_tokens += q.query_tokens;
+    s.decode_attended_positions += q.attended_positions;
   }
 }
 

@@ -24,16 +24,19 @@ struct RankShare {
   // mixed step), these run the decode attention kernel on their KV cache and the chunks the prefill kernel.
   int64_t decode_sequences = 0;
   int64_t decode_context_tokens = 0;
+  int64_t decode_query_tokens = 0, decode_attended_positions = 0;  // 1 + draft tokens each, and what they attend
 };
 
 // One sequence of the step, as spread_requests places it.
 struct StepSequence {
   int64_t context_tokens = 0;      // its KV tokens after the step's append
-  int64_t query_tokens = 0;        // tokens it runs this step (decode 1, prefill its prompt)
+  int64_t query_tokens = 0;        // tokens it runs this step (decode 1 + draft tokens, prefill its prompt)
   int64_t attended_positions = 0;  // sum over those tokens of the positions each attends to
+  bool decoding = false;           // a decoding request (with draft tokens, more than one query token)
 };
 
-// Adds one sequence to a rank's share (a sequence of one query token counts as decoding too).
+// Adds one sequence to a rank's share (a sequence of one query token counts as decoding too; decoding ones add
+// their query tokens, draft tokens included, to the decode part's context).
 void add_sequence(RankShare& share, const StepSequence& sequence);
 
 // The sequences over `ranks` ranks, in order: round_robin puts sequence i on rank i mod ranks (SGLang's DP

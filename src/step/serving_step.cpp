@@ -162,13 +162,15 @@ class RankKernels {
       // A mixed step: the decoding sequences on the decode kernel (their KV cache read), the chunks on the prefill
       // kernel; two launches.
       RankShare d, p = s;
-      d.sequences = d.query_tokens = s.decode_sequences;
-      d.context_tokens = d.attended_positions = s.decode_context_tokens;
+      d.sequences = s.decode_sequences;
+      d.query_tokens = s.decode_query_tokens;
+      d.context_tokens = s.decode_context_tokens;
+      d.attended_positions = s.decode_attended_positions;
       p.sequences -= d.sequences;
       p.query_tokens -= d.query_tokens;
       p.context_tokens -= d.context_tokens;
       p.attended_positions -= d.attended_positions;
-      p.decode_sequences = p.decode_context_tokens = 0;
+      p.decode_sequences = p.decode_context_tokens = p.decode_query_tokens = p.decode_attended_positions = 0;
       return core(d, StepPhase::decode) + core(p, StepPhase::prefill);
     }
     const double pairs = static_cast<double>(s.attended_positions);

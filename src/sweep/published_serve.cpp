@@ -100,6 +100,8 @@ GroupInput group_input(const Experiment& e, const HardwareProfile& hw, const Ser
   GroupInput g;
   g.step = step_input_for(row, pe, hw, routed);
   g.step.request_balance = s.limits.balance;
+  g.step.mtp_draft = s.mtp_draft;
+  g.step.mtp_accept = s.mtp_accept;
   g.ranks = row.attention_dp;
   g.kv = kv_capacity(g.step.model, hw.memory_bytes, s.mem_fraction, gpus, row.redundant_experts, s.attention_tp,
                      s.kv_bytes, s.limits.max_num_tokens, s.limits.max_batch, false);
@@ -124,6 +126,9 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
   in.requests = std::move(requests);
   in.limits = s.limits;
   in.limits.ranks = d.ranks;
+  in.limits.mtp_draft = s.mtp_draft;
+  in.limits.mtp_accept = s.mtp_accept;
+  in.limits.seed = static_cast<uint64_t>(e.workload.seed);
   // Each of a rank's tp GPUs holds its part of every token (MLA: the whole latent), so a rank holds a GPU's tokens.
   in.limits.kv_capacity_tokens = d.kv.tokens;
   if (split) {
@@ -133,6 +138,8 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
     in.prefill_limits = s.limits;
     in.prefill_limits.ranks = p.ranks;
     in.prefill_limits.kv_capacity_tokens = p.kv.tokens;
+    in.prefill_limits.mtp_draft = 0;  // the prefill GPUs make each request's first token only
+    in.prefill_step.mtp_draft = 0;
     // A prompt's KV moves from its prefill rank to its decode rank, each GPU of the rank sending its part over its
     // scale-out NIC (the scale-up link when the profile has none) at the link's latency.
     const Link link = gpu_link(hw);
@@ -291,6 +298,8 @@ ServeModelInput row_input(const ServeRow& r, const std::string& origin) {
     s.prefill_gpus = r.prefill_gpus;
     s.decode_gpus = r.decode_gpus;
   }
+  s.mtp_draft = r.mtp_draft;
+  s.mtp_accept = r.mtp_accept;
   s.weight_dtype = r.weight_dtype;
   s.kv_bytes = r.kv_dtype == "fp8" ? 1 : 2;
   s.limits.max_batch = r.max_batch_size;
@@ -335,8 +344,6 @@ ServeValidation validate_serving(const std::vector<ServeTable>& tables) {
       ServeResultRow res;
       res.row = r;
       if (r.weight_dtype == "nvfp4") res.approximation = "nvfp4 GEMMs costed in fp8";
-      if (r.mtp_draft > 0)
-        res.approximation += std::string(res.approximation.empty() ? "" : "; ") + "MTP not in the schedule";
       if (r.disaggregated && r.concurrency > 0)
         res.not_modeled = "a closed loop over disaggregated prefill and decode is not modeled";
       v.rows.push_back(res);

@@ -35,6 +35,8 @@ struct ServeSetup {
   // sequence of `draws` routed batches (a recorded workload: its own), each holding `drift_steps` steps.
   int64_t rebalance_every = -1, drift_steps = 50;
   int draws = 16;
+  int mtp_draft = 0;         // draft tokens a decoding request verifies each step
+  double mtp_accept = 0;     // each accepted with this chance, given the ones before it
 };
 
 struct ServeModelInput {

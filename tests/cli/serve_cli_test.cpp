@@ -117,6 +117,17 @@ TEST(ServeCli, EplbOverTimeAgainstThePlanMadeOnce) {
   EXPECT_NE(t.out.find("EPLB over time: "), std::string::npos) << t.out;
 }
 
+TEST(ServeCli, DraftTokensShortenTheRunWhenAccepted) {
+  const CliResult plain = run_cli(kDeepSeek + " --format json --no-counterfactuals");
+  const CliResult mtp = run_cli(kDeepSeek + " --mtp-draft 1 --mtp-accept 1 --format json --no-counterfactuals");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(mtp.exit_code, 0) << mtp.err;
+  const nlohmann::json a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(mtp.out);
+  EXPECT_EQ(a["output_tokens"], b["output_tokens"]);
+  // Every draft accepted: two tokens a decode step, so fewer steps for the same tokens.
+  EXPECT_LT(b["steps"].get<int64_t>(), a["steps"].get<int64_t>());
+}
+
 TEST(ServeCli, BadOptionsExit2WithOneLine) {
   for (const std::string& bad :
        {std::string(" --scheduler fastest"), std::string(" --kv-dtype int2"), std::string(" --tp 3"),
@@ -124,7 +135,8 @@ TEST(ServeCli, BadOptionsExit2WithOneLine) {
         std::string(" --concurrency 4 --rate 2"), std::string(" --requests-file /nonexistent.csv"),
         std::string(" --mem-fraction 0.05"), std::string(" --disaggregated 16"), std::string(" --disaggregated 0:8"),
         std::string(" --disaggregated 16:16 --concurrency 4"), std::string(" --rebalance-every 10"),
-        std::string(" --drift-steps 5")}) {
+        std::string(" --drift-steps 5"), std::string(" --mtp-draft 1 --mtp-accept 2"),
+        std::string(" --mtp-accept 0.5"), std::string(" --mtp-draft 200")}) {
     const CliResult r = run_cli(kDeepSeek + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << bad << ": " << r.err;

@@ -222,3 +222,42 @@ TEST(Scheduler, DisaggregatedStagesAtEqualRequestRates) {
 
 }  // namespace
 }  // namespace moesim
+
+namespace moesim {
+namespace {
+
+TEST(Scheduler, DraftTokensRunAndTheAcceptedOnesCount) {
+  // One request of prompt 4 and output 5, one draft token a step. Every draft accepted: the prefill's step makes
+  // the first token, then each decode step runs 2 tokens (context 4 + 2 = 6 in the first) and keeps both: 3 steps.
+  SchedulerLimits lim;
+  lim.max_batch = 1;
+  lim.max_num_tokens = 8;
+  lim.kv_capacity_tokens = 100;
+  lim.mtp_draft = 1;
+  lim.mtp_accept = 1;
+  std::vector<StepBatch> seen;
+  const StepCoster cost = [&](const StepBatch& b) {
+    seen.push_back(b);
+    return 1.0;
+  };
+  const Schedule all = schedule_requests({request(0, 0, 4, 5)}, lim, cost);
+  ASSERT_EQ(all.steps.size(), 3u);
+  EXPECT_EQ(seen[1].sequences[0].query_tokens, 2);
+  EXPECT_EQ(seen[1].sequences[0].context_tokens, 6);
+  EXPECT_TRUE(seen[1].sequences[0].decoding);
+  EXPECT_EQ(all.steps[1].decode_tokens, 2);
+  EXPECT_NEAR(all.requests[0].finish_s, 3.0, 1e-12);
+  // An output of 4: the last step keeps only the token the request still needs.
+  EXPECT_EQ(schedule_requests({request(0, 0, 4, 4)}, lim, cost).steps.size(), 3u);
+  // None accepted: one token a step, 1 + 4 steps.
+  lim.mtp_accept = 0;
+  EXPECT_EQ(schedule_requests({request(0, 0, 4, 5)}, lim, cost).steps.size(), 5u);
+  // Half accepted: between the two, drawn from the seed.
+  lim.mtp_accept = 0.5;
+  const size_t half = schedule_requests({request(0, 0, 4, 41)}, lim, cost).steps.size();
+  EXPECT_GT(half, 1u + 20u);
+  EXPECT_LT(half, 1u + 40u);
+}
+
+}  // namespace
+}  // namespace moesim

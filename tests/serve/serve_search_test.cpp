@@ -59,8 +59,8 @@ TEST(ServeSearch, AMixedStepRunsItsDecodingSequencesOnTheDecodeKernel) {
   ServingStepInput in = deepseek_on_16();
   in.figures.decode_launch_share = 1;
   RankShare d;
-  d.sequences = d.query_tokens = d.decode_sequences = 8;
-  d.context_tokens = d.attended_positions = d.decode_context_tokens = 8 * 2048;
+  d.sequences = d.query_tokens = d.decode_sequences = d.decode_query_tokens = 8;
+  d.context_tokens = d.attended_positions = d.decode_context_tokens = d.decode_attended_positions = 8 * 2048;
   RankShare c;
   c.sequences = 1;
   c.query_tokens = 512;
@@ -73,6 +73,8 @@ TEST(ServeSearch, AMixedStepRunsItsDecodingSequencesOnTheDecodeKernel) {
   mixed.attended_positions += d.attended_positions;
   mixed.decode_sequences = d.decode_sequences;
   mixed.decode_context_tokens = d.decode_context_tokens;
+  mixed.decode_query_tokens = d.decode_query_tokens;
+  mixed.decode_attended_positions = d.decode_attended_positions;
   auto attention = [&](const RankShare& s, StepPhase phase) {
     ServingStepInput x = in;
     x.phase = phase;
@@ -83,7 +85,8 @@ TEST(ServeSearch, AMixedStepRunsItsDecodingSequencesOnTheDecodeKernel) {
   EXPECT_NEAR(both, attention(d, StepPhase::decode) + attention(c, StepPhase::prefill), 1e-12 * both);
   // Without the decode part named, the 8 requests' KV cache would not be read.
   RankShare unnamed = mixed;
-  unnamed.decode_sequences = unnamed.decode_context_tokens = 0;
+  unnamed.decode_sequences = unnamed.decode_context_tokens = unnamed.decode_query_tokens = 0;
+  unnamed.decode_attended_positions = 0;
   EXPECT_GT(both, attention(unnamed, StepPhase::prefill));
 }
 
@@ -139,6 +142,14 @@ TEST(ServeSearch, TheCommandRoutesOnceAndSkipsLayoutsTheConfigRefuses) {
   EXPECT_FALSE(j["best"].empty());
   EXPECT_FALSE(j["front"]["actual"].empty());
   EXPECT_FALSE(j["front"]["balanced"].empty());
+  const auto page = testing::run_cli(std::string("serve ") + MOESIM_SOURCE_DIR +
+                                     "/configs/deepseek-v3.yaml --search --vary placement.devices=16,32 --isl 256 --osl 64 "
+                                     "--batches 4,16 --max-num-tokens 1024 --tpot-ms 200 --format html");
+  ASSERT_EQ(page.exit_code, 0) << page.err;
+  EXPECT_EQ(page.out.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.out.find("id=\"front\""), std::string::npos);
+  EXPECT_NE(page.out.find("balanced routing"), std::string::npos);
+  EXPECT_NE(page.out.find("devices=16"), std::string::npos);
   const auto bad = testing::run_cli(std::string("serve --search --vary router.top_k=2,4"));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--vary router.top_k"), std::string::npos) << bad.err;

@@ -96,7 +96,8 @@ void add_scaled(LayerBreakdown& acc, const LayerBreakdown& x, double f) {
 class RankKernels {
  public:
   explicit RankKernels(const ServingStepInput& in)
-      : hw_(in.hw), m_(in.model), tp_(in.attention_tp), fig_(in.figures), kf_(KernelFigures::of(in.hw)) {
+      : hw_(in.hw), m_(in.model), tp_(in.attention_tp), fig_(in.figures), kf_(KernelFigures::of(in.hw)),
+        kv_bytes_(in.kv_bytes) {
     if (m_.heads % tp_ != 0)
       throw ConfigError("attention_tp: expected a divisor of model.heads (" + std::to_string(m_.heads) + "), got " +
                         std::to_string(tp_));
@@ -150,11 +151,11 @@ class RankKernels {
     return t + gemm(rows, static_cast<int64_t>(heads_) * v_dim_, h, d);
   }
 
-  // The attention core on one rank's share (bf16; the KV cache bf16), one launch:
-  //   MLA decode: the latent cache read once per sequence, (kv_lora + rope) x 2 bytes a token; per attended
+  // The attention core on one rank's share (bf16; the KV cache kv_bytes a value), one launch:
+  //   MLA decode: the latent cache read once per sequence, (kv_lora + rope) x kv_bytes a token; per attended
   //     (query, key) pair and head 2 (kv_lora + rope) + 2 kv_lora FLOPs (scores on the latent, values from it);
   //   MLA prefill: the expanded heads, 2 (qk + rope) + 2 v FLOPs a pair and head; q, k, v and the output once;
-  //   GQA: the cache (2 kv_heads head_dim x 2 bytes a token) in decode; 4 head_dim FLOPs a pair and head.
+  //   GQA: the cache (2 kv_heads head_dim x kv_bytes a token) in decode; 4 head_dim FLOPs a pair and head.
   // at the profile's bandwidth and bf16 peak times attention_efficiency.
   double core(const RankShare& s, StepPhase phase) const {
     if (s.sequences <= 0) return 0;
@@ -179,7 +180,7 @@ class RankKernels {
     if (m_.attention == AttentionKind::mla) {
       const double latent = m_.kv_lora_rank + m_.qk_rope_head_dim;
       if (phase == StepPhase::decode) {
-        bytes = static_cast<double>(s.context_tokens) * latent * 2 + q * heads_ * (latent + m_.kv_lora_rank) * 2;
+        bytes = static_cast<double>(s.context_tokens) * latent * kv_bytes_ + q * heads_ * (latent + m_.kv_lora_rank) * 2;
         flops = pairs * heads_ * 2.0 * (latent + m_.kv_lora_rank);
       } else {
         const double qk = m_.head_dim + m_.qk_rope_head_dim;
@@ -187,7 +188,7 @@ class RankKernels {
         flops = pairs * heads_ * 2.0 * (qk + v_dim_);
       }
     } else {
-      const double kv = 2.0 * kv_heads_ * m_.head_dim * 2;
+      const double kv = 2.0 * kv_heads_ * m_.head_dim * kv_bytes_;
       bytes = (phase == StepPhase::decode ? static_cast<double>(s.context_tokens) * kv : q * kv) +
               q * heads_ * m_.head_dim * 2 * 2;
       flops = pairs * heads_ * 4.0 * m_.head_dim;
@@ -215,6 +216,7 @@ class RankKernels {
   int tp_;
   StepFigures fig_;
   KernelFigures kf_, dense_;
+  double kv_bytes_ = 2;
   double bf16_flops_ = 0;
   int heads_ = 1, kv_heads_ = 1;
   int64_t v_dim_ = 0;

@@ -120,6 +120,7 @@ struct ServingStepInput {
   int mtp_draft = 0;        // draft tokens a request verifies each step
   double mtp_accept = 0;    // the chance each draft token is accepted, given the ones before it were
   int devices_per_node = 8; // GPUs a node (tokens/s per node)
+  double kv_bytes = 2;      // a KV cache value's bytes, as the attention core reads it (bf16 2, fp8 1)
   StepFigures figures = StepFigures::fitted();
 };
 

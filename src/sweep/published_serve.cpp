@@ -100,6 +100,7 @@ GroupInput group_input(const Experiment& e, const HardwareProfile& hw, const Ser
   GroupInput g;
   g.step = step_input_for(row, pe, hw, routed);
   g.step.request_balance = s.limits.balance;
+  g.step.kv_bytes = s.kv_bytes;
   g.step.mtp_draft = s.mtp_draft;
   g.step.mtp_accept = s.mtp_accept;
   g.ranks = row.attention_dp;

@@ -97,6 +97,22 @@ TEST(PublishedServe, ValidateReportsTheServingSection) {
   EXPECT_EQ(j["serving"]["errors"]["model"]["points"].get<int>(), 5);
 }
 
+TEST(PublishedServe, DeepSeekProductionEnvelope) {
+  // DeepSeek's Day-6 figures (data/serving/README.md): about 14.8k output tokens/s a decode node of H800 at 20-22
+  // tokens/s a user; a plausibility envelope, held within 25 %.
+  const CliResult r = run_cli(std::string("step ") + MOESIM_SOURCE_DIR +
+                              "/configs/deepseek-v3.yaml --set hardware=h800 --set placement.devices=144 "
+                              "--set placement.replicas=32 --set placement.overlap=two_batch "
+                              "--set placement.a2a_kernel=low_latency --requests-per-gpu 88 --kv-len 4989 "
+                              "--mtp-draft 1 --mtp-accept 0.8 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["tokens_per_s_per_node"].get<double>(), 14800, 0.25 * 14800);
+  const double per_user = 1e3 / j["tpot_ms"].get<double>();
+  EXPECT_GT(per_user, 0.75 * 20);
+  EXPECT_LT(per_user, 1.25 * 22);
+}
+
 TEST(PublishedServe, ServeDocQuotesTheValidation) {
   const CliResult r = run_cli(std::string("validate --published ") + MOESIM_SOURCE_DIR + "/data/serving");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -30,10 +30,10 @@ namespace {
 using nlohmann::json;
 
 struct ServeOptions {
-  int64_t requests = 256, concurrency = 0, max_batch = 256, max_num_tokens = 8192;
+  int64_t requests = 0, concurrency = 0, max_batch = 256, max_num_tokens = 8192;  // requests 0: not given (256)
   double rate = 0, mem_fraction = 0.9;
-  std::string isl = "1024", osl = "256", requests_file, scheduler = "round_robin", kv_dtype = "bf16",
-              routing = "model";
+  std::string isl, osl;  // empty: not given (1024, 256)
+  std::string requests_file, scheduler = "round_robin", kv_dtype = "bf16", routing = "model";
   int tp = 1;
   bool no_counterfactuals = false;
   bool search = false;
@@ -363,14 +363,14 @@ int cmd_serve(int argc, char** argv) {
   desc.add_options()("help,h", po::bool_switch(&help), "show this help")(
       "file", po::value(&opts.files),
       "experiment YAML: its model, router, workload, hardware and placement: section (default: the built-in quickstart)")(
-      "requests", po::value(&o.requests)->default_value(256), "synthetic stream: requests")(
+      "requests", po::value(&o.requests)->default_value(0, "256"), "synthetic stream: requests")(
       "rate", po::value(&o.rate)->default_value(0.0),
       "synthetic stream: Poisson arrivals a second (0: every request at the start)")(
       "concurrency", po::value(&o.concurrency)->default_value(0),
       "a closed loop of this many clients: each finish releases the next request (0: arrivals as the stream gives)")(
-      "isl", po::value(&o.isl)->default_value("1024"),
+      "isl", po::value(&o.isl)->default_value("", "1024"),
       "prompt tokens: a length, uniform:LO:HI, lognormal:MEDIAN:SIGMA or file:PATH (a CSV of one `tokens` column)")(
-      "osl", po::value(&o.osl)->default_value("256"), "output tokens: as --isl")(
+      "osl", po::value(&o.osl)->default_value("", "256"), "output tokens: as --isl")(
       "requests-file", po::value(&o.requests_file),
       "requests from a file instead: the Azure LLM inference trace's CSV (TIMESTAMP,ContextTokens,GeneratedTokens) "
       "or arrival_s,prompt_tokens,output_tokens")(
@@ -380,7 +380,7 @@ int cmd_serve(int argc, char** argv) {
       "tp", po::value(&o.tp)->default_value(1), "attention tensor parallel (attention DP = GPUs / tp)")(
       "scheduler", po::value(&o.scheduler)->default_value("round_robin"),
       "how arriving requests are spread over the DP ranks: round_robin or kv_balanced (the fewest KV tokens)")(
-      "mem-fraction", po::value(&o.mem_fraction)->default_value(0.9),
+      "mem-fraction", po::value(&o.mem_fraction)->default_value(0.9, "0.9"),
       "of the GPU's memory the engine takes for weights, activations and the KV cache")(
       "kv-dtype", po::value(&o.kv_dtype)->default_value("bf16"), "the KV cache's dtype: bf16 or fp8")(
       "routing", po::value(&o.routing)->default_value("model"),
@@ -421,6 +421,17 @@ int cmd_serve(int argc, char** argv) {
   const bool html = opts.format == "html";
   const ReportFormat format = html ? ReportFormat::table : parse_report_format(opts.format);
 
+  // A stream from a file takes neither the synthetic stream's options nor a rate; the search runs no stream.
+  if (!o.requests_file.empty() && (o.requests != 0 || !o.isl.empty() || !o.osl.empty() || o.rate != 0))
+    throw InputError("--requests-file: expected without --requests, --isl, --osl or --rate (the file gives them)");
+  if (o.search && (o.requests != 0 || o.no_counterfactuals || o.scheduler != "round_robin" || o.rebalance_every >= 0 ||
+                   o.drift_steps != 50 || o.draws != 16 || !o.disaggregated.empty()))
+    throw InputError("--search: expected without --requests, --no-counterfactuals, --scheduler, --rebalance-every, "
+                     "--drift-steps, --draws or --disaggregated (the steady state of one layout's closed loop, every "
+                     "rank alike)");
+  if (o.isl.empty()) o.isl = "1024";
+  if (o.osl.empty()) o.osl = "256";
+  if (o.requests == 0) o.requests = 256;
   if (o.search) return serve_search(opts, o, html, format);
   if (!o.varies.empty() || o.tpot_ms != 0 || o.ttft_ms != 0 || o.batches != "1..256*2" || o.top != 5)
     throw InputError("--vary, --batches, --tpot-ms, --ttft-ms, --top: expected with --search only");

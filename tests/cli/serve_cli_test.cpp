@@ -59,7 +59,9 @@ TEST(ServeCli, ReadsAnAzureTraceAndRunsAClosedLoop) {
   testing::write_text(dir + "/azure.csv",
                       "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
                       "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.2000000,879,31\n");
-  const CliResult r = run_cli(kDeepSeek + " --requests-file " + dir + "/azure.csv --format json --no-counterfactuals");
+  const CliResult r = run_cli(std::string("serve ") + MOESIM_SOURCE_DIR +
+                              "/configs/deepseek-v3.yaml --set placement.devices=16 --max-batch 8 --max-num-tokens 1024 "
+                              "--requests-file " + dir + "/azure.csv --format json --no-counterfactuals");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["requests"].get<int64_t>(), 3);
@@ -136,7 +138,9 @@ TEST(ServeCli, BadOptionsExit2WithOneLine) {
         std::string(" --mem-fraction 0.05"), std::string(" --disaggregated 16"), std::string(" --disaggregated 0:8"),
         std::string(" --disaggregated 16:16 --concurrency 4"), std::string(" --rebalance-every 10"),
         std::string(" --drift-steps 5"), std::string(" --mtp-draft 1 --mtp-accept 2"),
-        std::string(" --mtp-accept 0.5"), std::string(" --mtp-draft 200")}) {
+        std::string(" --mtp-accept 0.5"), std::string(" --mtp-draft 200"),
+        std::string(" --requests-file /dev/null --rate 3"), std::string(" --search --vary placement.devices=16 --scheduler kv_balanced"),
+        std::string(" --search --vary placement.devices=16 --disaggregated 8:8")}) {
     const CliResult r = run_cli(kDeepSeek + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << bad << ": " << r.err;

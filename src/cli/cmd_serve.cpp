@@ -93,7 +93,7 @@ std::string latency_line(const char* name, const LatencySummary& s) {
   return line;
 }
 
-std::string table_text(const Experiment& e, const std::string& header, const KvCapacity& kv, const ServeResult& r,
+std::string table_text(const std::string& header, const KvCapacity& kv, const ServeResult& r,
                        bool counterfactuals) {
   std::ostringstream os;
   const ServeMetrics& m = r.metrics;
@@ -137,7 +137,6 @@ std::string table_text(const Experiment& e, const std::string& header, const KvC
        << "  balanced routing           " << cost(r.balanced_routing) << "\n"
        << "  balanced attention         " << cost(r.balanced_attention) << "\n";
   }
-  (void)e;
   return os.str();
 }
 
@@ -540,7 +539,7 @@ int cmd_serve(int argc, char** argv) {
     head << "; MTP " << o.mtp_draft << " draft token(s) at " << fixed(o.mtp_accept, 2) << " acceptance";
   head << "\n";
   if (html) {
-    const std::string table = table_text(e, head.str(), kv, r, in.counterfactuals);
+    const std::string table = table_text(head.str(), kv, r, in.counterfactuals);
     std::vector<std::string> lines;
     std::istringstream is(table.substr(0, table.find("\n\n")));
     for (std::string l; std::getline(is, l);) lines.push_back(l);
@@ -580,8 +579,8 @@ int cmd_serve(int argc, char** argv) {
       if (in.counterfactuals)
         text += csv_row("balanced_routing", r.balanced_routing) + csv_row("balanced_attention", r.balanced_attention);
       break;
-    case ReportFormat::markdown: text = "```text\n" + table_text(e, head.str(), kv, r, in.counterfactuals) + "```\n"; break;
-    default: text = table_text(e, head.str(), kv, r, in.counterfactuals);
+    case ReportFormat::markdown: text = "```text\n" + table_text(head.str(), kv, r, in.counterfactuals) + "```\n"; break;
+    default: text = table_text(head.str(), kv, r, in.counterfactuals);
   }
   emit(opts, text);
   return kExitOk;

@@ -370,4 +370,11 @@ void check_route_once_key(const std::string& key, const std::string& command) {
                    "moesim " + command + " routes once and costs every point); run once per value of a routing key");
 }
 
+std::vector<std::string> header_lines(const std::string& table) {
+  std::vector<std::string> lines;
+  std::istringstream in(table.substr(0, table.find("\n\n")));
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
 }  // namespace moesim::cli

@@ -167,6 +167,9 @@ void add_dump_options(po::options_description& desc, std::string& path, bool& gi
 // it is: a placement.* or hardware key; otherwise an InputError naming the key.
 void check_route_once_key(const std::string& key, const std::string& command);
 
+// The lines of a table report's first block (up to its first blank line): the header an HTML page repeats.
+std::vector<std::string> header_lines(const std::string& table);
+
 // Subcommands: each returns the process exit code.
 int cmd_run(int argc, char** argv);
 int cmd_compare(int argc, char** argv);

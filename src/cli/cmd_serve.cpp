@@ -34,7 +34,7 @@ struct ServeOptions {
   double rate = 0, mem_fraction = 0.9;
   std::string isl, osl;  // empty: not given (1024, 256)
   std::string requests_file, scheduler = "round_robin", kv_dtype = "bf16", routing = "model";
-  int tp = 1;
+  int tp = -1;  // -1: not given (placement.attention_tp)
   bool no_counterfactuals = false;
   bool search = false;
   std::string disaggregated;
@@ -175,14 +175,24 @@ json point_json(const SteadyPoint& p) {
           {"fits", p.fits}};
 }
 
+// --mtp-draft and --mtp-accept into the setup, checked against the batch limits (a run and the search alike).
+void set_mtp(const ServeOptions& o, ServeSetup& setup) {
+  if (o.mtp_draft < 0 || o.mtp_draft > 16) throw InputError("--mtp-draft: expected 0 to 16, got " + std::to_string(o.mtp_draft));
+  if (!(o.mtp_accept >= 0 && o.mtp_accept <= 1)) throw InputError("--mtp-accept: expected a chance in [0, 1]");
+  if (o.mtp_draft == 0 && o.mtp_accept != 0) throw InputError("--mtp-accept: expected with --mtp-draft");
+  if (o.max_num_tokens < o.max_batch * (1 + o.mtp_draft))
+    throw InputError("--max-num-tokens: expected at least --max-batch x (1 + --mtp-draft) (" +
+                     std::to_string(o.max_batch * (1 + o.mtp_draft)) + "), got " + std::to_string(o.max_num_tokens));
+  setup.mtp_draft = o.mtp_draft;
+  setup.mtp_accept = o.mtp_accept;
+}
+
 int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, ReportFormat format) {
   if (o.varies.empty()) throw InputError("--search: expected at least one --vary KEY=VALUES (the layouts to search)");
   if (!o.requests_file.empty() || o.concurrency != 0 || o.rate != 0)
     throw InputError("--search: expected without --requests-file, --concurrency or --rate (the steady state of a "
                      "closed loop of --isl/--osl requests)");
   if (o.top < 1) throw InputError("--top: expected at least 1, got " + std::to_string(o.top));
-  if (o.mtp_draft != 0 || o.mtp_accept != 0)
-    throw InputError("--search: expected without --mtp-draft (the steady state has no draft tokens; a run has them)");
   if (o.tpot_ms < 0 || o.ttft_ms < 0) throw InputError("--tpot-ms, --ttft-ms: expected 0 (none) or a target in ms");
   int64_t isl = 0, osl = 0;
   const RequestLengths il = length_option("--isl", o.isl, isl), ol = length_option("--osl", o.osl, osl);
@@ -202,12 +212,13 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
     for (const std::string& k : a.keys) check_route_once_key(k, "serve --search");
   const std::vector<SweepPoint> points = sweep_points(axes);
   ServeSetup setup;
-  setup.attention_tp = o.tp;
+  setup.attention_tp = std::max(1, o.tp);
   setup.routing = o.routing;
   setup.kv_bytes = o.kv_dtype == "fp8" ? 1.0 : 2.0;
   setup.mem_fraction = o.mem_fraction;
   setup.limits.max_batch = o.max_batch;
   setup.limits.max_num_tokens = o.max_num_tokens;
+  set_mtp(o, setup);
   // Route once, at the largest layout's step: every layout scales those loads to its own tokens.
   std::vector<Experiment> exps;
   std::vector<HardwareProfile> hws;
@@ -241,9 +252,12 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
     std::string label;
     for (const std::string& x : kept[i].settings)  // placement.devices=16 reads devices=16
       label += (label.empty() ? "" : " ") + (x.rfind("placement.", 0) == 0 ? x.substr(10) : x);
+    ServeSetup layout_setup = setup;  // --tp, or each layout's placement.attention_tp
+    if (o.tp == -1 && exps[i].placement.kind == PlacementKind::expert_parallel)
+      layout_setup.attention_tp = exps[i].placement.attention_tp;
     ServeModelInput m;
     try {
-      m = serve_input_for(exps[i], hws[i], setup, {}, &routed);
+      m = serve_input_for(exps[i], hws[i], layout_setup, {}, &routed);
     } catch (const ConfigError& x) {
       skipped.push_back(label + ": " + x.what());  // the weights do not fit, or the shape is refused
       continue;
@@ -261,12 +275,15 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
     throw InputError("--search: expected at least one layout the model fits, got none (" + skipped.front() + ")");
   const auto best = best_under_targets(layouts, o.tpot_ms * 1e-3, o.ttft_ms * 1e-3, static_cast<size_t>(o.top));
   const auto front = pareto_front(layouts, false), bfront = pareto_front(layouts, true);
+  const std::string mtp = o.mtp_draft > 0 ? "; MTP " + std::to_string(o.mtp_draft) + " draft token(s) at " +
+                                                 fixed(o.mtp_accept, 2) + " acceptance"
+                                           : std::string();
   std::string text;
   if (html) {
     std::vector<std::string> lines = {"moesim serve --search: " + exps.front().model.name + ", " +
                                           std::to_string(layouts.size()) + " layouts x " + std::to_string(batches.size()) +
                                           " batches, routed once; " + std::to_string(isl) + "/" + std::to_string(osl) +
-                                          "-token requests in a closed loop"};
+                                          "-token requests in a closed loop" + mtp};
     if (o.tpot_ms > 0) lines.push_back("TPOT target " + fixed(o.tpot_ms, 1) + " ms");
     if (o.ttft_ms > 0) lines.push_back("TTFT target " + fixed(o.ttft_ms, 1) + " ms");
     if (!skipped.empty()) lines.push_back("skipped " + std::to_string(skipped.size()) + " layout(s): " + skipped.front());
@@ -289,6 +306,8 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
       return out;
     };
     text = json{{"isl", isl},
+                {"mtp_draft", o.mtp_draft},
+                {"mtp_accept", o.mtp_accept},
                 {"skipped", skipped},
                 {"osl", osl},
                 {"tpot_ms_target", o.tpot_ms},
@@ -313,7 +332,7 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
     const Experiment& e = exps.front();
     os << "moesim serve --search: " << e.model.name << ", " << layouts.size() << " layouts x " << batches.size()
        << " batches, routed once; the steady state of a closed loop of " << isl << "/" << osl << "-token requests, "
-       << o.max_num_tokens << " tokens a rank a step\n";
+       << o.max_num_tokens << " tokens a rank a step" << mtp << "\n";
     if (!skipped.empty())
       os << "  skipped " << skipped.size() << " layout(s) the config refuses, e.g. " << skipped.front() << "\n";
     os << "best layouts";
@@ -376,7 +395,7 @@ int cmd_serve(int argc, char** argv) {
       "max-batch", po::value(&o.max_batch)->default_value(256), "requests a rank holds")(
       "max-num-tokens", po::value(&o.max_num_tokens)->default_value(8192),
       "tokens a rank runs a step: decode tokens, then prefill chunks")(
-      "tp", po::value(&o.tp)->default_value(1), "attention tensor parallel (attention DP = GPUs / tp)")(
+      "tp", po::value(&o.tp), "attention tensor parallel (attention DP = GPUs / tp; default placement.attention_tp)")(
       "scheduler", po::value(&o.scheduler)->default_value("round_robin"),
       "how arriving requests are spread over the DP ranks: round_robin or kv_balanced (the fewest KV tokens)")(
       "mem-fraction", po::value(&o.mem_fraction)->default_value(0.9, "0.9"),
@@ -419,6 +438,8 @@ int cmd_serve(int argc, char** argv) {
   if (parse_or_help(argc, argv, desc, "file", 1, help)) return kExitOk;
   const bool html = opts.format == "html";
   const ReportFormat format = html ? ReportFormat::table : parse_report_format(opts.format);
+  if (o.tp != -1 && (o.tp < 1 || o.tp > 1024))
+    throw InputError("--tp: expected an integer from 1 to 1024, got " + std::to_string(o.tp));
 
   // A stream from a file takes neither the synthetic stream's options nor a rate; the search runs no stream.
   if (!o.requests_file.empty() && (o.requests != 0 || !o.isl.empty() || !o.osl.empty() || o.rate != 0))
@@ -438,6 +459,7 @@ int cmd_serve(int argc, char** argv) {
   const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
   const int gpus = ep ? e.placement.devices : 1;
+  if (o.tp == -1) o.tp = ep ? e.placement.attention_tp : 1;
   if (o.disaggregated.empty() && (o.tp < 1 || gpus % o.tp != 0))
     throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
                      std::to_string(o.tp));  // before the stream is drawn
@@ -505,14 +527,7 @@ int cmd_serve(int argc, char** argv) {
   }
   if (o.rebalance_every < 0 && (o.drift_steps != 50 || o.draws != 16))
     throw InputError("--drift-steps, --draws: expected with --rebalance-every only");
-  if (o.mtp_draft < 0 || o.mtp_draft > 16) throw InputError("--mtp-draft: expected 0 to 16, got " + std::to_string(o.mtp_draft));
-  if (!(o.mtp_accept >= 0 && o.mtp_accept <= 1)) throw InputError("--mtp-accept: expected a chance in [0, 1]");
-  if (o.mtp_draft == 0 && o.mtp_accept != 0) throw InputError("--mtp-accept: expected with --mtp-draft");
-  if (o.max_num_tokens < o.max_batch * (1 + o.mtp_draft))
-    throw InputError("--max-num-tokens: expected at least --max-batch x (1 + --mtp-draft) (" +
-                     std::to_string(o.max_batch * (1 + o.mtp_draft)) + "), got " + std::to_string(o.max_num_tokens));
-  setup.mtp_draft = o.mtp_draft;
-  setup.mtp_accept = o.mtp_accept;
+  set_mtp(o, setup);
   setup.rebalance_every = o.rebalance_every;
   setup.drift_steps = o.drift_steps;
   setup.draws = o.draws;
@@ -540,9 +555,7 @@ int cmd_serve(int argc, char** argv) {
   head << "\n";
   if (html) {
     const std::string table = table_text(head.str(), kv, r, in.counterfactuals);
-    std::vector<std::string> lines;
-    std::istringstream is(table.substr(0, table.find("\n\n")));
-    for (std::string l; std::getline(is, l);) lines.push_back(l);
+    const std::vector<std::string> lines = header_lines(table);
     emit(opts, format_serve_html("moesim serve: " + e.model.name, lines, r, in.counterfactuals));
     return kExitOk;
   }

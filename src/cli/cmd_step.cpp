@@ -168,7 +168,7 @@ int64_t positive(const std::string& flag, int64_t v, int64_t max) {
 struct StepOptions {
   std::string phase = "decode", routing = "model", lengths = "fixed";
   int64_t requests = 64, kv_len = 2048, tokens = 0, isl = 0;
-  int tp = 1, draft = 0;
+  int tp = -1, draft = 0;  // tp -1: not given (placement.attention_tp)
   double accept = 0;
 };
 
@@ -181,10 +181,10 @@ StepRow row_for(const Experiment& e, const HardwareProfile& hw, const StepOption
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
   row.gpus = ep ? e.placement.devices : 1;
   row.ep = row.gpus;
-  row.tp = static_cast<int>(positive("--tp", o.tp, 256));
+  row.tp = o.tp == -1 ? (ep ? e.placement.attention_tp : 1) : static_cast<int>(positive("--tp", o.tp, 1024));
   if (row.gpus % row.tp != 0)
     throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(row.gpus) + "), got " +
-                     std::to_string(o.tp));
+                     std::to_string(row.tp));
   row.attention_dp = row.gpus / row.tp;
   row.devices_per_node = hw.devices_per_node > 0 ? hw.devices_per_node : row.gpus;
   if (o.draft < 0 || o.draft > 16)
@@ -278,7 +278,7 @@ int cmd_step(int argc, char** argv) {
       "lengths", po::value(&o.lengths)->default_value("fixed"),
       "requests' KV lengths (decode) or prompt lengths (prefill): fixed (--kv-len, --isl), uniform:LO:HI, "
       "lognormal:MEDIAN:SIGMA or file:PATH (a CSV of one `tokens` column)")(
-      "tp", po::value(&o.tp)->default_value(1), "attention tensor parallel (attention DP = GPUs / tp)")(
+      "tp", po::value(&o.tp), "attention tensor parallel (attention DP = GPUs / tp; default placement.attention_tp)")(
       "mtp-draft", po::value(&o.draft)->default_value(0), "decode: draft tokens a request verifies each step")(
       "mtp-accept", po::value(&o.accept)->default_value(0.0), "the chance each draft token is accepted, in [0, 1]")(
       "routing", po::value(&o.routing)->default_value("model"),
@@ -354,9 +354,7 @@ int cmd_step(int argc, char** argv) {
   std::string text;
   if (html) {
     const std::string table = table_text(e, row, s, note);
-    std::vector<std::string> lines;
-    std::istringstream in(table.substr(0, table.find("\n\n")));
-    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    const std::vector<std::string> lines = header_lines(table);
     const int moe = moe_layer_count(e.model);
     emit(opts, format_step_html("moesim step: " + e.model.name, lines, s, moe, e.model.layers - moe));
     return kExitOk;

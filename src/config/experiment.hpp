@@ -284,6 +284,9 @@ struct PlacementConfig {
   A2aOverlap overlap = A2aOverlap::none;
   // Decoder workloads with kind expert_parallel: how the step's sequences spread over the devices' attention.
   RequestBalance request_balance = RequestBalance::round_robin;
+  // Attention tensor parallel (kind expert_parallel): each attention rank is `attention_tp` GPUs splitting the
+  // heads, so attention data parallel = devices / attention_tp ranks (moesim step and serve: --tp).
+  int attention_tp = 1;
 };
 
 // One optimizer step of Megatron-style training (`moesim train`; docs/training.md): the parallel layout, the

@@ -499,6 +499,8 @@ const std::vector<KeyEffect>& key_effects() {
       {"placement.overlap", "kind expert_parallel (two micro-batches, the all-to-all under the compute)", placement_ep},
       {"placement.request_balance", "kind expert_parallel, source decoder (its sequences over the devices' attention)",
        placement_request_balance},
+      {"placement.attention_tp", "kind expert_parallel, source decoder (the attention ranks' GPUs); moesim step and serve",
+       placement_request_balance},
       {"execute.enabled", "sources synthetic, logits, decoder, unless --no-execute", execute_enabled},
       {"execute.hidden", "the executed layer runs (sources synthetic, logits); the decoder, always (its width)",
        executed_shape},

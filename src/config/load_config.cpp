@@ -106,7 +106,17 @@ void Loader::validate_placement(const Experiment& e) const {
                   "a divisor of model.ffn (" + std::to_string(e.model.ffn) + "): each GPU holds ffn / T of an expert",
                   std::to_string(p.tensor_parallel));
   }
+  if (e.model.heads % p.attention_tp != 0) {
+    fail_expected(origin({"placement.attention_tp", "model.heads"}), "placement.attention_tp",
+                  "a divisor of model.heads (" + std::to_string(e.model.heads) + "): each GPU of an attention rank "
+                  "runs heads / T", std::to_string(p.attention_tp));
+  }
   if (p.kind != PlacementKind::expert_parallel) return;
+  if (p.devices % p.attention_tp != 0) {
+    fail_expected(origin({"placement.attention_tp", "placement.devices"}), "placement.attention_tp",
+                  "a divisor of placement.devices (" + std::to_string(p.devices) + "): attention data parallel = "
+                  "devices / T ranks", std::to_string(p.attention_tp));
+  }
   const int E = e.model.experts, D = p.devices, R = p.replicas;
   const int slots = E + R;
   if (p.policy == PlacementPolicy::map && p.map.empty() && p.slot_expert.empty()) {

@@ -79,6 +79,8 @@ void run_batches(const Experiment& e, const std::vector<RouterVariant>& variants
                  RunResult& result);
 
 int primary_devices(const Experiment& e);
+// The GPUs of one attention rank: placement.attention_tp with kind expert_parallel, else 1.
+int attention_tp_of(const Experiment& e);
 
 
 // Sets a record's modeled MoE layer per placement and what the record keeps of it: the primary placement's

@@ -43,6 +43,10 @@ int primary_devices(const Experiment& e) {
   return e.placement.kind == PlacementKind::expert_parallel ? std::max(1, e.placement.devices) : 1;
 }
 
+int attention_tp_of(const Experiment& e) {
+  return e.placement.kind == PlacementKind::expert_parallel ? std::max(1, e.placement.attention_tp) : 1;
+}
+
 void set_record_cost(std::vector<ModeledPlacement> modeled, StepRecord& rec) {
   rec.modeled = std::move(modeled);
   const ModeledPlacement& p = primary_placement(rec.modeled);
@@ -202,8 +206,10 @@ void StepCollector::finish(const Experiment& e, const std::vector<double>& step_
 AttentionShape model_attention_shape(const Experiment& e) {
   AttentionShape a;
   a.hidden = e.model.hidden;
-  a.heads = e.model.heads;
-  a.kv_heads = e.model.kv_heads;
+  // One GPU of an attention rank: placement.attention_tp splits the heads (GQA's KV heads too, down to one each).
+  const int tp = attention_tp_of(e);
+  a.heads = e.model.heads / tp;
+  a.kv_heads = std::max(1, e.model.kv_heads / tp);
   a.head_dim = e.model.head_dim;
   a.dtype = e.model.dtype;
   return a;
@@ -250,7 +256,7 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
                           ? e.workload.batch
                           : std::accumulate(result.prompt_len.begin(), result.prompt_len.end(), int64_t{0});
   const AttentionShape attn = model_attention_shape(e);
-  const int64_t D = primary_devices(e);
+  const int attention_ranks = primary_devices(e) / attention_tp_of(e);
   const int dtype_bytes_model = dtype_bytes(e.model.dtype);
   const bool execute = opts.execute && e.execute.enabled;
   const PlanProfile profile = read_plan_profile(e);
@@ -288,13 +294,13 @@ void run_decoder(const Experiment& e, const std::vector<RouterVariant>& variants
       // same at any thread count.
       fig.has_measured = execute;
       if (execute) fig.measured = d.measured;
-      // Attention is data-parallel over the expert-parallel devices: the step's sequences spread over them
-      // by placement.request_balance, each device's attention costed on its own, and the layer's all-to-all
-      // waiting for the slowest (src/step/attention_ranks.hpp).
+      // Attention is data-parallel over the expert-parallel devices, devices / placement.attention_tp ranks:
+      // the step's sequences spread over them by placement.request_balance, each rank's attention costed on its
+      // own, and the layer's all-to-all waiting for the slowest (src/step/attention_ranks.hpp).
       const bool decode_phase = d.phase == DecoderPhase::decode;
       const RankAttention ranks = attention_over_ranks(
           result.hardware, attn,
-          spread_requests(step_sequences(result.prompt_len, d, decode_phase), static_cast<int>(D),
+          spread_requests(step_sequences(result.prompt_len, d, decode_phase), attention_ranks,
                           e.placement.request_balance),
           decode_phase);
       fig.modeled_attention = ranks.slowest;

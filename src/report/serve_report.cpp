@@ -401,10 +401,8 @@ constexpr const char* kDefinitions =
     "experts; balanced attention gives every rank the ranks' mean share each step; each rerun schedules the whole "
     "stream again, so its batches differ too.";
 
-}  // namespace
-
-std::string format_serve_html(const std::string& title, const std::vector<std::string>& header_lines,
-                              const ServeResult& r, bool counterfactuals) {
+// The page's head, its title and the run's header lines (the table's first block) as preformatted text.
+std::string page_head(const std::string& title, const std::vector<std::string>& header_lines) {
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(title)
      << "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
@@ -417,6 +415,15 @@ std::string format_serve_html(const std::string& title, const std::vector<std::s
     for (size_t i = 0; i < header_lines.size(); ++i) os << (i ? "\n" : "") << html_escape(header_lines[i]);
     os << "</pre>\n";
   }
+  return os.str();
+}
+
+}  // namespace
+
+std::string format_serve_html(const std::string& title, const std::vector<std::string>& header_lines,
+                              const ServeResult& r, bool counterfactuals) {
+  std::ostringstream os;
+  os << page_head(title, header_lines);
   os << "<h2>Headline</h2>\n" << headline(r, counterfactuals);
   os << "<h2>Over time</h2>\n" << time_series(r.schedule.steps);
   os << "<h2>Latency over requests</h2>\n" << distributions(r.schedule.requests);
@@ -431,17 +438,7 @@ std::string format_search_html(const std::string& title, const std::vector<std::
                                const std::vector<std::pair<size_t, size_t>>& front,
                                const std::vector<std::pair<size_t, size_t>>& balanced_front) {
   std::ostringstream os;
-  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(title)
-     << "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
-        "table{border-collapse:collapse}th,td{padding:2px 10px;border-bottom:1px solid #ddd}"
-        "td{text-align:right;font-variant-numeric:tabular-nums}th{text-align:left}svg{display:block}</style>"
-        "</head><body>\n<h1>"
-     << html_escape(title) << "</h1>\n";
-  if (!header_lines.empty()) {
-    os << "<pre>";
-    for (size_t i = 0; i < header_lines.size(); ++i) os << (i ? "\n" : "") << html_escape(header_lines[i]);
-    os << "</pre>\n";
-  }
+  os << page_head(title, header_lines);
   os << "<h2>Best layouts</h2>\n";
   if (best.empty()) {
     os << "<p>No layout meets the targets at these batches.</p>\n";

@@ -14,33 +14,39 @@ SteadyPoint steady_state(const ServingStepInput& base, int64_t batch, int64_t is
     throw ConfigError("steady state: expected a batch, lengths and a token budget of at least 1");
   SteadyPoint p;
   p.batch = batch;
-  p.fits = batch * (isl + osl) <= kv_capacity_tokens;
+  const int64_t per = 1 + base.mtp_draft;  // query tokens a decoding request runs a step
+  p.fits = batch * (isl + osl + base.mtp_draft) <= kv_capacity_tokens;
   const double b = static_cast<double>(batch), in = static_cast<double>(isl), out = static_cast<double>(osl);
-  const double steps = std::max(out, std::ceil(b * (in + out) / static_cast<double>(max_num_tokens)));
-  const int64_t decode = std::max<int64_t>(1, std::llround(b * out / steps));
+  // A request gains g tokens a step on average (1 without draft tokens), so it decodes osl / g steps a cycle, each
+  // running 1 + draft query tokens.
+  const double g = mtp_tokens_per_request(base.mtp_draft, base.mtp_accept), decode_steps = out / g;
+  const double steps =
+      std::max(decode_steps, std::ceil(b * (in + decode_steps * static_cast<double>(per)) / static_cast<double>(max_num_tokens)));
+  const int64_t decode = std::max<int64_t>(1, std::llround(b * decode_steps / steps));
   const int64_t prompt = static_cast<int64_t>(std::ceil(b * in / steps));
   // Each decoding request attends its prompt and half its output on average; the chunk, half its prompt.
   const int64_t context = isl + osl / 2;
   RankShare s;
   s.sequences = decode + (prompt > 0 ? 1 : 0);
   s.context_tokens = decode * context + (prompt > 0 ? isl / 2 + prompt : 0);
-  s.query_tokens = decode + prompt;
-  s.attended_positions = decode * context + prompt * (isl / 2);
-  s.decode_sequences = s.decode_query_tokens = decode;
-  s.decode_context_tokens = s.decode_attended_positions = decode * context;
+  s.decode_sequences = decode;
+  s.decode_query_tokens = decode * per;
+  s.decode_context_tokens = decode * context;
+  s.decode_attended_positions = decode * per * context;
+  s.query_tokens = s.decode_query_tokens + prompt;
+  s.attended_positions = s.decode_attended_positions + prompt * (isl / 2);
   ServingStepInput step = base;
   step.phase = prompt > 0 ? StepPhase::prefill : StepPhase::decode;
-  step.mtp_draft = 0;
   step.shares.assign(static_cast<size_t>(base.attention_dp), s);
   p.step_s = model_serving_step(step).step_s;
   p.tpot_s = steps * p.step_s / out;
   // A new prompt takes the step's whole prefill budget beside the decoding requests until it is done.
-  const int64_t chunk = std::max<int64_t>(1, std::min(isl, max_num_tokens - decode));
+  const int64_t chunk = std::max<int64_t>(1, std::min(isl, max_num_tokens - decode * per));
   RankShare c = s;
   c.sequences = decode + 1;
   c.context_tokens = decode * context + chunk;
-  c.query_tokens = decode + chunk;
-  c.attended_positions = decode * context + chunk * (chunk + 1) / 2;
+  c.query_tokens = s.decode_query_tokens + chunk;
+  c.attended_positions = s.decode_attended_positions + chunk * (chunk + 1) / 2;
   step.phase = StepPhase::prefill;
   step.shares.assign(static_cast<size_t>(base.attention_dp), c);
   p.ttft_s = static_cast<double>((isl + chunk - 1) / chunk) * model_serving_step(step).step_s;

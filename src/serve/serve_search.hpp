@@ -5,12 +5,14 @@
 // Covered by tests/serve/serve_search_test.cpp.
 //
 // In steady state every rank holds `batch` requests, each decoding osl tokens and needing isl prompt tokens per
-// cycle. A cycle takes S = max(osl, ceil(batch (isl + osl) / max_num_tokens)) steps, each running batch x osl / S
-// decode tokens and batch x isl / S prompt tokens (chunked prefill spread evenly). Then
+// cycle. With D draft tokens accepted at a (the base's mtp_draft, mtp_accept) a request gains g = 1 + a + ... + a^D
+// tokens a step, running 1 + D query tokens; without, g = 1 and D = 0. A cycle takes
+// S = max(osl / g, ceil(batch (isl + (1 + D) osl / g) / max_num_tokens)) steps, each running batch x (osl / g) / S
+// decoding requests and batch x isl / S prompt tokens (chunked prefill spread evenly). Then
 //   TPOT = S x step / osl,  output tokens/s a GPU = batch x osl / (S x step) / attention_tp,
 //   tokens/s a user = 1 / TPOT,
-//   TTFT = ceil(isl / chunk) x the step with the decoding requests and a chunk of min(isl, max_num_tokens - decode)
-//          prompt tokens (a new prompt takes the step's whole prefill budget until it is done).
+//   TTFT = ceil(isl / chunk) x the step with the decoding requests and a chunk of
+//          min(isl, max_num_tokens - (1 + D) decode) prompt tokens (a new prompt takes the step's whole prefill budget until it is done).
 // Every rank runs the same share (the ranks' imbalance is not in the steady state: a run shows it).
 #pragma once
 
@@ -26,7 +28,7 @@ struct SteadyPoint {
   int64_t batch = 0;  // requests a rank
   double step_s = 0, tpot_s = 0, ttft_s = 0;
   double output_tokens_per_s_per_gpu = 0, tokens_per_s_per_user = 0;
-  bool fits = true;   // the rank's KV cache holds batch x (isl + osl) tokens
+  bool fits = true;   // the rank's KV cache holds batch x (isl + osl + D) tokens
 };
 
 // `base`: the step model's input for the layout (its loads; phase, shares and sequences are set here).

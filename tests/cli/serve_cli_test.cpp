@@ -140,7 +140,9 @@ TEST(ServeCli, BadOptionsExit2WithOneLine) {
         std::string(" --drift-steps 5"), std::string(" --mtp-draft 1 --mtp-accept 2"),
         std::string(" --mtp-accept 0.5"), std::string(" --mtp-draft 200"),
         std::string(" --requests-file /dev/null --rate 3"), std::string(" --search --vary placement.devices=16 --scheduler kv_balanced"),
-        std::string(" --search --vary placement.devices=16 --disaggregated 8:8")}) {
+        std::string(" --search --vary placement.devices=16 --disaggregated 8:8"), std::string(" --tp 0"),
+        std::string(" --set placement.attention_tp=3"),
+        std::string(" --search --vary placement.devices=16 --mtp-draft 1 --mtp-accept 2")}) {
     const CliResult r = run_cli(kDeepSeek + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << bad << ": " << r.err;

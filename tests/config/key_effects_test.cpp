@@ -263,6 +263,8 @@ const std::vector<Row>& rows() {
       {"placement.overlap", "two_batch", run, run + " --set placement.kind=single"},
       // 12 sequences of 2..30 prompt tokens over 8 devices: greedy by KV tokens evens what round robin does not.
       {"placement.request_balance", "kv_tokens", dec + " --set workload.batch=12 --set workload.prompt_len=2..30", run},
+      // 2 GPUs an attention rank: half the heads on each, over 4 ranks instead of 8.
+      {"placement.attention_tp", "2", dec, run},
       {"execute.enabled", "false", run, run + " --no-execute"},
       {"execute.hidden", "24", run, run + " --no-execute"},
       {"execute.ffn", "48", run, run + " --no-execute"},

@@ -1,5 +1,5 @@
 // Tests src/serve/serve_search: the steady state's cycle worked by hand (a cycle of osl steps when the budget holds
-// every prompt, a longer one when it does not; the KV fit), the front of tokens/s a GPU against tokens/s a user and
+// every prompt, a longer one when it does not, a shorter one with draft tokens; the KV fit), the front of tokens/s a GPU against tokens/s a user and
 // the best layouts under targets on hand-made points, and `moesim serve --search` end to end. Host only.
 #include "src/serve/serve_search.hpp"
 
@@ -51,6 +51,42 @@ TEST(ServeSearch, ALongerCycleWhenTheBudgetCannotHoldThePrompts) {
   EXPECT_FALSE(p.fits);  // 4 x 104 > 400
   // The prompt of 100 takes ceil(100 / (16 - 1)) = 7 steps of its own chunk: TTFT is several steps.
   EXPECT_GT(p.ttft_s, 5 * p.step_s);
+}
+
+TEST(ServeSearch, DraftTokensShortenTheCycle) {
+  const ServingStepInput plain = deepseek_on_16();
+  // 4 requests a rank of 8 + 4 tokens, 64 tokens a step, one draft token always accepted: a request gains g = 2
+  // tokens a step, so decodes its 4 in 2 steps of 2 query tokens. S = max(4 / 2, ceil(4 x (8 + 2 x 4 / 2) / 64)) = 2
+  // steps a cycle, each 4 decoding requests and 4 x 8 / 2 = 16 prompt tokens: TPOT is half a step, and the rank
+  // makes 16 tokens in 2 steps.
+  ServingStepInput step = plain;
+  step.mtp_draft = 1;
+  step.mtp_accept = 1;
+  const SteadyPoint p = steady_state(step, 4, 8, 4, 64, 1000);
+  EXPECT_DOUBLE_EQ(p.tpot_s, p.step_s / 2);
+  EXPECT_DOUBLE_EQ(p.output_tokens_per_s_per_gpu, 8 / p.step_s);
+  // That step, by hand: the 4 decoding requests attend 8 + 4 / 2 = 10 tokens with each of their 2 query tokens;
+  // the chunk's 16 tokens attend half a prompt (4) each.
+  RankShare s;
+  s.sequences = 5;
+  s.decode_sequences = 4;
+  s.decode_query_tokens = 8;
+  s.decode_context_tokens = 40;
+  s.decode_attended_positions = 80;
+  s.context_tokens = 40 + 4 + 16;
+  s.query_tokens = 8 + 16;
+  s.attended_positions = 80 + 16 * 4;
+  ServingStepInput x = step;
+  x.phase = StepPhase::prefill;
+  x.shares.assign(static_cast<size_t>(x.attention_dp), s);
+  EXPECT_DOUBLE_EQ(p.step_s, model_serving_step(x).step_s);
+  EXPECT_TRUE(p.fits);  // 4 x (12 + 1) <= 1000
+  // Never accepted: the same 4-step cycle as without drafts, each step dearer (the drafts and the MTP module).
+  step.mtp_accept = 0;
+  const SteadyPoint none = steady_state(step, 4, 8, 4, 64, 1000), without = steady_state(plain, 4, 8, 4, 64, 1000);
+  EXPECT_DOUBLE_EQ(none.tpot_s, none.step_s);
+  EXPECT_GT(none.step_s, without.step_s);
+  EXPECT_FALSE(steady_state(step, 4, 8, 4, 64, 51).fits);  // 4 x 13 > 51
 }
 
 TEST(ServeSearch, AMixedStepRunsItsDecodingSequencesOnTheDecodeKernel) {
@@ -150,6 +186,16 @@ TEST(ServeSearch, TheCommandRoutesOnceAndSkipsLayoutsTheConfigRefuses) {
   EXPECT_NE(page.out.find("id=\"front\""), std::string::npos);
   EXPECT_NE(page.out.find("balanced routing"), std::string::npos);
   EXPECT_NE(page.out.find("devices=16"), std::string::npos);
+  // Draft tokens and attention TP from the layouts: the JSON names the drafts, and TP 2 halves the ranks.
+  const auto mtp = testing::run_cli(std::string("serve ") + MOESIM_SOURCE_DIR +
+                                    "/configs/deepseek-v3.yaml --search --vary placement.attention_tp=1,2 --set "
+                                    "placement.devices=16 --isl 256 --osl 64 --batches 4 --max-num-tokens 1024 "
+                                    "--mtp-draft 1 --mtp-accept 0.8 --format json");
+  ASSERT_EQ(mtp.exit_code, 0) << mtp.err;
+  const nlohmann::json m = nlohmann::json::parse(mtp.out);
+  EXPECT_EQ(m["mtp_draft"], 1);
+  ASSERT_EQ(m["layouts"].size(), 2u);
+  EXPECT_EQ(m["layouts"][1]["settings"], "attention_tp=2");
   const auto bad = testing::run_cli(std::string("serve --search --vary router.top_k=2,4"));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--vary router.top_k"), std::string::npos) << bad.err;

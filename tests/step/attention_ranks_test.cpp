@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/cost/hardware_profile.hpp"
 #include "tests/support/run_cli.hpp"
 
 namespace moesim {
@@ -103,6 +105,37 @@ TEST(AttentionRanks, DecoderRunReportsTheRanksBalance) {
   EXPECT_LE(b["phases"]["decode"]["modeled_attention_wait_s"].get<double>(),
             a["phases"]["decode"]["modeled_attention_wait_s"].get<double>());
   EXPECT_TRUE(a["records"][0]["modeled"].contains("attention_balance_ratio"));
+}
+
+TEST(AttentionRanks, AttentionTpSplitsTheHeadsOverFewerRanks) {
+  // 8 sequences of 16 prompt tokens, one decode step, on the built-in 8 devices. placement.attention_tp 2: 4 ranks
+  // of 2 GPUs, each rank 2 sequences of 17 KV tokens, each GPU half the heads (and half the KV heads).
+  const std::string cmd =
+      "run --no-execute --format json --records --set workload.source=decoder --set workload.batch=8 "
+      "--set workload.prompt_len=16 --set workload.decode_steps=1 --set placement.attention_tp=2";
+  const auto r = testing::run_cli(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Experiment e = default_experiment({"placement.attention_tp=2"});
+  const HardwareProfile hw = load_hardware_profile(e.hardware, "");
+  AttentionShape half;
+  half.hidden = e.model.hidden;
+  half.heads = e.model.heads / 2;
+  half.kv_heads = std::max(1, e.model.kv_heads / 2);
+  half.head_dim = e.model.head_dim;
+  half.dtype = e.model.dtype;
+  const nlohmann::json records = nlohmann::json::parse(r.out)["strategies"][0]["records"];
+  const nlohmann::json& decode = records.back();
+  ASSERT_EQ(decode["phase"], "decode");
+  EXPECT_DOUBLE_EQ(decode["modeled"]["attention"]["quantized_s"].get<double>(),
+                   attention_decode_time(hw, half, 2, 2 * 17).quantized_s);
+  EXPECT_EQ(decode["modeled"]["attention_balance_ratio"].get<double>(), 1.0);
+  // Refused where it does not divide the devices or the heads, naming the key.
+  const auto bad = testing::run_cli("run --no-execute --set placement.attention_tp=3");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("placement.attention_tp: expected a divisor of model.heads"), std::string::npos) << bad.err;
+  const auto devices = testing::run_cli("run --no-execute --set placement.attention_tp=16 --set placement.devices=4");
+  EXPECT_EQ(devices.exit_code, 2);
+  EXPECT_NE(devices.err.find("expected a divisor of placement.devices (4)"), std::string::npos) << devices.err;
 }
 
 }  // namespace

@@ -261,6 +261,9 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
     } catch (const ConfigError& x) {
       skipped.push_back(label + ": " + x.what());  // the weights do not fit, or the shape is refused
       continue;
+    } catch (const InputError& x) {
+      skipped.push_back(label + ": " + x.what());  // --tp does not divide this layout's GPUs
+      continue;
     }
     const ServingStepInput balanced = with_balanced_routing(m.input.step);
     SearchLayout l;

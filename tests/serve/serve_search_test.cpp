@@ -196,6 +196,16 @@ TEST(ServeSearch, TheCommandRoutesOnceAndSkipsLayoutsTheConfigRefuses) {
   EXPECT_EQ(m["mtp_draft"], 1);
   ASSERT_EQ(m["layouts"].size(), 2u);
   EXPECT_EQ(m["layouts"][1]["settings"], "attention_tp=2");
+  // A --tp that does not divide a layout's GPUs skips that layout, not the search.
+  const auto tp = testing::run_cli(std::string("serve ") + MOESIM_SOURCE_DIR +
+                                   "/configs/deepseek-v3.yaml --search --vary placement.devices=16,32 --tp 32 --isl 256 "
+                                   "--osl 64 --batches 4 --max-num-tokens 1024 --format json");
+  ASSERT_EQ(tp.exit_code, 0) << tp.err;
+  const nlohmann::json t = nlohmann::json::parse(tp.out);
+  ASSERT_EQ(t["layouts"].size(), 1u);
+  EXPECT_EQ(t["layouts"][0]["settings"], "devices=32");
+  ASSERT_EQ(t["skipped"].size(), 1u);
+  EXPECT_NE(t["skipped"][0].get<std::string>().find("--tp"), std::string::npos);
   const auto bad = testing::run_cli(std::string("serve --search --vary router.top_k=2,4"));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--vary router.top_k"), std::string::npos) << bad.err;

@@ -552,7 +552,8 @@ int cmd_serve(int argc, char** argv) {
        << (redundant > 0 ? " + " + std::to_string(redundant) + " redundant" : std::string()) << ", "
        << to_string(e.placement.a2a_kernel) << " all-to-all, overlap " << to_string(e.placement.overlap) << ")\n"
        << "  " << stream << "\n  scheduler: " << o.scheduler << ", max batch " << o.max_batch << " and "
-       << o.max_num_tokens << " tokens a rank, chunked prefill; routing: " << o.routing;
+       << o.max_num_tokens << " tokens a rank, chunked prefill; routing: " << o.routing
+       << (o.routing == "model" && redundant > 0 ? "; " + plan_source_note(e) : std::string());
   if (o.mtp_draft > 0)
     head << "; MTP " << o.mtp_draft << " draft token(s) at " << fixed(o.mtp_accept, 2) << " acceptance";
   head << "\n";

@@ -225,7 +225,7 @@ std::string routing_note(const Experiment& e, const StepRow& row) {
                      : e.workload.source == WorkloadSource::trace
                          ? "the recorded routing of " + e.workload.path + ", each batch (a router trace: each layer) a draw"
                          : "the experiment's router on its " + std::string(to_string(e.workload.source)) + " workload";
-  if (row.routing == "model" && row.redundant_experts > 0) note += "; EPLB planned from earlier batches";
+  if (row.routing == "model" && row.redundant_experts > 0) note += "; " + plan_source_note(e);
   return note;
 }
 

@@ -256,10 +256,21 @@ std::vector<StepTable> load_step_tables(const std::string& spec) {
 
 
 
+// placement.plan_from profile: the plan profile's loads (every layer's summed), scaled to `assignments`.
+std::vector<int64_t> profile_plan_loads(const Experiment& e, int64_t assignments) {
+  const run_detail::PlanProfile p = run_detail::read_plan_profile(e);
+  std::vector<int64_t> counts(p.total.size());
+  for (size_t x = 0; x < counts.size(); ++x) counts[x] = std::llround(p.total[x] * 1e3);
+  return scale_loads(counts, assignments);
+}
+
 // The row's per-expert loads of `tokens` tokens (every GPU's), draw by draw, and the loads each draw's EPLB plan is
-// made from (with_plan: kStepWarmup earlier batches summed).
+// made from (with_plan), as placement.plan_from says: kStepWarmup batches routed before the draws, summed (past);
+// the draw's own loads (oracle); the plan profile's (profile). A recorded workload's draws plan from their own
+// records (the engine's record of past loads) unless a plan profile is given.
 StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t tokens, bool with_plan, int draws) {
   const int E = base.model.experts, k = base.model.top_k;
+  const bool from_profile = with_plan && base.placement.plan_from == PlanFrom::profile;
   StepRouting out;
   out.tokens = tokens;
   out.routing = row.routing;
@@ -284,7 +295,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
                                                        base.workload.profile_key, E, base.workload.expert_map, k);
     for (const std::vector<int64_t>& counts : profile.counts) {
       out.loads.push_back(scale_loads(counts, tokens * k));
-      if (with_plan) out.plan_loads.push_back(out.loads.back());
+      if (with_plan) out.plan_loads.push_back(from_profile ? profile_plan_loads(base, tokens * k) : out.loads.back());
     }
     return out;
   }
@@ -309,7 +320,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
     }
     for (const std::vector<int64_t>& c : counts) {
       out.loads.push_back(scale_loads(c, tokens * k));
-      if (with_plan) out.plan_loads.push_back(out.loads.back());
+      if (with_plan) out.plan_loads.push_back(from_profile ? profile_plan_loads(base, tokens * k) : out.loads.back());
     }
     if (out.loads.empty()) throw InputError(path + ": expected at least one recorded batch for the step's loads, got none");
     return out;
@@ -335,13 +346,24 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
     return loads;
   };
   out.loads = loads_of(make_logits_batches(e, ""));
-  if (with_plan) {
+  if (with_plan && from_profile) {
+    out.plan_loads.assign(out.loads.size(), profile_plan_loads(base, tokens * k));
+  } else if (with_plan && base.placement.plan_from == PlanFrom::oracle) {
+    out.plan_loads = out.loads;
+  } else if (with_plan) {
     std::vector<int64_t> past(static_cast<size_t>(E), 0);
     for (const std::vector<int64_t>& l : loads_of(make_warmup_batches(e, kStepWarmup)))
       for (int x = 0; x < E; ++x) past[static_cast<size_t>(x)] += l[static_cast<size_t>(x)];
     out.plan_loads.assign(out.loads.size(), past);
   }
   return out;
+}
+
+std::string plan_source_note(const Experiment& e) {
+  if (e.placement.plan_from == PlanFrom::profile) return "EPLB planned from " + e.placement.plan_profile;
+  if (e.placement.plan_from == PlanFrom::oracle) return "EPLB planned from each draw's own loads (oracle)";
+  return e.workload.source == WorkloadSource::synthetic ? "EPLB planned from earlier batches"
+                                                         : "EPLB planned from each draw's own record";
 }
 
 ServingStepInput step_input(const StepRow& row, const std::string& origin) {

@@ -113,11 +113,15 @@ struct StepRouting {
   std::vector<std::vector<int64_t>> loads, plan_loads;
 };
 // Routes a row's loads at `tokens` tokens: balanced, power_law:ALPHA draws, the experiment's router on its
-// synthetic workload (at most 65,536 tokens routed a batch, scaled; with_plan adds 4 warm-up batches for EPLB), or
-// a load_profile workload's recorded layers or a trace workload's recorded batches (each a draw, scaled, planned
-// from its own record).
+// synthetic workload (at most 65,536 tokens routed a batch, scaled), or a load_profile workload's recorded layers or
+// a trace workload's recorded batches (each a draw, scaled). with_plan adds the loads each draw's EPLB plan is made
+// from, by placement.plan_from: past, 4 warm-up batches routed before (a recorded workload: the draw's own record);
+// oracle, the draw's own loads; profile, placement.plan_profile's loads.
 // `draws`: the synthetic workload's batches routed (0: 2); a recorded workload gives its own.
 StepRouting route_loads(const StepRow& row, const Experiment& e, int64_t tokens, bool with_plan, int draws = 0);
+// Where route_loads's EPLB plans come from, for a report's routing line: "EPLB planned from earlier batches",
+// "... from each draw's own record", "... from each draw's own loads (oracle)" or "... from PROFILE".
+std::string plan_source_note(const Experiment& e);
 // The most sequences and prompt tokens one step models (every GPU's): a step of more is refused, not slowed to a crawl.
 constexpr int64_t kMaxStepSequences = int64_t{1} << 22;
 constexpr int64_t kMaxStepTokens = int64_t{1} << 28;

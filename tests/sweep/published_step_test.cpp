@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/config/load_config.hpp"
+#include "src/pipeline/run_internal.hpp"
 #include "tests/support/run_cli.hpp"
 
 namespace moesim {
@@ -93,6 +95,49 @@ TEST(PublishedStep, ReadsTheBalancednessTable) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
+  }
+}
+
+int64_t sum_of(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+TEST(PublishedStep, TheEplbPlanComesFromPlacementPlanFrom) {
+  const std::string root = MOESIM_SOURCE_DIR;
+  StepRow r;
+  r.routing = "model";
+  r.gpus = r.ep = 32;
+  // past (the default): 4 warm-up batches of 4096 tokens x top-8, summed; not a draw's own loads.
+  const std::vector<std::string> ep32 = {"placement.devices=32", "placement.replicas=32"};
+  const StepRouting past = route_loads(r, load_experiment_file(root + "/configs/deepseek-v3.yaml", ep32), 4096, true);
+  ASSERT_EQ(past.plan_loads.size(), past.loads.size());
+  EXPECT_EQ(sum_of(past.plan_loads[0]), 4 * 4096 * 8);
+  EXPECT_NE(past.plan_loads[0], past.loads[0]);
+  // oracle: each draw planned from its own loads.
+  std::vector<std::string> oracle = ep32;
+  oracle.push_back("placement.plan_from=oracle");
+  const StepRouting own = route_loads(r, load_experiment_file(root + "/configs/deepseek-v3.yaml", oracle), 4096, true);
+  EXPECT_EQ(own.plan_loads, own.loads);
+  EXPECT_EQ(own.loads, past.loads);  // the same draws
+  // profile: Mixtral's recorded counts, scaled to the draw's 1000 tokens x top-2, for every draw.
+  const Experiment m = load_experiment_file(
+      root + "/configs/mixtral-8x7b.yaml",
+      {"placement.kind=expert_parallel", "placement.devices=4", "placement.replicas=8", "placement.policy=global",
+       "placement.plan_from=profile",
+       "placement.plan_profile=" + root + "/data/routing-traces/olmoe-mixtral-expert-counts/expert_counts.json#mistral/"
+                                          "expert_counts/arxiv"});
+  r.gpus = r.ep = 4;
+  const StepRouting prof = route_loads(r, m, 1000, true);
+  ASSERT_EQ(prof.plan_loads.size(), prof.loads.size());
+  const run_detail::PlanProfile recorded = run_detail::read_plan_profile(m);
+  double total = 0;
+  for (double x : recorded.total) total += x;
+  for (const std::vector<int64_t>& plan : prof.plan_loads) {
+    ASSERT_EQ(plan.size(), 8u);
+    EXPECT_EQ(sum_of(plan), 2000);
+    for (size_t x = 0; x < plan.size(); ++x) EXPECT_NEAR(plan[x] / 2000.0, recorded.total[x] / total, 1e-3);
   }
 }
 

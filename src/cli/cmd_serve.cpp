@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <iostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -225,7 +226,7 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
   std::vector<SweepPoint> kept;
   std::vector<std::string> skipped;  // layouts the config refuses (EPLB's divisibility), each with its reason
   int most = 1;
-  bool plan = false;
+  bool plan = false, replan_noted = false;
   for (const SweepPoint& p : points) {
     CommonOptions po = opts;
     po.overrides.insert(po.overrides.end(), p.settings.begin(), p.settings.end());
@@ -236,6 +237,11 @@ int serve_search(const CommonOptions& opts, const ServeOptions& o, bool html, Re
       continue;
     }
     kept.push_back(p);
+    if (exps.back().placement.rebalance_every > 0 && !replan_noted) {
+      replan_noted = true;
+      std::cerr << "moesim serve --search: placement.rebalance_every is not modeled by the steady state (its plan is "
+                   "made once); a run without --search re-plans\n";
+    }
     hws.push_back(load_hardware_profile(exps.back().hardware, exps.back().source_file));
     const PlacementConfig& pc = exps.back().placement;
     most = std::max(most, pc.kind == PlacementKind::expert_parallel ? pc.devices : 1);
@@ -414,8 +420,9 @@ int cmd_serve(int argc, char** argv) {
       "mtp-accept", po::value(&o.mtp_accept)->default_value(0.0),
       "the chance each draft token is accepted, given the ones before it, in [0, 1]")(
       "rebalance-every", po::value(&o.rebalance_every),
-      "EPLB over time (placement.replicas > 0): re-plan every N steps from the loads since the last plan, the moved "
-      "experts' weights costed on the links, against the plan made once (0: only the plan made once)")(
+      "EPLB over time (placement.replicas > 0): re-plan every N steps from past loads (placement.load_estimator), the "
+      "moved experts' weights costed on the links, against the plan made once (0: only the plan made once; default: "
+      "placement.rebalance_every when above 0)")(
       "drift-steps", po::value(&o.drift_steps)->default_value(50),
       "with --rebalance-every: steps each routed batch's loads hold before the next (the routing's drift)")(
       "draws", po::value(&o.draws)->default_value(16),
@@ -463,6 +470,7 @@ int cmd_serve(int argc, char** argv) {
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
   const int gpus = ep ? e.placement.devices : 1;
   if (o.tp == -1) o.tp = ep ? e.placement.attention_tp : 1;
+  if (o.rebalance_every < 0 && ep && e.placement.rebalance_every > 0) o.rebalance_every = e.placement.rebalance_every;
   if (o.disaggregated.empty() && (o.tp < 1 || gpus % o.tp != 0))
     throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
                      std::to_string(o.tp));  // before the stream is drawn

@@ -2,6 +2,7 @@
 #include "src/serve/eplb_timeline.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -30,8 +31,18 @@ struct TimelineState {
   EplbTimeline timeline;
   EplbTally* tally = nullptr;
   int64_t step = 0;
-  std::vector<int64_t> plan, window;
+  std::vector<int64_t> plan, window;  // window: the loads since the last plan, summed
+  std::vector<double> ema;            // the exponential moving average of every step's loads (estimator ema)
 };
+
+// The estimator's loads as a plan's input: the window's sums, or the average scaled by 1000 and rounded (a plan
+// reads loads relative to each other).
+std::vector<int64_t> plan_input(const TimelineState& st) {
+  if (st.timeline.estimator != LoadEstimator::ema) return st.window;
+  std::vector<int64_t> out(st.ema.size());
+  for (size_t e = 0; e < out.size(); ++e) out[e] = std::llround(st.ema[e] * 1e3);
+  return out;
+}
 
 }  // namespace
 
@@ -40,6 +51,8 @@ StepCoster eplb_timeline_coster(const ServingStepInput& base, const EplbTimeline
   if (timeline.loads.empty()) throw ConfigError("eplb: expected at least one draw of the routing over time, got none");
   if (timeline.steps_per_draw < 1 || timeline.rebalance_every < 0)
     throw ConfigError("eplb: expected steps a draw of at least 1 and a re-plan period of 0 or more steps");
+  if (!(timeline.ema_weight > 0 && timeline.ema_weight <= 1))
+    throw ConfigError("placement.ema_weight: expected a number in (0, 1]");
   const int E = base.model.experts;
   for (const std::vector<int64_t>& l : timeline.loads)
     if (static_cast<int>(l.size()) != E) throw ConfigError("eplb: expected loads of model.experts entries");
@@ -56,10 +69,11 @@ StepCoster eplb_timeline_coster(const ServingStepInput& base, const EplbTimeline
     double wait = 0;
     if (t.rebalance_every > 0 && st->step > 0 && st->step % t.rebalance_every == 0) {
       const PlacementConfig& pc = st->base.moe.placement;
-      const int64_t moved = moved_slots_max(place_experts(st->plan, pc), place_experts(st->window, pc));
+      const std::vector<int64_t> next = plan_input(*st);
+      const int64_t moved = moved_slots_max(place_experts(st->plan, pc), place_experts(next, pc));
       if (moved > 0 && t.link_bytes_per_s > 0)
         wait = t.link_latency_s + static_cast<double>(moved) * t.expert_bytes * t.moe_layers / t.link_bytes_per_s;
-      st->plan = st->window;
+      st->plan = next;
       std::fill(st->window.begin(), st->window.end(), 0);
       if (st->tally) {
         ++st->tally->replans;
@@ -68,6 +82,12 @@ StepCoster eplb_timeline_coster(const ServingStepInput& base, const EplbTimeline
       }
     }
     for (size_t e = 0; e < loads.size(); ++e) st->window[e] += loads[e];
+    if (st->ema.empty()) {
+      st->ema.assign(loads.begin(), loads.end());
+    } else {
+      const double a = t.ema_weight;
+      for (size_t e = 0; e < loads.size(); ++e) st->ema[e] = a * static_cast<double>(loads[e]) + (1 - a) * st->ema[e];
+    }
     ++st->step;
     ServingStepInput in = st->base;
     in.phase = b.prefill ? StepPhase::prefill : StepPhase::decode;

@@ -22,6 +22,10 @@ struct EplbTimeline {
   std::vector<std::vector<int64_t>> loads;  // [draws][experts]: the routing over time, every rank's tokens a draw
   int64_t steps_per_draw = 50;              // steps each draw holds before the next
   int64_t rebalance_every = 0;              // steps between plans; 0: the plan made once, from `initial_plan`
+  // The loads a re-plan is made from (src/cost/rebalance.hpp estimate_plan_load, as `moesim run` re-plans): window,
+  // the steps since the last plan summed; ema, every step so far, each new one weighted ema_weight.
+  LoadEstimator estimator = LoadEstimator::window;
+  double ema_weight = 0.5;
   std::vector<int64_t> initial_plan;        // [experts] the loads the first plan is made from
   double expert_bytes = 0;                  // one expert's weights (every MoE layer moves its own)
   int moe_layers = 1;
@@ -34,8 +38,8 @@ struct EplbTally {
 };
 
 // The step model as a scheduler's cost, step by step along the timeline: step s runs draw (s / steps_per_draw) mod
-// draws under the current plan; every rebalance_every steps the plan is re-made from the loads summed since the
-// last one and the step waits moved_slots_max x expert_bytes x moe_layers / link + latency. `base`: the step model's
+// draws under the current plan; every rebalance_every steps the plan is re-made from the estimator's loads and
+// the step waits moved_slots_max x expert_bytes x moe_layers / link + latency. `base`: the step model's
 // input (its loads and plans replaced here; phase and sequences set per step). `tally` (may be null) counts. With
 // `balanced_attention`, every rank runs the ranks' mean share (mean_shares).
 StepCoster eplb_timeline_coster(const ServingStepInput& base, const EplbTimeline& timeline, EplbTally* tally,

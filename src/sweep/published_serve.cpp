@@ -171,6 +171,8 @@ ServeModelInput serve_input_for(const Experiment& e, const HardwareProfile& hw, 
     t.initial_plan = timeline.plan_loads.empty() ? std::vector<int64_t>{} : timeline.plan_loads.front();
     t.steps_per_draw = s.drift_steps;
     t.rebalance_every = s.rebalance_every;
+    t.estimator = e.placement.load_estimator;
+    t.ema_weight = e.placement.ema_weight;
     const ModelConfig& m = in.step.model;
     t.expert_bytes = (m.gated_experts ? 3.0 : 2.0) * static_cast<double>(m.hidden) * static_cast<double>(m.ffn) *
                      bytes_per_weight(expert_format(m));

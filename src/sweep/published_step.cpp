@@ -40,9 +40,9 @@ namespace fs = std::filesystem;
 constexpr const char* kStepDir = "data/serving-step/";
 constexpr int kColumns = 27;
 constexpr int kMaxRows = 10000;
-// Routed draws of a "model" row: kStepWarmup batches the EPLB plan is made from (placement.plan_from past), then
-// kStepDraws measured ones; at most kStepRoutedTokens tokens routed a batch, the loads scaled to the step's.
-constexpr int kStepWarmup = 4, kStepDraws = 2;
+// Routed draws of a "model" row: placement.warmup_batches batches the EPLB plan is made from (placement.plan_from
+// past), then kStepDraws measured ones; at most kStepRoutedTokens tokens routed a batch, the loads scaled to the step's.
+constexpr int kStepDraws = 2;
 constexpr int64_t kStepRoutedTokens = 65536;
 // A balancedness table's setting (data/serving-step/README.md): SGLang's figure routes 256 tokens a GPU, as
 // TensorRT-LLM's local batch of 256 a rank does; DeepSeek-V3 decode, its KV length immaterial to the routing.
@@ -265,7 +265,8 @@ std::vector<int64_t> profile_plan_loads(const Experiment& e, int64_t assignments
 }
 
 // The row's per-expert loads of `tokens` tokens (every GPU's), draw by draw, and the loads each draw's EPLB plan is
-// made from (with_plan), as placement.plan_from says: kStepWarmup batches routed before the draws, summed (past);
+// made from (with_plan), as placement.plan_from says: placement.warmup_batches batches routed before the draws,
+// summed (past; none: equal loads);
 // the draw's own loads (oracle); the plan profile's (profile). A recorded workload's draws plan from their own
 // records (the engine's record of past loads) unless a plan profile is given.
 StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t tokens, bool with_plan, int draws) {
@@ -350,9 +351,11 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
     out.plan_loads.assign(out.loads.size(), profile_plan_loads(base, tokens * k));
   } else if (with_plan && base.placement.plan_from == PlanFrom::oracle) {
     out.plan_loads = out.loads;
+  } else if (with_plan && base.placement.warmup_batches == 0) {
+    out.plan_loads.assign(out.loads.size(), even_loads(E, tokens * k));  // no statistics yet
   } else if (with_plan) {
     std::vector<int64_t> past(static_cast<size_t>(E), 0);
-    for (const std::vector<int64_t>& l : loads_of(make_warmup_batches(e, kStepWarmup)))
+    for (const std::vector<int64_t>& l : loads_of(make_warmup_batches(e, base.placement.warmup_batches)))
       for (int x = 0; x < E; ++x) past[static_cast<size_t>(x)] += l[static_cast<size_t>(x)];
     out.plan_loads.assign(out.loads.size(), past);
   }
@@ -367,7 +370,10 @@ std::string plan_source_note(const Experiment& e) {
 }
 
 ServingStepInput step_input(const StepRow& row, const std::string& origin) {
-  const Experiment e = table_model(TableCell{origin, row.line}, row.model, kStepDir);
+  // A table row's placement: the automatic policy (EPLB with its redundant_experts) over one node of its GPUs.
+  Experiment e = table_model(TableCell{origin, row.line}, row.model, kStepDir);
+  e.placement.policy = PlacementPolicy::automatic;
+  e.placement.nodes = 1;
   std::string ref;
   const HardwareProfile hw = published_table_profile(origin, row.line, row.gpu, ref);
   try {
@@ -397,6 +403,10 @@ int64_t step_tokens(const StepRow& row) {
 
 ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const HardwareProfile& hw,
                                 const StepRouting* routed) {
+  if (e.placement.tensor_parallel != 1)
+    throw ConfigError("placement.tensor_parallel: expected 1 for the serving step (each GPU an expert-parallel rank "
+                      "holding whole experts; expert tensor parallelism is not modeled there), got " +
+                      std::to_string(e.placement.tensor_parallel));
   ServingStepInput in;
   in.hw = hw;
   in.hw.devices_per_node = row.devices_per_node;
@@ -425,8 +435,6 @@ ServingStepInput step_input_for(const StepRow& row, const Experiment& e, const H
   pe.placement.kind = row.ep > 1 ? PlacementKind::expert_parallel : PlacementKind::single;
   pe.placement.devices = row.ep;
   pe.placement.replicas = row.redundant_experts;
-  pe.placement.policy = PlacementPolicy::automatic;
-  pe.placement.nodes = 1;
   pe.placement.a2a_kernel = row.a2a_kernel;
   pe.placement.dispatch_dtype = row.dispatch_dtype;
   pe.placement.combine_dtype = row.combine_dtype;

@@ -117,6 +117,15 @@ TEST(ServeCli, EplbOverTimeAgainstThePlanMadeOnce) {
   const CliResult t = run_cli(kDeepSeek + " --set placement.replicas=32 --rebalance-every 20");
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_NE(t.out.find("EPLB over time: "), std::string::npos) << t.out;
+  // The config's placement.rebalance_every, without the flag; its ema estimator re-plans from other loads.
+  const std::string keyed = kDeepSeek + " --set placement.replicas=32 --set placement.rebalance_every=20 --drift-steps 5 "
+                                        "--draws 4 --rate 50 --format json --no-counterfactuals";
+  const CliResult k = run_cli(keyed);
+  ASSERT_EQ(k.exit_code, 0) << k.err;
+  EXPECT_EQ(nlohmann::json::parse(k.out), j);
+  const CliResult ema = run_cli(keyed + " --set placement.load_estimator=ema --set placement.ema_weight=1");
+  ASSERT_EQ(ema.exit_code, 0) << ema.err;
+  EXPECT_EQ(nlohmann::json::parse(ema.out)["eplb"]["replans"], j["eplb"]["replans"]);
 }
 
 TEST(ServeCli, DraftTokensShortenTheRunWhenAccepted) {

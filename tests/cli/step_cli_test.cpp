@@ -111,7 +111,8 @@ TEST(StepCli, ATraceGivesEachRecordedBatchAsADraw) {
 
 TEST(StepCli, BadOptionsExitTwoWithOneLine) {
   for (const char* bad : {" --phase verify", " --routing zipf", " --tp 3", " --mtp-accept 2", " --phase prefill",
-                          " --requests-per-gpu 1048576", " --lengths uniform:9:3"}) {
+                          " --requests-per-gpu 1048576", " --lengths uniform:9:3", " --tp 0",
+                          " --set placement.tensor_parallel=2", " --set placement.attention_tp=3"}) {
     const CliResult r = run_cli(kDeepSeek + bad);
     EXPECT_EQ(r.exit_code, 2) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
 #include "src/cost/hardware_profile.hpp"
 #include "src/sweep/published_serve.hpp"
@@ -99,6 +100,48 @@ TEST(EplbTimeline, ReplansEveryNStepsAndCostsTheMovedWeights) {
   EXPECT_EQ(none.replans, 2);
   EXPECT_EQ(none.moved_slots, 0);
   EXPECT_DOUBLE_EQ(none.transfer_s, 0);
+}
+
+TEST(EplbTimeline, TheEmaEstimatorPlansFromTheAverage) {
+  const ServingStepInput base = deepseek_eplb();
+  const int E = base.model.experts;
+  std::vector<int64_t> low(static_cast<size_t>(E), 10), high(static_cast<size_t>(E), 10);
+  for (int e = 0; e < 32; ++e) {
+    low[static_cast<size_t>(e)] = 400;
+    high[static_cast<size_t>(E - 1 - e)] = 800;
+  }
+  EplbTimeline t;
+  t.loads = {high, low};
+  t.steps_per_draw = 1;
+  t.rebalance_every = 2;
+  t.initial_plan = high;
+  t.expert_bytes = 1e6;
+  t.link_bytes_per_s = 1e9;
+  StepBatch b;
+  StepSequence s;
+  s.context_tokens = s.attended_positions = 100;
+  s.query_tokens = 1;
+  b.sequences.push_back(s);
+  b.rank.push_back(0);
+  auto moved = [&](LoadEstimator estimator, double weight, int steps) {
+    EplbTimeline x = t;
+    x.estimator = estimator;
+    x.ema_weight = weight;
+    EplbTally tally;
+    const StepCoster c = eplb_timeline_coster(base, x, &tally);
+    for (int i = 0; i < steps; ++i) c(b);
+    EXPECT_EQ(tally.replans, (steps - 1) / 2);
+    return tally.moved_slots;
+  };
+  // Steps of `high` then `low`, re-plans before steps 2 and 4. The window's sum, high + low, places the experts as
+  // `high` does (the doubled high experts take the replicas, as ReplansEveryNSteps shows): nothing moves.
+  EXPECT_EQ(moved(LoadEstimator::window, 0.5, 5), 0);
+  // Weight 0.5: (high + low) / 2, the window's sum in proportion: the same plan.
+  EXPECT_EQ(moved(LoadEstimator::ema, 0.5, 3), 0);
+  // Weight 1: the last step's loads alone, `low`: the low experts' replicas move in.
+  EXPECT_GT(moved(LoadEstimator::ema, 1.0, 3), 0);
+  t.ema_weight = 0;
+  EXPECT_THROW(eplb_timeline_coster(base, t, nullptr), ConfigError);
 }
 
 }  // namespace

@@ -109,11 +109,12 @@ TEST(PublishedStep, TheEplbPlanComesFromPlacementPlanFrom) {
   StepRow r;
   r.routing = "model";
   r.gpus = r.ep = 32;
-  // past (the default): 4 warm-up batches of 4096 tokens x top-8, summed; not a draw's own loads.
+  // past (the default): placement.warmup_batches (8) warm-up batches of 4096 tokens x top-8, summed; not a draw's own
+  // loads.
   const std::vector<std::string> ep32 = {"placement.devices=32", "placement.replicas=32"};
   const StepRouting past = route_loads(r, load_experiment_file(root + "/configs/deepseek-v3.yaml", ep32), 4096, true);
   ASSERT_EQ(past.plan_loads.size(), past.loads.size());
-  EXPECT_EQ(sum_of(past.plan_loads[0]), 4 * 4096 * 8);
+  EXPECT_EQ(sum_of(past.plan_loads[0]), 8 * 4096 * 8);
   EXPECT_NE(past.plan_loads[0], past.loads[0]);
   // oracle: each draw planned from its own loads.
   std::vector<std::string> oracle = ep32;

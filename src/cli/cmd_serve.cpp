@@ -34,7 +34,7 @@ struct ServeOptions {
   int64_t requests = 0, concurrency = 0, max_batch = 256, max_num_tokens = 8192;  // requests 0: not given (256)
   double rate = 0, mem_fraction = 0.9;
   std::string isl, osl;  // empty: not given (1024, 256)
-  std::string requests_file, scheduler = "round_robin", kv_dtype = "bf16", routing = "model";
+  std::string requests_file, scheduler, kv_dtype = "bf16", routing = "model";  // scheduler "": not given
   int tp = -1;  // -1: not given (placement.attention_tp)
   bool no_counterfactuals = false;
   bool search = false;
@@ -405,8 +405,9 @@ int cmd_serve(int argc, char** argv) {
       "max-num-tokens", po::value(&o.max_num_tokens)->default_value(8192),
       "tokens a rank runs a step: decode tokens, then prefill chunks")(
       "tp", po::value(&o.tp), "attention tensor parallel (attention DP = GPUs / tp; default placement.attention_tp)")(
-      "scheduler", po::value(&o.scheduler)->default_value("round_robin"),
-      "how arriving requests are spread over the DP ranks: round_robin or kv_balanced (the fewest KV tokens)")(
+      "scheduler", po::value(&o.scheduler),
+      "how arriving requests are spread over the DP ranks: round_robin or kv_balanced (the fewest KV tokens; default: "
+      "placement.request_balance, kv_tokens reading kv_balanced)")(
       "mem-fraction", po::value(&o.mem_fraction)->default_value(0.9, "0.9"),
       "of the GPU's memory the engine takes for weights, activations and the KV cache")(
       "kv-dtype", po::value(&o.kv_dtype)->default_value("bf16"), "the KV cache's dtype: bf16 or fp8")(
@@ -454,7 +455,7 @@ int cmd_serve(int argc, char** argv) {
   // A stream from a file takes neither the synthetic stream's options nor a rate; the search runs no stream.
   if (!o.requests_file.empty() && (o.requests != 0 || !o.isl.empty() || !o.osl.empty() || o.rate != 0))
     throw InputError("--requests-file: expected without --requests, --isl, --osl or --rate (the file gives them)");
-  if (o.search && (o.requests != 0 || o.no_counterfactuals || o.scheduler != "round_robin" || o.rebalance_every >= 0 ||
+  if (o.search && (o.requests != 0 || o.no_counterfactuals || !o.scheduler.empty() || o.rebalance_every >= 0 ||
                    o.drift_steps != 50 || o.draws != 16 || !o.disaggregated.empty()))
     throw InputError("--search: expected without --requests, --no-counterfactuals, --scheduler, --rebalance-every, "
                      "--drift-steps, --draws or --disaggregated (the steady state of one layout's closed loop, every "
@@ -474,6 +475,8 @@ int cmd_serve(int argc, char** argv) {
   if (o.disaggregated.empty() && (o.tp < 1 || gpus % o.tp != 0))
     throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
                      std::to_string(o.tp));  // before the stream is drawn
+  if (o.scheduler.empty())
+    o.scheduler = ep && e.placement.request_balance == RequestBalance::kv_tokens ? "kv_balanced" : "round_robin";
   if (o.scheduler != "round_robin" && o.scheduler != "kv_balanced")
     throw InputError("--scheduler: expected round_robin or kv_balanced, got '" + o.scheduler + "'");
   if (o.kv_dtype != "bf16" && o.kv_dtype != "fp8")

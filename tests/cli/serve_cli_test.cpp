@@ -128,6 +128,19 @@ TEST(ServeCli, EplbOverTimeAgainstThePlanMadeOnce) {
   EXPECT_EQ(nlohmann::json::parse(ema.out)["eplb"]["replans"], j["eplb"]["replans"]);
 }
 
+TEST(ServeCli, TheConfigsPlacementKeysAreTheFlagsDefaults) {
+  // placement.request_balance kv_tokens reads --scheduler kv_balanced, placement.attention_tp 2 reads --tp 2.
+  const CliResult flags = run_cli(kDeepSeek + " --scheduler kv_balanced --tp 2 --format json --no-counterfactuals");
+  const CliResult keys = run_cli(kDeepSeek + " --set placement.request_balance=kv_tokens --set placement.attention_tp=2 "
+                                             "--format json --no-counterfactuals");
+  ASSERT_EQ(flags.exit_code, 0) << flags.err;
+  ASSERT_EQ(keys.exit_code, 0) << keys.err;
+  const nlohmann::json a = nlohmann::json::parse(flags.out), b = nlohmann::json::parse(keys.out);
+  EXPECT_EQ(b["scheduler"], "kv_balanced");
+  EXPECT_EQ(b["tp"], 2);
+  EXPECT_EQ(a, b);
+}
+
 TEST(ServeCli, DraftTokensShortenTheRunWhenAccepted) {
   const CliResult plain = run_cli(kDeepSeek + " --format json --no-counterfactuals");
   const CliResult mtp = run_cli(kDeepSeek + " --mtp-draft 1 --mtp-accept 1 --format json --no-counterfactuals");

@@ -365,6 +365,10 @@ void add_dump_options(po::options_description& desc, std::string& path, bool& gi
 }
 
 void check_route_once_key(const std::string& key, const std::string& command) {
+  // The loads an EPLB plan is made from are routed once too, by the first point's plan source.
+  if (key == "placement.plan_from" || key == "placement.plan_profile" || key == "placement.warmup_batches")
+    throw InputError("--vary " + key + ": expected a key that leaves the routed loads and the loads EPLB plans from as "
+                     "they are (moesim " + command + " routes both once); run once per value");
   if (key.rfind("placement.", 0) == 0 || key == "hardware" || key.rfind("hardware.", 0) == 0) return;
   throw InputError("--vary " + key + ": expected a placement.* or hardware key (keys that leave the routing as it is: "
                    "moesim " + command + " routes once and costs every point); run once per value of a routing key");

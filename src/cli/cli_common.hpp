@@ -164,7 +164,8 @@ void add_dump_options(po::options_description& desc, std::string& path, bool& gi
                       const char* what);
 
 // A --vary key of a command that routes once and costs every point (step, serve --search) must leave the routing as
-// it is: a placement.* or hardware key; otherwise an InputError naming the key.
+// it is: a placement.* or hardware key, but for those that set the loads EPLB plans from (plan_from, plan_profile,
+// warmup_batches); otherwise an InputError naming the key.
 void check_route_once_key(const std::string& key, const std::string& command);
 
 // The lines of a table report's first block (up to its first blank line): the header an HTML page repeats.

@@ -68,6 +68,9 @@ TEST(StepCli, VaryRoutesOnceAndItsLargestPointIsTheSingleRun) {
   const CliResult bad = run_cli(kDeepSeek + " --vary router.top_k=2,4");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--vary router.top_k"), std::string::npos) << bad.err;
+  const CliResult plan = run_cli(kDeepSeek + " --vary placement.plan_from=past,oracle");
+  EXPECT_EQ(plan.exit_code, 2);
+  EXPECT_NE(plan.err.find("--vary placement.plan_from: expected a key that leaves"), std::string::npos) << plan.err;
 }
 
 TEST(StepCli, HtmlDrawsTheLayerActualBesideBalancedAndTheErosion) {

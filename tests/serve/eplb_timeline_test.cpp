@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "src/common/error.hpp"
 #include "src/config/load_config.hpp"
@@ -49,16 +50,20 @@ ServingStepInput deepseek_eplb() {
   return serve_input_for(e, hw, s, {}).input.step;
 }
 
-TEST(EplbTimeline, ReplansEveryNStepsAndCostsTheMovedWeights) {
-  const ServingStepInput base = deepseek_eplb();
-  const int E = base.model.experts;
-  // Two draws a step apart: the first skewed to the low experts, the second twice as much to the high ones (so that
-  // their sum replicates the high experts, not the low).
-  std::vector<int64_t> low(static_cast<size_t>(E), 10), high(static_cast<size_t>(E), 10);
+// Two draws: the first skewed to the 32 low experts, the second twice as much to the 32 high ones (so that their sum
+// replicates the high experts, not the low).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> low_and_high(int experts) {
+  std::vector<int64_t> low(static_cast<size_t>(experts), 10), high(static_cast<size_t>(experts), 10);
   for (int e = 0; e < 32; ++e) {
     low[static_cast<size_t>(e)] = 400;
-    high[static_cast<size_t>(E - 1 - e)] = 800;
+    high[static_cast<size_t>(experts - 1 - e)] = 800;
   }
+  return {low, high};
+}
+
+TEST(EplbTimeline, ReplansEveryNStepsAndCostsTheMovedWeights) {
+  const ServingStepInput base = deepseek_eplb();
+  const auto [low, high] = low_and_high(base.model.experts);
   EplbTimeline t;
   t.loads = {low, high};
   t.steps_per_draw = 1;
@@ -104,12 +109,7 @@ TEST(EplbTimeline, ReplansEveryNStepsAndCostsTheMovedWeights) {
 
 TEST(EplbTimeline, TheEmaEstimatorPlansFromTheAverage) {
   const ServingStepInput base = deepseek_eplb();
-  const int E = base.model.experts;
-  std::vector<int64_t> low(static_cast<size_t>(E), 10), high(static_cast<size_t>(E), 10);
-  for (int e = 0; e < 32; ++e) {
-    low[static_cast<size_t>(e)] = 400;
-    high[static_cast<size_t>(E - 1 - e)] = 800;
-  }
+  const auto [low, high] = low_and_high(base.model.experts);
   EplbTimeline t;
   t.loads = {high, low};
   t.steps_per_draw = 1;

@@ -16,19 +16,26 @@ bool is_replan_step(const PlacementConfig& p, int step) {
 std::vector<double> estimate_plan_load(const std::vector<std::vector<int64_t>>& observed, const PlacementConfig& p) {
   MOESIM_REQUIRE(!observed.empty(), "the load estimator needs at least one observed step");
   const size_t E = observed.front().size();
-  std::vector<double> est(E, 0.0);
   if (p.load_estimator == LoadEstimator::ema) {
     const double a = p.ema_weight;
     MOESIM_REQUIRE(a > 0 && a <= 1, "placement.ema_weight must be in (0, 1], got " << a);
-    for (size_t e = 0; e < E; ++e) est[e] = static_cast<double>(observed.front()[e]);
-    for (size_t t = 1; t < observed.size(); ++t)
-      for (size_t e = 0; e < E; ++e) est[e] = a * static_cast<double>(observed[t][e]) + (1 - a) * est[e];
-    return est;
+    std::vector<double> ema;
+    for (const std::vector<int64_t>& load : observed) ema_update(ema, load, a);
+    return ema;
   }
+  std::vector<double> est(E, 0.0);
   const size_t window = std::min(observed.size(), static_cast<size_t>(std::max(1, p.rebalance_every)));
   for (size_t t = observed.size() - window; t < observed.size(); ++t)
     for (size_t e = 0; e < E; ++e) est[e] += static_cast<double>(observed[t][e]);
   return est;
+}
+
+void ema_update(std::vector<double>& est, const std::vector<int64_t>& load, double a) {
+  if (est.empty()) {
+    est.assign(load.begin(), load.end());
+    return;
+  }
+  for (size_t e = 0; e < est.size(); ++e) est[e] = a * static_cast<double>(load[e]) + (1 - a) * est[e];
 }
 
 const char* to_string(PlanBasis b) {

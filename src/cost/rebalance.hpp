@@ -34,6 +34,8 @@ bool is_replan_step(const PlacementConfig& placement, int step);
 //  - ema: est_0 = load_0, est_t = a load_t + (1 - a) est_{t-1}, a = placement.ema_weight.
 std::vector<double> estimate_plan_load(const std::vector<std::vector<int64_t>>& observed,
                                        const PlacementConfig& placement);
+// The ema estimator's step: est = load on the first step (est empty), else a load + (1 - a) est.
+void ema_update(std::vector<double>& est, const std::vector<int64_t>& load, double a);
 
 // One step of a rebalanced run.
 struct RebalanceStep {

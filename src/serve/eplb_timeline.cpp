@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "src/common/error.hpp"
+#include "src/cost/rebalance.hpp"
 
 namespace moesim {
 
@@ -82,12 +83,7 @@ StepCoster eplb_timeline_coster(const ServingStepInput& base, const EplbTimeline
       }
     }
     for (size_t e = 0; e < loads.size(); ++e) st->window[e] += loads[e];
-    if (st->ema.empty()) {
-      st->ema.assign(loads.begin(), loads.end());
-    } else {
-      const double a = t.ema_weight;
-      for (size_t e = 0; e < loads.size(); ++e) st->ema[e] = a * static_cast<double>(loads[e]) + (1 - a) * st->ema[e];
-    }
+    ema_update(st->ema, loads, t.ema_weight);
     ++st->step;
     ServingStepInput in = st->base;
     in.phase = b.prefill ? StepPhase::prefill : StepPhase::decode;

@@ -20,8 +20,8 @@ SteadyPoint steady_state(const ServingStepInput& base, int64_t batch, int64_t is
   // A request gains g tokens a step on average (1 without draft tokens), so it decodes osl / g steps a cycle, each
   // running 1 + draft query tokens.
   const double g = mtp_tokens_per_request(base.mtp_draft, base.mtp_accept), decode_steps = out / g;
-  const double steps =
-      std::max(decode_steps, std::ceil(b * (in + decode_steps * static_cast<double>(per)) / static_cast<double>(max_num_tokens)));
+  const double budget = static_cast<double>(max_num_tokens);
+  const double steps = std::max(decode_steps, std::ceil(b * (in + decode_steps * static_cast<double>(per)) / budget));
   const int64_t decode = std::max<int64_t>(1, std::llround(b * decode_steps / steps));
   const int64_t prompt = static_cast<int64_t>(std::ceil(b * in / steps));
   // Each decoding request attends its prompt and half its output on average; the chunk, half its prompt.

@@ -12,7 +12,8 @@
 //   TPOT = S x step / osl,  output tokens/s a GPU = batch x osl / (S x step) / attention_tp,
 //   tokens/s a user = 1 / TPOT,
 //   TTFT = ceil(isl / chunk) x the step with the decoding requests and a chunk of
-//          min(isl, max_num_tokens - (1 + D) decode) prompt tokens (a new prompt takes the step's whole prefill budget until it is done).
+//          min(isl, max_num_tokens - (1 + D) decode) prompt tokens (a new prompt takes the step's whole prefill
+//          budget until it is done).
 // Every rank runs the same share (the ranks' imbalance is not in the steady state: a run shows it).
 #pragma once
 

@@ -266,9 +266,8 @@ std::vector<int64_t> profile_plan_loads(const Experiment& e, int64_t assignments
 
 // The row's per-expert loads of `tokens` tokens (every GPU's), draw by draw, and the loads each draw's EPLB plan is
 // made from (with_plan), as placement.plan_from says: placement.warmup_batches batches routed before the draws,
-// summed (past; none: equal loads);
-// the draw's own loads (oracle); the plan profile's (profile). A recorded workload's draws plan from their own
-// records (the engine's record of past loads) unless a plan profile is given.
+// summed (past; none: equal loads); the draw's own loads (oracle); the plan profile's (profile). A recorded
+// workload's draws plan from their own records (the engine's record of past loads) unless a plan profile is given.
 StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t tokens, bool with_plan, int draws) {
   const int E = base.model.experts, k = base.model.top_k;
   const bool from_profile = with_plan && base.placement.plan_from == PlanFrom::profile;
@@ -288,6 +287,9 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
       out.loads.push_back(power_law_loads(tokens, E, k, alpha, ep, base.workload.seed, static_cast<uint64_t>(d)));
     return out;
   }
+  // The plan profile's loads, read once for every draw.
+  const std::vector<int64_t> profile_plan =
+      from_profile ? profile_plan_loads(base, tokens * k) : std::vector<int64_t>{};
   // model, a load profile: each recorded layer's counts scaled to the step's assignments is one draw (the step's
   // MoE layer is the mean over the recorded layers), each planned from its own record, as `run` plans a profile's
   // layers (the engine's record of past loads).
@@ -296,7 +298,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
                                                        base.workload.profile_key, E, base.workload.expert_map, k);
     for (const std::vector<int64_t>& counts : profile.counts) {
       out.loads.push_back(scale_loads(counts, tokens * k));
-      if (with_plan) out.plan_loads.push_back(from_profile ? profile_plan_loads(base, tokens * k) : out.loads.back());
+      if (with_plan) out.plan_loads.push_back(from_profile ? profile_plan : out.loads.back());
     }
     return out;
   }
@@ -321,7 +323,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
     }
     for (const std::vector<int64_t>& c : counts) {
       out.loads.push_back(scale_loads(c, tokens * k));
-      if (with_plan) out.plan_loads.push_back(from_profile ? profile_plan_loads(base, tokens * k) : out.loads.back());
+      if (with_plan) out.plan_loads.push_back(from_profile ? profile_plan : out.loads.back());
     }
     if (out.loads.empty()) throw InputError(path + ": expected at least one recorded batch for the step's loads, got none");
     return out;
@@ -348,7 +350,7 @@ StepRouting route_loads(const StepRow& row, const Experiment& base, int64_t toke
   };
   out.loads = loads_of(make_logits_batches(e, ""));
   if (with_plan && from_profile) {
-    out.plan_loads.assign(out.loads.size(), profile_plan_loads(base, tokens * k));
+    out.plan_loads.assign(out.loads.size(), profile_plan);
   } else if (with_plan && base.placement.plan_from == PlanFrom::oracle) {
     out.plan_loads = out.loads;
   } else if (with_plan && base.placement.warmup_batches == 0) {

@@ -115,8 +115,8 @@ struct StepRouting {
 // Routes a row's loads at `tokens` tokens: balanced, power_law:ALPHA draws, the experiment's router on its
 // synthetic workload (at most 65,536 tokens routed a batch, scaled), or a load_profile workload's recorded layers or
 // a trace workload's recorded batches (each a draw, scaled). with_plan adds the loads each draw's EPLB plan is made
-// from, by placement.plan_from: past, 4 warm-up batches routed before (a recorded workload: the draw's own record);
-// oracle, the draw's own loads; profile, placement.plan_profile's loads.
+// from, by placement.plan_from: past, placement.warmup_batches batches routed before (none: equal loads; a recorded
+// workload: the draw's own record); oracle, the draw's own loads; profile, placement.plan_profile's loads.
 // `draws`: the synthetic workload's batches routed (0: 2); a recorded workload gives its own.
 StepRouting route_loads(const StepRow& row, const Experiment& e, int64_t tokens, bool with_plan, int draws = 0);
 // Where route_loads's EPLB plans come from, for a report's routing line: "EPLB planned from earlier batches",

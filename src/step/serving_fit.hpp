@@ -7,9 +7,9 @@
 namespace moesim {
 
 struct ServingFit {
-  static constexpr double other_kernels = 32.27;
+  static constexpr double other_kernels = 32.53;
   static constexpr double attention_efficiency = 0.572;
-  static constexpr double decode_launch_share = 0.342;
+  static constexpr double decode_launch_share = 0.337;
 };
 
 }  // namespace moesim

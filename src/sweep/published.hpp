@@ -149,7 +149,7 @@ struct PublishedFit {
 // kPriorWeight (difference / scale)^2 for launch and K step), so a GPU with few tables stays near the
 // pooled fit where its own points do not pin a figure. Deterministic. Throws PreconditionError when
 // `samples` is empty.
-constexpr double kPriorWeight = 1.0, kPriorLaunchScale_s = 2e-6, kPriorKStepScale_s = 0.1e-6;
+constexpr double kPriorWeight = 1.0, kPriorLaunchScale_s = 2e-6, kPriorKStepScale_s = 1e-6;
 PublishedFit fit_published(const std::vector<PublishedSample>& samples, const KernelFigures* prior = nullptr);
 
 // The weight-only shares (KernelFigures::weight_only_bw_share, _flops_share, _reread_share;

@@ -470,10 +470,11 @@ int cmd_serve(int argc, char** argv) {
   const HardwareProfile hw = load_hardware_profile(e.hardware, e.source_file);
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
   const int gpus = ep ? e.placement.devices : 1;
+  const std::string tp_from = o.tp == -1 ? "placement.attention_tp" : "--tp";
   if (o.tp == -1) o.tp = ep ? e.placement.attention_tp : 1;
   if (o.rebalance_every < 0 && ep && e.placement.rebalance_every > 0) o.rebalance_every = e.placement.rebalance_every;
   if (o.disaggregated.empty() && (o.tp < 1 || gpus % o.tp != 0))
-    throw InputError("--tp: expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
+    throw InputError(tp_from + ": expected a divisor of placement.devices (" + std::to_string(gpus) + "), got " +
                      std::to_string(o.tp));  // before the stream is drawn
   if (o.scheduler.empty())
     o.scheduler = ep && e.placement.request_balance == RequestBalance::kv_tokens ? "kv_balanced" : "round_robin";
@@ -514,6 +515,7 @@ int cmd_serve(int argc, char** argv) {
 
   ServeSetup setup;
   setup.attention_tp = o.tp;
+  setup.attention_tp_from = tp_from;
   setup.routing = o.routing;
   setup.kv_bytes = o.kv_dtype == "fp8" ? 1.0 : 2.0;
   setup.mem_fraction = o.mem_fraction;

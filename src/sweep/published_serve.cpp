@@ -72,8 +72,8 @@ GroupInput group_input(const Experiment& e, const HardwareProfile& hw, const Ser
                        const StepRouting* routed) {
   const bool ep = e.placement.kind == PlacementKind::expert_parallel;
   if (s.attention_tp < 1 || gpus % s.attention_tp != 0)
-    throw InputError("--tp: expected a divisor of the expert-parallel GPUs (" + std::to_string(gpus) + "), got " +
-                     std::to_string(s.attention_tp));
+    throw InputError(s.attention_tp_from + ": expected a divisor of the expert-parallel GPUs (" + std::to_string(gpus) +
+                     "), got " + std::to_string(s.attention_tp));
   StepRow row;
   row.phase = StepPhase::decode;
   row.gpus = row.ep = gpus;
@@ -297,6 +297,7 @@ ServeModelInput row_input(const ServeRow& r, const std::string& origin) {
   e.placement.devices = r.ep;
   ServeSetup s;
   s.attention_tp = r.gpus / r.attention_dp;
+  s.attention_tp_from = "gpus / attention_dp";
   if (r.disaggregated) {
     s.prefill_gpus = r.prefill_gpus;
     s.decode_gpus = r.decode_gpus;

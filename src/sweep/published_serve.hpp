@@ -23,6 +23,7 @@ namespace moesim {
 // How a serving run is set up beyond the experiment.
 struct ServeSetup {
   int attention_tp = 1;                 // attention DP = the expert-parallel GPUs / attention_tp
+  std::string attention_tp_from = "--tp";  // where attention_tp came from, as an error names it
   std::string routing = "model";        // model, balanced or power_law:ALPHA
   std::string weight_dtype;             // "" (the model's), bf16, fp16, fp8, int4, mxfp4, nvfp4 (costed as fp8)
   double kv_bytes = 2;                  // a KV value's bytes (bf16 2, fp8 1)

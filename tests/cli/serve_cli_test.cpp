@@ -171,5 +171,19 @@ TEST(ServeCli, BadOptionsExit2WithOneLine) {
   }
 }
 
+// An attention TP that does not divide the decode GPUs is named where it came from: the config key (checked against
+// placement.devices when the config is read), or --tp.
+TEST(ServeCli, AnAttentionTpThatDoesNotDivideNamesItsSource) {
+  const std::string disagg = " --disaggregated 8:6";
+  const CliResult key = run_cli(kDeepSeek + " --set placement.devices=16 --set placement.attention_tp=4" + disagg);
+  EXPECT_EQ(key.exit_code, 2) << key.err;
+  EXPECT_NE(key.err.find("placement.attention_tp: expected a divisor of the expert-parallel GPUs (6), got 4"),
+            std::string::npos) << key.err;
+  const CliResult flag = run_cli(kDeepSeek + " --tp 4" + disagg);
+  EXPECT_EQ(flag.exit_code, 2) << flag.err;
+  EXPECT_NE(flag.err.find("--tp: expected a divisor of the expert-parallel GPUs (6), got 4"), std::string::npos)
+      << flag.err;
+}
+
 }  // namespace
 }  // namespace moesim

@@ -244,26 +244,38 @@ TEST(Published, FitRecoversFiguresTheModelGenerated) {
   EXPECT_EQ(fit.points, 8);
 }
 
-// Many small experts (E 512, N 128): the tiles walk K in series, so the K-step floor binds at small
-// batches and the fit recovers its latency too.
-TEST(Published, FitRecoversTheKStepLatency) {
+// Points of many small experts (E 512, top-10) on H20-3e at widths N, timed by the model with `truth`; `bound`
+// counts those whose K-step floor sets the time.
+std::vector<PublishedSample> small_expert_samples(const KernelFigures& truth, std::initializer_list<int64_t> batches,
+                                                  std::initializer_list<int64_t> widths, int& bound) {
   HardwareRef ref;
   ref.name = "h20-3e";
   const HardwareProfile hw = load_hardware_profile(ref, "");
-  const KernelFigures truth = figures(0.8, 0.7, 4e-6, 0.9e-6);
   std::vector<PublishedSample> samples;
+  bound = 0;
+  for (int64_t m : batches)
+    for (int64_t n : widths) {
+      PublishedPoint p = point(512, 10, m);
+      p.gpu = "h20-3e";
+      p.n = n;
+      PublishedSample s;
+      s.terms = published_terms(p, hw);
+      s.measured_s = published_time_s(s.terms, truth);
+      const KernelTerms& d = s.terms.draws[0];
+      bound += d.k_steps * truth.k_step_s >
+               combine_terms(d.memory_s / truth.efficiency_bw, d.compute_s / truth.efficiency_flops, 1.0);
+      samples.push_back(s);
+    }
+  return samples;
+}
+
+// Many small experts (E 512, N 128): the tiles walk K in series, so the K-step floor binds at small
+// batches and the fit recovers its latency too.
+TEST(Published, FitRecoversTheKStepLatency) {
+  const KernelFigures truth = figures(0.8, 0.7, 4e-6, 0.9e-6);
   int bound = 0;
-  for (int64_t m : {1, 4, 16, 64, 128, 256, 1024, 4096}) {
-    PublishedPoint p = point(512, 10, m);
-    p.gpu = "h20-3e";
-    p.n = 128;
-    PublishedSample s;
-    s.terms = published_terms(p, hw);
-    s.measured_s = published_time_s(s.terms, truth);
-    const KernelTerms& d = s.terms.draws[0];
-    bound += d.k_steps * truth.k_step_s > combine_terms(d.memory_s / 0.8, d.compute_s / 0.7, 1.0);
-    samples.push_back(s);
-  }
+  const std::vector<PublishedSample> samples =
+      small_expert_samples(truth, {1, 4, 16, 64, 128, 256, 1024, 4096}, {128}, bound);
   ASSERT_GE(bound, 2) << "the floor must bind some points for the fit to see it";
   const PublishedFit fit = fit_published(samples);
   EXPECT_NEAR(fit.figures.k_step_s, truth.k_step_s, 0.03 * truth.k_step_s);
@@ -275,24 +287,10 @@ TEST(Published, FitRecoversTheKStepLatency) {
 // the pooled fit says 0.5 us. Here the truth is 0.9 us and the prior 0.4 us; at the former scale (0.1 us) the
 // fit stayed at 0.40 us.
 TEST(Published, AKStepThePointsBindFollowsThemNotThePrior) {
-  HardwareRef ref;
-  ref.name = "h20-3e";
-  const HardwareProfile hw = load_hardware_profile(ref, "");
   const KernelFigures truth = figures(0.8, 0.7, 4e-6, 0.9e-6);
-  std::vector<PublishedSample> samples;
   int bound = 0;
-  for (int64_t m : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128})
-  for (int64_t n : {128, 256}) {
-    PublishedPoint p = point(512, 10, m);
-    p.gpu = "h20-3e";
-    p.n = n;
-    PublishedSample s;
-    s.terms = published_terms(p, hw);
-    s.measured_s = published_time_s(s.terms, truth);
-    const KernelTerms& d = s.terms.draws[0];
-    bound += d.k_steps * truth.k_step_s > combine_terms(d.memory_s / 0.8, d.compute_s / 0.7, 1.0);
-    samples.push_back(s);
-  }
+  const std::vector<PublishedSample> samples =
+      small_expert_samples(truth, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}, {128, 256}, bound);
   ASSERT_GE(bound, 20) << "the floor must set most points";
   const KernelFigures prior = figures(0.8, 0.7, 4e-6, 0.4e-6);
   const PublishedFit fit = fit_published(samples, &prior);

@@ -30,7 +30,7 @@ ImbalanceVerdict imbalance_verdict(const Erosion& erosion);
 // weights not read)" where skew saves, and "; drops 0.12 %" (of its assignments) / "; leaves N tokens unrouted"
 // where the routing does, and "; top expert 16 % (1.25x mean)" where its loads are uneven (the
 // skew the figures rest on), and in the decode regime (in_decode_regime) "; decode regime: the kernel model's
-// held-out error there is 15 % median (+3.3 % mean) on 184 published points" (DecodeRegimeError). Of the
+// held-out error there is 10 % median (-4.6 % mean) on 184 published points" (DecodeRegimeError). Of the
 // variant's headline (the primary placement, a mean over a run's batches or
 // records); "" when nothing is modeled.
 std::string verdict_line(const RunResult& run, const VariantResult& v);

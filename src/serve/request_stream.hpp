@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "src/step/request_lengths.hpp"
+#include "src/common/request_lengths.hpp"
 
 namespace moesim {
 

@@ -12,7 +12,7 @@
 
 #include "src/config/experiment.hpp"
 #include "src/sweep/published.hpp"
-#include "src/step/request_lengths.hpp"
+#include "src/common/request_lengths.hpp"
 #include "src/step/serving_step.hpp"
 
 namespace moesim {

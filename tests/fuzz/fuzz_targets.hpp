@@ -33,7 +33,7 @@
 #include "src/sweep/published_step.hpp"
 #include "src/serve/request_stream.hpp"
 #include "src/sweep/published_serve.hpp"
-#include "src/step/request_lengths.hpp"
+#include "src/common/request_lengths.hpp"
 #include "router/balance_metrics.hpp"
 #include "router/route.hpp"
 #include "src/workload/load_profile.hpp"

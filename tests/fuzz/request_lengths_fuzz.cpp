@@ -1,4 +1,4 @@
-// libFuzzer entry for the request lengths file reader (src/step/request_lengths.hpp).
+// libFuzzer entry for the request lengths file reader (src/common/request_lengths.hpp).
 // The checks live in fuzz_targets.hpp, shared with the FuzzRegression replay; seeds in corpus/request_lengths/.
 // Built with clang when MOESIM_BUILD_FUZZERS=ON; run by scripts/fuzz.sh.
 #include <cstddef>

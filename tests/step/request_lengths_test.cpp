@@ -1,7 +1,7 @@
 // Tests src/step/request_lengths: each spec's draws (fixed, uniform within its bounds and near its mean, lognormal
 // around its median, a file cycled), determinism on (seed, index), and one-line errors naming the flag or the file's
 // line. Host only.
-#include "src/step/request_lengths.hpp"
+#include "src/common/request_lengths.hpp"
 
 #include <gtest/gtest.h>
 

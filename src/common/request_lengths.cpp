@@ -1,5 +1,5 @@
-// Request lengths of a serving step (see request_lengths.hpp).
-#include "src/step/request_lengths.hpp"
+// Request lengths (see request_lengths.hpp).
+#include "src/common/request_lengths.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -119,6 +119,15 @@ RequestLengths parse_request_lengths(const std::string& spec, const std::string&
     if (path.empty()) fail();
     if (!base_dir.empty() && !std::filesystem::path(path).is_absolute())
       path = (std::filesystem::path(base_dir) / path).string();
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(st)) throw InputError(what + ": " + path + ": cannot open the lengths file");
+    if (!std::filesystem::is_regular_file(st))
+      throw InputError(what + ": " + path + ": expected a regular file of lengths, got another kind of file");
+    const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+    if (ec || bytes > kMaxLengthsFileBytes)
+      throw InputError(what + ": " + path + ": expected a lengths file of at most " +
+                       std::to_string(kMaxLengthsFileBytes >> 20) + " MiB");
     std::ifstream f(path, std::ios::binary);
     if (!f) throw InputError(what + ": " + path + ": cannot open the lengths file");
     std::ostringstream text;

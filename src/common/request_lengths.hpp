@@ -1,5 +1,5 @@
-// The lengths of a serving step's requests (docs/serving.md "Request lengths"): the KV tokens each decoding request
-// attends, or each prompt's tokens in prefill, given as
+// Request lengths (docs/serving.md "Request lengths"): the KV tokens each decoding request of a serving step attends,
+// each prompt's tokens in prefill or in a serving stream, or a decoder workload's prompts (workload.prompt_len), as
 //   fixed            every request the same (the caller's length);
 //   uniform:LO:HI    drawn uniformly from the integers LO..HI;
 //   lognormal:M:S    exp(ln M + S N(0, 1)) rounded, at least 1 (M the median, S the log-space spread);
@@ -30,10 +30,11 @@ struct RequestLengths {
 
 constexpr int64_t kMaxRequestLength = int64_t{1} << 22;
 constexpr int kMaxLengthsFileRequests = 1 << 20;
+constexpr std::uintmax_t kMaxLengthsFileBytes = std::uintmax_t{64} << 20;
 
-// Parses a spec; `what` names the flag or the column in the error. Reads a file spec's file (relative paths against
-// `base_dir` when not empty). Errors: InputError "WHAT: expected ..., got 'SPEC'" (one line), or naming the file and
-// its line.
+// Parses a spec; `what` names the flag, the key or the column in the error. Reads a file spec's file (relative paths
+// against `base_dir` when not empty; a regular file of at most kMaxLengthsFileBytes). Errors: InputError "WHAT:
+// expected ..., got 'SPEC'" (one line), or naming the file and its line.
 RequestLengths parse_request_lengths(const std::string& spec, const std::string& what, const std::string& base_dir = "");
 
 // A lengths file's text: the header `tokens`, then one integer from 1 to kMaxRequestLength a line (blank lines

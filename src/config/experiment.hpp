@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "src/common/request_lengths.hpp"
+
 namespace moesim {
 
 enum class Dtype { fp32, tf32, bf16, fp16, fp8, int8 };
@@ -219,6 +221,10 @@ struct WorkloadConfig {
   int batches = 1;                      // synthetic: consecutive batches routed (aux_free_bias evolves)
   std::vector<int> prompt_len = {128};  // decoder: one length, or one per sequence
   bool prompt_len_range = false;        // prompt_len = {lo, hi}: lengths drawn per sequence from the seed
+  // decoder: prompt_len written lognormal:MEDIAN:SIGMA or file:PATH: each sequence's length drawn from it (kind
+  // fixed: prompt_len holds the lengths). A file's spec and path are absolute.
+  RequestLengths prompt_dist;
+  std::string prompt_len_file;          // the file of a file:PATH prompt_len, absolute; "" otherwise
   int decode_steps = 16;
   uint64_t seed = 7;
   double skew = 1.0;                    // per-expert popularity bias strength (0 = none)

@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -18,16 +19,55 @@ namespace moesim {
 namespace config_detail {
 namespace {
 
+// workload.prompt_len written as a distribution (uniform:LO:HI, lognormal:MEDIAN:SIGMA) or file:PATH, as serve --isl
+// and step --lengths take them (src/common/request_lengths.hpp). A relative file is read against the experiment's
+// folder (against the current one from --set or moesim's own text) and kept absolute.
+bool read_prompt_len_spec(Loader& L, const std::string& text, const std::string& path, const std::string& where,
+                          Experiment& e, std::vector<int>& lens) {
+  namespace fs = std::filesystem;
+  if (text.rfind("uniform:", 0) != 0 && text.rfind("lognormal:", 0) != 0 && text.rfind("file:", 0) != 0) return false;
+  const std::string& source = L.source();
+  const bool from_file = where.rfind("--set ", 0) != 0 && !source.empty() && source.front() != '<';
+  std::string spec = text;
+  if (text.rfind("file:", 0) == 0 && text.size() > 5) {
+    fs::path file(text.substr(5));
+    if (file.is_relative() && from_file) file = fs::path(source).parent_path() / file;
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(file, ec);
+    spec = "file:" + (ec ? file : absolute).lexically_normal().string();
+  }
+  RequestLengths r;
+  try {
+    r = parse_request_lengths(spec, path);
+  } catch (const InputError& ex) {
+    throw ConfigError(where + ": " + ex.what());
+  }
+  if (r.kind == LengthKind::uniform) {  // the LO..HI range, drawn as it draws
+    lens = {static_cast<int>(r.lo), static_cast<int>(r.hi)};
+    L.prompt_len_text_range = true;
+    return true;
+  }
+  e.workload.prompt_dist = r;
+  if (r.kind == LengthKind::file) e.workload.prompt_len_file = spec.substr(5);
+  lens = {static_cast<int>(std::llround(std::min(r.mean(1), static_cast<double>(kMaxSequenceLen))))};
+  return true;
+}
+
 void read_prompt_len(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
                      Experiment& e) {
-  const std::string what = "a length in [1, " + std::to_string(kMaxSequenceLen) + "], a list of lengths, or 'LO..HI'";
+  const std::string what = "a length in [1, " + std::to_string(kMaxSequenceLen) +
+                           "], a list of lengths, 'LO..HI', uniform:LO:HI, lognormal:MEDIAN:SIGMA or file:PATH";
   std::vector<int> lens;
   L.prompt_len_text_range = false;
+  e.workload.prompt_dist = RequestLengths{};
+  e.workload.prompt_len_file.clear();
   if (n.IsScalar()) {
     int64_t lo = 0;
     int64_t hi = 0;
     if (!is_text_scalar(n) && parse_int64_text(n.Scalar(), &lo)) {
       lens.push_back(static_cast<int>(read_int(n, path, where, 1, kMaxSequenceLen)));
+    } else if (read_prompt_len_spec(L, n.Scalar(), path, where, e, lens)) {
+      // a distribution or a file: read_prompt_len_spec set the lengths
     } else if (parse_range_text(n.Scalar(), &lo, &hi)) {
       if (lo < 1 || hi > kMaxSequenceLen || lo > hi) {
         fail_expected(where, path, "'LO..HI' with 1 <= LO <= HI <= " + std::to_string(kMaxSequenceLen), describe(n));
@@ -56,7 +96,9 @@ void read_prompt_len_range(Loader& L, const YAML::Node& n, const std::string& pa
 
 void emit_prompt_len(YAML::Emitter& out, const Experiment& e) {
   const std::vector<int>& p = e.workload.prompt_len;
-  if (e.workload.prompt_len_range && p.size() == 2) {
+  if (e.workload.prompt_dist.kind != LengthKind::fixed) {
+    out << e.workload.prompt_dist.spec;
+  } else if (e.workload.prompt_len_range && p.size() == 2) {
     out << std::to_string(p[0]) + ".." + std::to_string(p[1]);
   } else if (p.size() == 1) {
     out << std::to_string(p[0]);

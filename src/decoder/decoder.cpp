@@ -94,11 +94,22 @@ int drawn_prompt_len(const WorkloadConfig& w, int64_t b) {
   return w.prompt_len[0] + static_cast<int>(counter_hash(w.seed, kStreamPromptLen, b) % span);
 }
 
+// Sequence b's length under a distribution or a file (workload.prompt_dist), drawn from the seed: at most
+// kMaxRequestLength, so an int.
+int dist_prompt_len(const WorkloadConfig& w, int64_t b) {
+  return static_cast<int>(w.prompt_dist.draw(1, w.seed, static_cast<uint64_t>(b)));
+}
+
 }  // namespace
 
 std::vector<int> decoder_prompt_lengths(const WorkloadConfig& w) {
   check_prompt_len(w);
   const int64_t B = w.batch;
+  if (w.prompt_dist.kind != LengthKind::fixed) {
+    std::vector<int> lens(B);
+    for (int64_t b = 0; b < B; ++b) lens[b] = dist_prompt_len(w, b);
+    return lens;
+  }
   if (w.prompt_len_range) {
     std::vector<int> lens(B);
     for (int64_t b = 0; b < B; ++b) lens[b] = drawn_prompt_len(w, b);
@@ -111,6 +122,12 @@ std::vector<int> decoder_prompt_lengths(const WorkloadConfig& w) {
 double decoder_prompt_tokens(const WorkloadConfig& w) {
   check_prompt_len(w);
   const int64_t B = w.batch;
+  if (w.prompt_dist.kind != LengthKind::fixed) {
+    if (B > kExactPromptTokens) return static_cast<double>(B) * w.prompt_dist.mean(1);
+    double sum = 0;
+    for (int64_t b = 0; b < B; ++b) sum += dist_prompt_len(w, b);
+    return sum;
+  }
   if (w.prompt_len_range) {
     if (B > kExactPromptTokens) return static_cast<double>(B) * (0.5 * w.prompt_len[0] + 0.5 * w.prompt_len[1]);
     double sum = 0;

@@ -2,10 +2,13 @@
 // of scalars, lists and maps, the YAML round trip, and a table of bad configs whose one-line ConfigError
 // must name the key path (and the line, for file errors). Host only; no randomness.
 #include "src/config/load_config.hpp"
+#include "src/decoder/decoder.hpp"
 #include "tests/support/config_support.hpp"
+#include "tests/support/run_cli.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -444,6 +447,72 @@ TEST(LoadConfig, ApplyOverrideRejectsBadValues) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(apply_override(e, bad), ConfigError);
   }
+}
+
+}  // namespace
+}  // namespace moesim
+
+namespace moesim {
+namespace {
+
+// workload.prompt_len as serve --isl and step --lengths take lengths: uniform:LO:HI is the LO..HI range,
+// lognormal:MEDIAN:SIGMA and file:PATH draw each sequence's length from the seed (a file relative to the
+// experiment's folder, kept absolute), and the effective experiment writes them back as read.
+TEST(LoadConfig, PromptLengthsFromADistributionOrAFile) {
+  const Experiment u = default_experiment({"workload.prompt_len=uniform:32:512"});
+  EXPECT_TRUE(u.workload.prompt_len_range);
+  EXPECT_EQ(u.workload.prompt_len, (std::vector<int>{32, 512}));
+
+  const Experiment l =
+      default_experiment({"workload.source=decoder", "workload.batch=64", "workload.prompt_len=lognormal:100:0.5"});
+  EXPECT_EQ(l.workload.prompt_dist.kind, LengthKind::lognormal);
+  const std::vector<int> lens = decoder_prompt_lengths(l.workload);
+  ASSERT_EQ(lens.size(), 64u);
+  for (size_t b = 0; b < lens.size(); ++b)
+    EXPECT_EQ(lens[b], l.workload.prompt_dist.draw(1, l.workload.seed, b)) << b;
+  EXPECT_GT(*std::max_element(lens.begin(), lens.end()), *std::min_element(lens.begin(), lens.end()));
+  const Experiment back = load_experiment_text(experiment_to_yaml(l), "effective.yaml", {});
+  EXPECT_EQ(decoder_prompt_lengths(back.workload), lens);
+
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/lens.csv", "tokens\n5\n9\n2\n");
+  testing::write_text(dir + "/exp.yaml", "workload: {source: decoder, batch: 7, prompt_len: 'file:lens.csv'}\n");
+  const Experiment f = load_experiment_file(dir + "/exp.yaml", {});
+  EXPECT_EQ(decoder_prompt_lengths(f.workload), (std::vector<int>{5, 9, 2, 5, 9, 2, 5}));
+  EXPECT_EQ(decoder_prompt_tokens(f.workload), 37.0);
+  EXPECT_TRUE(std::filesystem::path(f.workload.prompt_len_file).is_absolute());
+  // Read back from another folder, the effective experiment names the same file.
+  const Experiment f2 = load_experiment_text(experiment_to_yaml(f), "elsewhere/effective.yaml", {});
+  EXPECT_EQ(decoder_prompt_lengths(f2.workload), decoder_prompt_lengths(f.workload));
+  // A later plain length replaces the distribution.
+  const Experiment plain = load_experiment_file(dir + "/exp.yaml", {"workload.prompt_len=12"});
+  EXPECT_EQ(plain.workload.prompt_dist.kind, LengthKind::fixed);
+  EXPECT_EQ(decoder_prompt_lengths(plain.workload), std::vector<int>(7, 12));
+}
+
+// A bad spec or file is one line naming the file, the line, the key and what was expected.
+TEST(LoadConfig, BadPromptLengthSpecsNameTheKey) {
+  const std::string dir = testing::make_temp_dir();
+  testing::write_text(dir + "/bad.csv", "tokens\n5\nx\n");
+  const auto error_of = [&](const std::string& value) {
+    testing::write_text(dir + "/exp.yaml", "workload:\n  source: decoder\n  prompt_len: '" + value + "'\n");
+    try {
+      load_experiment_file(dir + "/exp.yaml", {});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string lognormal = error_of("lognormal:0:1");
+  EXPECT_NE(lognormal.find("exp.yaml:3"), std::string::npos) << lognormal;
+  EXPECT_NE(lognormal.find("workload.prompt_len: expected fixed, uniform:LO:HI"), std::string::npos) << lognormal;
+  EXPECT_EQ(lognormal.find('\n'), std::string::npos) << lognormal;
+  const std::string missing = error_of("file:nope.csv");
+  EXPECT_NE(missing.find("nope.csv: cannot open the lengths file"), std::string::npos) << missing;
+  const std::string bad = error_of("file:bad.csv");
+  EXPECT_NE(bad.find("bad.csv:3: tokens: expected an integer"), std::string::npos) << bad;
+  const std::string device = error_of("file:/dev/zero");
+  EXPECT_NE(device.find("expected a regular file of lengths"), std::string::npos) << device;
 }
 
 }  // namespace

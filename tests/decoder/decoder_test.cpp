@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -195,6 +196,11 @@ TEST(Decoder, PromptTokensWithoutTheLengths) {
   w.prompt_len_range = false;
   w.prompt_len = {7};
   EXPECT_EQ(decoder_prompt_tokens(w), 7e9);
+  // A distribution: its lengths' sum up to kExactPromptTokens sequences, its mean times the batch past them.
+  w.prompt_dist = parse_request_lengths("lognormal:100:0.5", "workload.prompt_len");
+  EXPECT_DOUBLE_EQ(decoder_prompt_tokens(w), 1e9 * 100 * std::exp(0.125));
+  w.batch = 37;
+  EXPECT_EQ(decoder_prompt_tokens(w), sum_of_lengths(w));
 }
 
 TEST(Decoder, MemoryLimitIsRefusedBeforeAllocating) {

@@ -222,9 +222,8 @@ struct WorkloadConfig {
   std::vector<int> prompt_len = {128};  // decoder: one length, or one per sequence
   bool prompt_len_range = false;        // prompt_len = {lo, hi}: lengths drawn per sequence from the seed
   // decoder: prompt_len written lognormal:MEDIAN:SIGMA or file:PATH: each sequence's length drawn from it (kind
-  // fixed: prompt_len holds the lengths). A file's spec and path are absolute.
+  // fixed: prompt_len holds the lengths). A file's spec holds its absolute path (prompt_len_file).
   RequestLengths prompt_dist;
-  std::string prompt_len_file;          // the file of a file:PATH prompt_len, absolute; "" otherwise
   int decode_steps = 16;
   uint64_t seed = 7;
   double skew = 1.0;                    // per-expert popularity bias strength (0 = none)
@@ -247,6 +246,11 @@ struct WorkloadConfig {
   LoadDistribution distribution = LoadDistribution::power_law;  // load_distribution: the generator
   double power_law_alpha = 1.2;         // load_distribution power_law: the exponent (> 0, not 1)
 };
+
+// The absolute path of a file:PATH workload.prompt_len; "" for any other form.
+inline std::string prompt_len_file(const WorkloadConfig& w) {
+  return w.prompt_dist.kind == LengthKind::file ? w.prompt_dist.spec.substr(5) : std::string();
+}
 
 // A hardware profile is referenced by name (configs/hardware/NAME.yaml), by file, or written inline.
 // The config stage keeps it as text; src/cost parses and validates it (errors name "hardware.KEY").

@@ -294,8 +294,8 @@ void Loader::validate(const Experiment& e) const {
   // Per-sequence capacity needs one sequence length (src/decoder/decoder.cpp): refused where the prompts differ,
   // instead of silently falling back to the whole batch.
   const bool unequal_prompts =
-      w.prompt_len_range || w.prompt_dist.kind != LengthKind::fixed || std::adjacent_find(w.prompt_len.begin(), w.prompt_len.end(), std::not_equal_to<int>()) !=
-                                w.prompt_len.end();
+      w.prompt_len_range || w.prompt_dist.kind != LengthKind::fixed ||
+      std::adjacent_find(w.prompt_len.begin(), w.prompt_len.end(), std::not_equal_to<int>()) != w.prompt_len.end();
   if (r.capacity_scope == CapacityScope::sequence && w.source == WorkloadSource::decoder && unequal_prompts &&
       (r.capacity_factor > 0 || r.gating == Gating::expert_choice)) {
     fail_expected(origin({"router.capacity_scope", "workload.prompt_len", "workload.prompt_len_range"}),

@@ -19,23 +19,34 @@ namespace moesim {
 namespace config_detail {
 namespace {
 
+// A file a key names: relative to the experiment file's folder when the key is read from a file; from a --set, or
+// in moesim's own text (the built-in experiment), against the current directory.
+std::filesystem::path key_file_path(const Loader& L, const std::string& where, const std::string& file) {
+  namespace fs = std::filesystem;
+  fs::path resolved(file);
+  const std::string& source = L.source();
+  const bool from_file = where.rfind("--set ", 0) != 0 && !source.empty() && source.front() != '<';
+  if (resolved.is_relative() && from_file) resolved = fs::path(source).parent_path() / resolved;
+  return resolved;
+}
+
+// key_file_path made absolute and normal, so that the effective experiment reads the same file from any folder.
+std::string absolute_key_file_path(const Loader& L, const std::string& where, const std::string& file) {
+  namespace fs = std::filesystem;
+  const fs::path resolved = key_file_path(L, where, file);
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(resolved, ec);
+  return (ec ? resolved : absolute).lexically_normal().string();
+}
+
 // workload.prompt_len written as a distribution (uniform:LO:HI, lognormal:MEDIAN:SIGMA) or file:PATH, as serve --isl
 // and step --lengths take them (src/common/request_lengths.hpp). A relative file is read against the experiment's
 // folder (against the current one from --set or moesim's own text) and kept absolute.
 bool read_prompt_len_spec(Loader& L, const std::string& text, const std::string& path, const std::string& where,
                           Experiment& e, std::vector<int>& lens) {
-  namespace fs = std::filesystem;
   if (text.rfind("uniform:", 0) != 0 && text.rfind("lognormal:", 0) != 0 && text.rfind("file:", 0) != 0) return false;
-  const std::string& source = L.source();
-  const bool from_file = where.rfind("--set ", 0) != 0 && !source.empty() && source.front() != '<';
-  std::string spec = text;
-  if (text.rfind("file:", 0) == 0 && text.size() > 5) {
-    fs::path file(text.substr(5));
-    if (file.is_relative() && from_file) file = fs::path(source).parent_path() / file;
-    std::error_code ec;
-    const fs::path absolute = fs::absolute(file, ec);
-    spec = "file:" + (ec ? file : absolute).lexically_normal().string();
-  }
+  const std::string spec =
+      text.rfind("file:", 0) == 0 && text.size() > 5 ? "file:" + absolute_key_file_path(L, where, text.substr(5)) : text;
   RequestLengths r;
   try {
     r = parse_request_lengths(spec, path);
@@ -48,7 +59,6 @@ bool read_prompt_len_spec(Loader& L, const std::string& text, const std::string&
     return true;
   }
   e.workload.prompt_dist = r;
-  if (r.kind == LengthKind::file) e.workload.prompt_len_file = spec.substr(5);
   lens = {static_cast<int>(std::llround(std::min(r.mean(1), static_cast<double>(kMaxSequenceLen))))};
   return true;
 }
@@ -60,7 +70,6 @@ void read_prompt_len(Loader& L, const YAML::Node& n, const std::string& path, co
   std::vector<int> lens;
   L.prompt_len_text_range = false;
   e.workload.prompt_dist = RequestLengths{};
-  e.workload.prompt_len_file.clear();
   if (n.IsScalar()) {
     int64_t lo = 0;
     int64_t hi = 0;
@@ -129,10 +138,7 @@ void read_placement_map(Loader& L, const YAML::Node& n, const std::string& path,
       layer = static_cast<int>(v);
     }
     if (file.empty()) fail_expected(where, path, "a placement file (FILE or FILE#LAYER) or a list", "''");
-    fs::path resolved(file);
-    const std::string& source = L.source();
-    const bool from_file = where.rfind("--set ", 0) != 0 && !source.empty() && source.front() != '<';
-    if (resolved.is_relative() && from_file) resolved = fs::path(source).parent_path() / resolved;
+    const fs::path resolved = key_file_path(L, where, file);
     PlacementFile f;
     try {
       f = read_placement_file(resolved.string());
@@ -178,24 +184,11 @@ void read_expert_map(Loader& L, const YAML::Node& n, const std::string& path, co
   e.workload.expert_map = map;
 }
 
-// model.hf_config: a relative path from the experiment file resolves against the file's folder; one from a
-// --set, or in moesim's own text (the built-in experiment), against the current directory. Kept absolute, so
-// that the effective experiment reads the same file from any folder.
+// model.hf_config: a file path (absolute_key_file_path).
 void read_hf_config_path(Loader& L, const YAML::Node& n, const std::string& path, const std::string& where,
                          Experiment& e) {
-  namespace fs = std::filesystem;
   const std::string p = read_string(n, path, where);
-  if (p.empty()) {
-    e.model.hf_config.clear();
-    return;
-  }
-  fs::path resolved(p);
-  const std::string& source = L.source();
-  const bool from_file = where.rfind("--set ", 0) != 0 && !source.empty() && source.front() != '<';
-  if (resolved.is_relative() && from_file) resolved = fs::path(source).parent_path() / resolved;
-  std::error_code ec;
-  const fs::path absolute = fs::absolute(resolved, ec);
-  e.model.hf_config = (ec ? resolved : absolute).lexically_normal().string();
+  e.model.hf_config = p.empty() ? std::string() : absolute_key_file_path(L, where, p);
 }
 
 // train.routing: model, forced_balance, power_law:ALPHA or rank_overload:X (experiment.hpp TrainRouting).

@@ -468,7 +468,7 @@ nlohmann::json input_files_json(const Experiment& e, const std::string& file_rea
   };
   if (!e.model.hf_config.empty()) add("model.hf_config", e.model.hf_config);
   if (!file_read.empty()) add("workload.path", file_read);
-  if (!e.workload.prompt_len_file.empty()) add("workload.prompt_len", e.workload.prompt_len_file);
+  if (const std::string lengths = prompt_len_file(e.workload); !lengths.empty()) add("workload.prompt_len", lengths);
   const std::string hw = hardware_profile_file(e.hardware, e.source_file);
   if (!hw.empty()) add("hardware", hw);
   return out;

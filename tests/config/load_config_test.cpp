@@ -480,7 +480,7 @@ TEST(LoadConfig, PromptLengthsFromADistributionOrAFile) {
   const Experiment f = load_experiment_file(dir + "/exp.yaml", {});
   EXPECT_EQ(decoder_prompt_lengths(f.workload), (std::vector<int>{5, 9, 2, 5, 9, 2, 5}));
   EXPECT_EQ(decoder_prompt_tokens(f.workload), 37.0);
-  EXPECT_TRUE(std::filesystem::path(f.workload.prompt_len_file).is_absolute());
+  EXPECT_TRUE(std::filesystem::path(prompt_len_file(f.workload)).is_absolute());
   // Read back from another folder, the effective experiment names the same file.
   const Experiment f2 = load_experiment_text(experiment_to_yaml(f), "elsewhere/effective.yaml", {});
   EXPECT_EQ(decoder_prompt_lengths(f2.workload), decoder_prompt_lengths(f.workload));
